@@ -23,15 +23,24 @@ class InstanceType:
     efa: bool
     gpudirect_rdma: bool  # EFA device supports RDMA read (GPUDirect); p3dn does not
     nvlink_links: int  # NVLink links expected up per GPU (0: do not check)
+    cores: int  # physical cores (what Slurm sees with SMT off)
 
 
 INSTANCE_TYPES: dict[str, InstanceType] = {
     t.name: t
     for t in (
-        InstanceType("p3dn.24xlarge", 8, "V100", efa=True, gpudirect_rdma=False, nvlink_links=6),
-        InstanceType("p4d.24xlarge", 8, "A100", efa=True, gpudirect_rdma=True, nvlink_links=12),
-        InstanceType("p4de.24xlarge", 8, "A100", efa=True, gpudirect_rdma=True, nvlink_links=12),
-        InstanceType("p5.48xlarge", 8, "H100", efa=True, gpudirect_rdma=True, nvlink_links=18),
+        InstanceType(
+            "p3dn.24xlarge", 8, "V100", efa=True, gpudirect_rdma=False, nvlink_links=6, cores=48
+        ),
+        InstanceType(
+            "p4d.24xlarge", 8, "A100", efa=True, gpudirect_rdma=True, nvlink_links=12, cores=48
+        ),
+        InstanceType(
+            "p4de.24xlarge", 8, "A100", efa=True, gpudirect_rdma=True, nvlink_links=12, cores=48
+        ),
+        InstanceType(
+            "p5.48xlarge", 8, "H100", efa=True, gpudirect_rdma=True, nvlink_links=18, cores=96
+        ),
     )
 }
 
@@ -78,7 +87,8 @@ def cpu_env(threads: int = 1) -> dict[str, Setting]:
     """CPU ranks (gloo): one BLAS/OpenMP thread per rank so co-located ranks don't oversubscribe."""
     return {
         "OMP_NUM_THREADS": Setting(
-            str(threads), "torchrun leaves it unset with one rank per node; 2 threads per rank stall"
+            str(threads),
+            "torchrun leaves it unset with one rank per node; 2 threads per rank stall",
         )
     }
 

@@ -1,0 +1,91 @@
+"""Command lines of a run: the torchrun launch and the fairseq training arguments. Pure.
+
+The launcher calls these on every (re)start with the world it actually got, so the global batch
+stays fixed through ``--update-freq`` whatever the node count; ``--dry-run`` calls them with the
+largest world the job may get.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpc_train import batch, presets
+from hpc_train.spec import JobSpec
+
+RDZV_PORT_BASE = 29500
+TRAIN_MODULE = "hpc_train.train"  # the worker torchrun starts on every rank
+
+
+def rendezvous_port(job_id: str | int) -> int:
+    """A c10d port derived from the job id: co-located jobs (emulated nodes share one host and
+    one port space) never meet in the same store; a requeued job keeps its port."""
+    digits = "".join(ch for ch in str(job_id) if ch.isdigit()) or "0"
+    return RDZV_PORT_BASE + int(digits) % 20000
+
+
+def torchrun_argv(
+    torchrun: str,
+    nnodes: int,
+    nproc_per_node: int,
+    endpoint_host: str,
+    job_id: str | int,
+    worker_args: Sequence[str],
+) -> list[str]:
+    """One torchrun agent per node; c10d rendezvous on the job's first node, id = job id."""
+    return [
+        torchrun,
+        f"--nnodes={nnodes}",
+        f"--nproc_per_node={nproc_per_node}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={endpoint_host}:{rendezvous_port(job_id)}",
+        f"--rdzv_id={job_id}",
+        "--max_restarts=0",  # restarts are Slurm's job (requeue), from checkpoint_last.pt
+        "-m",
+        TRAIN_MODULE,
+        *worker_args,
+    ]
+
+
+def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], batch.BatchPlan]:
+    """fairseq-train arguments for ``spec`` on ``world_size`` ranks; raises ValueError if the
+    global batch cannot be kept (smaller than one step of this world)."""
+    recipe: presets.Preset = spec.recipe
+    plan = batch.plan(spec.sequences_per_update, recipe.batch_per_device, world_size)
+    save_dir = Path(spec.save_dir)
+    args = [
+        str(spec.data),
+        *presets.RECIPE,
+        "--arch", recipe.arch,
+        *recipe.arch_args,
+        "--tokens-per-sample", str(recipe.tokens_per_sample),
+        "--batch-size", str(recipe.batch_per_device),
+        "--update-freq", str(plan.update_freq),
+        "--lr", str(recipe.peak_lr),
+        "--warmup-updates", str(min(recipe.warmup_updates, spec.updates)),
+        "--total-num-update", str(spec.updates),
+        "--max-update", str(spec.updates),
+        "--save-dir", str(save_dir),
+        "--save-interval-updates", str(recipe.save_interval_updates),
+        "--keep-interval-updates", str(spec.keep_checkpoints),
+        "--no-epoch-checkpoints",
+        "--skip-invalid-size-inputs-valid-test",
+        "--log-format", "json",
+        "--log-interval", str(recipe.log_interval),
+        "--log-file", str(spec.train_log),
+        "--seed", "1",
+    ]  # fmt: skip
+    if gpu:
+        args += ["--fp16", "--distributed-backend", "nccl", "--ddp-backend", "c10d"]
+    else:
+        # fp16 needs a GPU; gloo has no c10d-DDP bucket support in fairseq: legacy_ddp.
+        args += ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
+        args += ["--num-workers", "0"]
+    args += list(spec.extra_args)
+    return args, plan
+
+
+def shell(argv: Sequence[str]) -> str:
+    """A command line a person can paste into a shell."""
+    return " ".join(shlex.quote(str(a)) for a in argv)

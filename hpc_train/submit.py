@@ -1,0 +1,203 @@
+"""Submit a fairseq RoBERTa pretraining run to Slurm with submitit.
+
+    python -m hpc_train.submit --preset tiny --nodes 2 --gpus-per-node 0 \\
+        --data .local/data/demo-bin --save-dir .local/runs/demo --follow
+    python -m hpc_train.submit --preset roberta-large --nodes 2 --data /lustre/data-bin/wikitext-103 \\
+        --save-dir /lustre/runs/large --dry-run -- --validate-interval-updates 2000
+
+One Slurm task per node runs ``hpc_train.launch.Launcher``, which starts torchrun, which starts
+fairseq on every GPU (or one CPU rank per node when there is no GPU). The job is submitted with
+``--requeue`` and resumes from ``checkpoint_last.pt`` in ``--save-dir`` after every restart.
+Arguments after ``--`` go to fairseq-train unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from hpc_train import commands, environment, presets, slurm
+from hpc_train.spec import JobSpec, SpecError, parse_nodes, parse_time, validate
+
+SIGNAL_DELAY_S = 90  # submitit sends USR2 this long before the time limit
+
+
+def setup_lines(spec: JobSpec) -> list[str]:
+    """Lines the sbatch script runs before srun: the EFA/NCCL environment, each line explained."""
+    if spec.gpus_per_node <= 0:
+        return [
+            "# No GPUs requested: one CPU rank per node, gloo (OMP_NUM_THREADS=1 by the launcher)"
+        ]
+    itype = environment.instance_type(spec.instance_type)
+    rdma = "GPUDirect RDMA" if itype.gpudirect_rdma else "no GPUDirect RDMA"
+    return [
+        f"# NCCL over EFA on {itype.name} ({itype.gpus}x {itype.gpu_model}, {rdma})",
+        *environment.shell_lines(environment.efa_nccl_env(spec.instance_type)),
+    ]
+
+
+def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters for ``spec`` (keys of submitit's sbatch renderer)."""
+    params: dict[str, Any] = {
+        "job_name": spec.job_name,
+        "nodes": spec.nodes_min,
+        "ntasks_per_node": 1,  # one launcher per node; torchrun starts the ranks
+        "time": spec.time_min,
+        "exclusive": True,  # whole nodes: GPUs, EFA and NVLink are per node
+        "signal_delay_s": SIGNAL_DELAY_S,
+        "setup": setup_lines(spec),
+        # requeue: Slurm may restart the job after preemption or a node failure
+        "additional_parameters": {"requeue": True},
+    }
+    if spec.nodes_max != spec.nodes_min:
+        params["additional_parameters"]["nodes"] = spec.nodes_arg  # elastic: MIN-MAX
+    if spec.partition:
+        params["partition"] = spec.partition
+    if spec.gpus_per_node > 0:
+        params["gpus_per_node"] = spec.gpus_per_node
+    if spec.cpus_per_task:
+        params["cpus_per_task"] = spec.cpus_per_task
+    elif spec.gpus_per_node > 0:
+        # all cores to the node's one task: torchrun's ranks and their data loaders run in it
+        params["cpus_per_task"] = environment.instance_type(spec.instance_type).cores
+    return params
+
+
+def submission_command(folder: Path, python: str = sys.executable) -> str:
+    """The command submitit's sbatch runs in each task (same form as SlurmExecutor's)."""
+    return " ".join([shlex.quote(python), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+
+
+def render_sbatch(spec: JobSpec, python: str = sys.executable) -> str:
+    """The sbatch script submitit would submit for ``spec``; needs no Slurm."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    command = submission_command(spec.log_dir, python)
+    return _make_sbatch_string(command=command, folder=spec.log_dir, **sbatch_parameters(spec))
+
+
+def training_command(spec: JobSpec) -> tuple[str, str]:
+    """(torchrun command line, batch plan) as each node would run it in the largest world."""
+    gpu = spec.gpus_per_node > 0
+    nproc = spec.ranks_per_node(gpu)
+    args, plan = commands.fairseq_args(spec, spec.nodes_max * nproc, gpu)
+    argv = commands.torchrun_argv(
+        "torchrun", spec.nodes_max, nproc, "FIRST_NODE", "SLURM_JOB_ID", args
+    )
+    port = commands.RDZV_PORT_BASE
+    line = commands.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
+    line = line.replace("SLURM_JOB_ID", "$SLURM_JOB_ID")
+    note = f"{plan.describe()}; RDZV_PORT = {port} + job id mod 20000"
+    return line, note
+
+
+def make_executor(spec: JobSpec) -> Any:
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=spec.log_dir, max_num_timeout=spec.max_restarts)
+    executor.update_parameters(**sbatch_parameters(spec))
+    return executor
+
+
+def submit(spec: JobSpec) -> Any:
+    """Validate, check Slurm answers, submit; return the submitit Job."""
+    from hpc_train.launch import Launcher
+
+    validate(spec)
+    slurm.ensure_reachable()
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    return make_executor(spec).submit(Launcher(spec))
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m hpc_train.submit",
+        description=__doc__.split("\n\n")[0],
+        epilog="Presets: "
+        + "; ".join(
+            f"{n} ({r.arch}, {r.tokens_per_sample} tokens, batch {r.global_batch})"
+            for n, r in presets.PRESETS.items()
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", required=True, help=f"one of: {', '.join(presets.PRESETS)}")
+    p.add_argument("--data", type=Path, required=True, help="binarized corpus (fairseq-preprocess)")
+    p.add_argument("--save-dir", type=Path, required=True, help="checkpoints and logs (Lustre)")
+    p.add_argument("--nodes", default="1", help="N, or MIN-MAX to start with what is free")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="0 for CPU nodes (default 8)")
+    p.add_argument("--instance-type", default="p3dn.24xlarge", help="sets the EFA/NCCL env")
+    p.add_argument("--partition", help="Slurm partition (default: the cluster's default)")
+    p.add_argument("--time", default="24:00:00", help="time limit: minutes or H:MM:SS")
+    p.add_argument("--global-batch", type=int, help="sequences per update (preset's default)")
+    p.add_argument("--max-update", type=int, help="training updates (preset's default)")
+    p.add_argument("--max-restarts", type=int, default=20, help="time-limit requeues allowed")
+    p.add_argument("--keep-checkpoints", type=int, default=3, help="interval checkpoints kept")
+    p.add_argument("--cpus-per-task", type=int, help="CPUs for each node's task")
+    p.add_argument("--job-name", default="hpc-train")
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch script and command")
+    p.add_argument("--follow", action="store_true", help="follow the job until it ends")
+    return p
+
+
+def spec_from_args(args: argparse.Namespace, extra: list[str]) -> JobSpec:
+    low, high = parse_nodes(args.nodes)
+    return JobSpec(
+        preset=args.preset,
+        data=args.data.resolve(),
+        save_dir=args.save_dir.resolve(),
+        nodes_min=low,
+        nodes_max=high,
+        gpus_per_node=args.gpus_per_node,
+        instance_type=args.instance_type,
+        partition=args.partition,
+        time_min=parse_time(args.time),
+        global_batch=args.global_batch,
+        max_update=args.max_update,
+        max_restarts=args.max_restarts,
+        keep_checkpoints=args.keep_checkpoints,
+        cpus_per_task=args.cpus_per_task,
+        job_name=args.job_name,
+        extra_args=tuple(extra),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        spec = spec_from_args(args, extra)
+        if args.dry_run:
+            validate(spec, check_paths=False)
+            print(render_sbatch(spec))
+            line, plan = training_command(spec)
+            print(f"# training command on each node ({plan}):\n{line}")
+            return 0
+        job = submit(spec)
+    except (SpecError, slurm.SlurmError) as err:
+        parser.error(str(err))
+    print(f"submitted job {job.job_id}: {spec.nodes_arg} node(s), preset {spec.preset}")
+    print(f"  task logs: {spec.log_dir}/{job.job_id}_<task>_log.out (and .err)")
+    print(f"  train log: {spec.train_log}")
+    print(f"  checkpoints: {spec.save_dir}/checkpoint_last.pt")
+    if args.follow:
+        from hpc_train import logs
+
+        return logs.follow(spec, job.job_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
