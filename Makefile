@@ -48,8 +48,11 @@ cluster-down:
 demo-data: install-python
 	$(PY) -m hpc_train.data demo --out $(STATE)/data/demo-bin
 
+# The main job: tiny RoBERTa across 2 emulated nodes, as one 2-rank job, followed to the end.
+DEMO_RUN ?= $(STATE)/runs/demo-$(shell date +%Y%m%d-%H%M%S)
 demo: install cluster-up demo-data
-	$(PY) -m hpc_train.demo --data $(STATE)/data/demo-bin --save-dir $(STATE)/runs/demo
+	$(PY) -m hpc_train.submit --preset tiny --nodes 2 --gpus-per-node 0 \
+	  --data $(STATE)/data/demo-bin --save-dir $(DEMO_RUN) --time 20 --follow
 
 test: install cluster-up
 	$(PY) -m pytest

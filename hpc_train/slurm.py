@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 LOCAL_HINT = "start the local cluster with `make cluster-up` and export the SLURM_CONF it prints"
 PCLUSTER_BIN = "/opt/slurm/bin"
+DEFAULT_CONFS = ("/etc/slurm/slurm.conf", "/opt/slurm/etc/slurm.conf")
 
 
 class SlurmError(RuntimeError):
@@ -48,13 +49,17 @@ def run(args: Sequence[str], timeout: float = 30.0, check: bool = True) -> str:
 
 def ensure_reachable() -> None:
     """Raise SlurmError with a one-line hint unless slurmctld answers."""
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        raise SlurmError(f"no Slurm reachable: SLURM_CONF={conf} does not exist; {LOCAL_HINT}")
+    if not conf and not any(os.path.isfile(p) for p in DEFAULT_CONFS):
+        raise SlurmError(f"no Slurm reachable: SLURM_CONF is not set; {LOCAL_HINT}")
     try:
         out = run(["scontrol", "ping"], timeout=15, check=False)
     except SlurmError as err:
-        raise SlurmError(f"no Slurm reachable: {err}") from None
+        raise SlurmError(f"no Slurm reachable ({err}); {LOCAL_HINT}") from None
     if "UP" not in out:
-        where = os.environ.get("SLURM_CONF", "<SLURM_CONF unset>")
-        raise SlurmError(f"no Slurm controller answers (SLURM_CONF={where}): {LOCAL_HINT}")
+        raise SlurmError(f"no Slurm controller answers (SLURM_CONF={conf}); {LOCAL_HINT}")
 
 
 def parse_record(line: str) -> dict[str, str]:

@@ -26,3 +26,12 @@ def slurm_cluster() -> Path:
     conf = proc.stdout.strip().rpartition("SLURM_CONF=")[2]
     os.environ["SLURM_CONF"] = conf
     return Path(conf)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    """A real GPT-2-BPE binarized corpus from the offline demo text (~2,500 sentences)."""
+    from hpc_train import data
+
+    out = tmp_path_factory.mktemp("corpus") / "bin"
+    return data.prepare_demo(out, lines=2500)

@@ -1,0 +1,26 @@
+from pathlib import Path
+
+from hpc_train.launch import Launcher
+from hpc_train.spec import JobSpec
+
+
+def test_gpu_node_runs_one_rank_per_gpu():
+    launcher = Launcher(JobSpec("roberta-base", Path("/d"), Path("/s"), 2, 2, 8))
+    use_gpu, nproc, args, described = launcher.plan_node(nnodes=2, gpus=8)
+    assert use_gpu and nproc == 8
+    assert args[args.index("--update-freq") + 1] == "8"  # 2048 / (16 x 16)
+    assert "16 ranks" in described
+
+
+def test_no_gpu_falls_back_to_one_cpu_rank_per_node_and_keeps_the_global_batch():
+    launcher = Launcher(JobSpec("roberta-base", Path("/d"), Path("/s"), 2, 2, 8))
+    use_gpu, nproc, args, _ = launcher.plan_node(nnodes=2, gpus=0)
+    assert not use_gpu and nproc == 1
+    assert "--cpu" in args
+    assert args[args.index("--update-freq") + 1] == "64"  # 2048 / (16 x 2)
+
+
+def test_a_restart_on_fewer_nodes_raises_update_freq():
+    launcher = Launcher(JobSpec("tiny", Path("/d"), Path("/s"), 1, 4, 0, global_batch=32))
+    freqs = {n: launcher.plan_node(nnodes=n, gpus=0)[2] for n in (1, 2, 4)}
+    assert [f[f.index("--update-freq") + 1] for f in freqs.values()] == ["4", "2", "1"]

@@ -1,0 +1,134 @@
+"""The submit CLI: golden job scripts per preset, dry-run, and one-line errors (exit 2)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpc_train import presets, submit
+from hpc_train.spec import JobSpec
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+PYTHON = "/lustre/hpc-train/venv/bin/python"  # fixed so golden files do not depend on this machine
+
+
+def golden_spec(preset: str) -> JobSpec:
+    gpus = 0 if preset == "tiny" else 8
+    return JobSpec(
+        preset,
+        Path("/lustre/data-bin/wikitext-103"),
+        Path(f"/lustre/runs/{preset}"),
+        nodes_min=2,
+        nodes_max=2,
+        gpus_per_node=gpus,
+        partition="gpu",
+    )
+
+
+def golden_text(preset: str) -> str:
+    spec = golden_spec(preset)
+    line, plan = submit.training_command(spec)
+    return f"{submit.render_sbatch(spec, python=PYTHON)}\n# {plan}\n{line}\n"
+
+
+@pytest.mark.parametrize("preset", list(presets.PRESETS))
+def test_generated_job_script_matches_golden_file(preset):
+    path = GOLDEN / f"{preset}.sbatch"
+    text = golden_text(preset)
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"regenerate with UPDATE_GOLDEN=1 and review {path}"
+
+
+def test_dry_run_renders_exactly_what_submitit_submits(tmp_path):
+    import submitit
+
+    spec = golden_spec("roberta-large")
+    spec = JobSpec(**{**spec.__dict__, "save_dir": tmp_path})
+    executor = submitit.SlurmExecutor(folder=spec.log_dir)
+    executor.update_parameters(**submit.sbatch_parameters(spec))
+    real = executor._make_submission_file_text(executor._submitit_command_str, "uid")
+    assert submit.render_sbatch(spec) == real
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hpc_train.submit", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+
+
+def test_issue_example_dry_run_needs_no_slurm(tmp_path):
+    proc = run_cli(
+        "--preset", "roberta-large", "--nodes", "2", "--gpus-per-node", "8",
+        "--data", "D", "--save-dir", "S", "--dry-run",
+        env={"SLURM_CONF": str(tmp_path / "no-such.conf")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for needle in ("#SBATCH --nodes=2", "#SBATCH --requeue", "#SBATCH --ntasks-per-node=1"):
+        assert needle in out
+    assert "--nnodes=2" in out and "--nproc_per_node=8" in out and "--rdzv_backend=c10d" in out
+    assert "--arch roberta_large" in out and "--update-freq 16" in out
+    assert "--adam-betas '(0.9, 0.98)'" in out and "--fp16" in out
+    assert not Path("S").exists()  # a dry run writes nothing
+
+
+def test_args_after_double_dash_reach_fairseq():
+    proc = run_cli(
+        "--preset", "tiny", "--gpus-per-node", "0", "--data", "D", "--save-dir", "S",
+        "--dry-run", "--", "--validate-interval-updates", "7",
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert proc.stdout.rstrip().endswith("--validate-interval-updates 7")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "gpt-9"], "unknown preset"),
+        (["--preset", "tiny", "--nodes", "0"], "at least 1 node"),
+        (["--preset", "tiny", "--global-batch", "4", "--nodes", "2"], "smaller than one step"),
+        (["--preset", "tiny", "--max-update", "0"], "--max-update"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    proc = run_cli(*args, "--gpus-per-node", "0", "--data", "D", "--save-dir", str(tmp_path / "s"))
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+
+
+def test_missing_and_unbinarized_data_are_refused(tmp_path):
+    for data in (tmp_path / "missing", tmp_path):
+        proc = run_cli(
+            "--preset", "tiny", "--gpus-per-node", "0", "--data", str(data),
+            "--save-dir", str(tmp_path / "s"),
+        )  # fmt: skip
+        assert proc.returncode == 2
+        assert "--data" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unwritable_save_dir_is_refused(tmp_path, corpus):
+    (tmp_path / "f").write_text("")
+    proc = run_cli(
+        "--preset", "tiny", "--gpus-per-node", "0", "--data", str(corpus),
+        "--save-dir", str(tmp_path / "f/x"),
+    )  # fmt: skip
+    assert proc.returncode == 2 and "not writable" in proc.stderr
+
+
+def test_no_slurm_reachable_says_how_to_start_the_local_one(tmp_path, corpus):
+    proc = run_cli(
+        "--preset", "tiny", "--gpus-per-node", "0", "--data", str(corpus),
+        "--save-dir", str(tmp_path / "s"), env={"SLURM_CONF": str(tmp_path / "no.conf")},
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "make cluster-up" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()

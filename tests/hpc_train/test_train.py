@@ -1,0 +1,12 @@
+from hpc_train import train
+
+
+def test_distributed_args_come_from_torchrun_environment():
+    args = train.distributed_args({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"})
+    assert args[args.index("--distributed-world-size") + 1] == "4"
+    assert args[args.index("--distributed-rank") + 1] == "3"
+    assert "env://" in args and "--distributed-no-spawn" in args
+
+
+def test_outside_torchrun_no_distributed_args():
+    assert train.distributed_args({}) == []

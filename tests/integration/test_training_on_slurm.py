@@ -1,0 +1,62 @@
+"""Real Slurm, real fairseq: tiny RoBERTa across 2 emulated nodes as one 2-rank job."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from hpc_train import checkpoints, logs, slurm
+
+pytestmark = pytest.mark.slurm
+
+MAX_UPDATE = 40
+
+
+@pytest.fixture(scope="module")
+def two_node_run(slurm_cluster, corpus, tmp_path_factory):
+    save = tmp_path_factory.mktemp("run") / "tiny"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "hpc_train.submit", "--preset", "tiny", "--nodes", "2",
+            "--gpus-per-node", "0", "--data", str(corpus), "--save-dir", str(save),
+            "--max-update", str(MAX_UPDATE), "--time", "10", "--follow",
+        ],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    return proc, save
+
+
+def test_submit_follows_the_job_to_max_update(two_node_run):
+    proc, _ = two_node_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"job COMPLETED: {MAX_UPDATE}/{MAX_UPDATE} updates" in proc.stdout
+    job_id = re.search(r"submitted job (\d+)", proc.stdout).group(1)
+    assert slurm.job_state(job_id).state in {"COMPLETED", "GONE"}
+
+
+def test_one_job_of_two_ranks_on_two_distinct_nodes(two_node_run):
+    _, save = two_node_run
+    train_log = (save / "train.log").read_text()
+    assert "training on 2 devices" in train_log  # one world of 2, not two runs of 1
+    starts = [
+        line for p in (save / "slurm").glob("*_log.out") for line in p.read_text().splitlines()
+        if " start #1 " in line
+    ]  # fmt: skip
+    nodes = {re.search(r"hpc-train (\S+):", line).group(1) for line in starts}
+    assert len(starts) == 2 and len(nodes) == 2, starts
+
+
+def test_loss_decreases(two_node_run):
+    _, save = two_node_run
+    summary = logs.summarize((save / "train.log").read_text().splitlines())
+    assert summary.updates == MAX_UPDATE
+    assert summary.final_loss < summary.first_loss - 0.5, summary.losses
+
+
+def test_checkpoint_last_loads_with_weights_only_and_is_at_max_update(two_node_run):
+    _, save = two_node_run
+    state = checkpoints.load(save / "checkpoint_last.pt")
+    assert checkpoints.num_updates(state) == MAX_UPDATE
+    assert any(k.endswith("embed_tokens.weight") for k in state["model"])
