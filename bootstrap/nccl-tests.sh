@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Step: NVIDIA nccl-tests (all_reduce_perf & co.), built once on the shared prefix.
+#
+# Source: the GitHub archive of a pinned release, checked against a pinned sha256 before it is
+# unpacked. Needs nvcc (the ParallelCluster AMIs ship the CUDA toolkit in /usr/local/cuda) and
+# NCCL: an explicit BOOTSTRAP_NCCL_HOME, /opt/nccl/build, the CUDA toolkit's, or else the NCCL
+# that pip installed with torch in the Python environment, so the tests measure the NCCL that
+# training uses. With Amazon's Open MPI (/opt/amazon/openmpi) the build is MPI-enabled
+# (one rank per GPU across nodes); without it each process drives all GPUs of one node.
+# Note: CUDA 13 toolkits no longer compile for V100 (sm_70); p3dn needs a CUDA 12 toolkit.
+#
+#   BOOTSTRAP_NCCL_TESTS_VERSION / _SHA256 / _URL   pin [2.17.6, its GitHub archive]
+#   CUDA_HOME                                       [/usr/local/cuda]
+#   BOOTSTRAP_NCCL_HOME, BOOTSTRAP_MPI_HOME         [detected]
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+version="${BOOTSTRAP_NCCL_TESTS_VERSION:-2.17.6}"
+sha256="${BOOTSTRAP_NCCL_TESTS_SHA256:-38974e70342150ede0e3fb8fd24bfe60ccbde90fa20241716ba8bb338e6b61a0}"
+url="${BOOTSTRAP_NCCL_TESTS_URL:-https://github.com/NVIDIA/nccl-tests/archive/v$version.tar.gz}"
+dest="$BOOTSTRAP_PREFIX/nccl-tests/$version"
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+
+if [[ -f "$dest/.complete" ]]; then
+    already_done "nccl-tests $version in $dest"
+    exit 0
+fi
+if [[ ! -x "$cuda_home/bin/nvcc" ]]; then
+    skip "nccl-tests: no CUDA toolkit on this node ($cuda_home/bin/nvcc not found)"
+    exit 0
+fi
+
+# has_nccl DIR: nccl.h and a linkable libnccl.so under DIR.
+has_nccl() { [[ -f "$1/include/nccl.h" && -e "$1/lib/libnccl.so" ]]; }
+
+find_nccl() {
+    local dir pip_nccl
+    for dir in "${BOOTSTRAP_NCCL_HOME:-}" /opt/nccl/build "$cuda_home" /usr; do
+        if [[ -n "$dir" ]] && has_nccl "$dir"; then
+            printf '%s\n' "$dir"
+            return 0
+        fi
+    done
+    # torch's NCCL wheel ships libnccl.so.2 only: give the linker a libnccl.so next to it.
+    pip_nccl="$("$(venv_dir)/bin/python" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)" || return 1
+    [[ -f "$pip_nccl/include/nccl.h" && -e "$pip_nccl/lib/libnccl.so.2" ]] || return 1
+    mkdir -p "$dest.nccl-home/lib"
+    ln -sfn "$pip_nccl/include" "$dest.nccl-home/include"
+    ln -sfn "$pip_nccl/lib/libnccl.so.2" "$dest.nccl-home/lib/libnccl.so"
+    ln -sfn "$pip_nccl/lib/libnccl.so.2" "$dest.nccl-home/lib/libnccl.so.2"
+    printf '%s\n' "$dest.nccl-home"
+}
+
+take_shared_lock
+if [[ -f "$dest/.complete" ]]; then
+    already_done "nccl-tests $version (built by another node)"
+    exit 0
+fi
+nccl_home="$(find_nccl)" || { skip "nccl-tests: no NCCL headers and library found"; exit 0; }
+tarball="$BOOTSTRAP_PREFIX/downloads/nccl-tests-$version.tar.gz"
+fetch_verified "$url" "$sha256" "$tarball"
+
+rm -rf "$dest"
+mkdir -p "$dest"
+run tar -xzf "$tarball" -C "$dest" --strip-components=1 --no-same-owner
+make_args=(CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home")
+mpi_home="${BOOTSTRAP_MPI_HOME:-/opt/amazon/openmpi}"
+if [[ -x "$mpi_home/bin/mpicc" ]]; then
+    make_args+=(MPI=1 MPI_HOME="$mpi_home")
+else
+    log "no MPI in $mpi_home: building without MPI (one process per node, -g <gpus>)"
+fi
+run make -C "$dest" -j "$(nproc)" "${make_args[@]}"
+[[ -x "$dest/build/all_reduce_perf" ]] || die "build finished without $dest/build/all_reduce_perf"
+printf 'nccl-tests %s\nNCCL_HOME=%s\nrun with: LD_LIBRARY_PATH=%s/lib\n' "$version" "$nccl_home" \
+    "$nccl_home" >"$dest/.complete"
+log "nccl-tests $version built: $dest/build (NCCL from $nccl_home)"

@@ -1,0 +1,6 @@
+"""Cluster as code: render ParallelCluster templates (render.py) and check them offline with
+ParallelCluster's own schema and validators against a fake AWS account (validate.py, fake_aws.py).
+
+    python -m hpc_train.cluster render pcluster_configs/p3dn.yaml --values my-values.yaml -o cluster.yaml
+    python -m hpc_train.cluster validate cluster.yaml
+"""

@@ -1,0 +1,137 @@
+"""CLI: `python -m hpc_train.cluster render|validate` (the logic lives in render.py / validate.py).
+
+Exit codes: 0 ok; 1 the config has errors (validate); 2 bad input (a missing or malformed value,
+an unreadable file, the aws extra not installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from hpc_train.cluster import render
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+FAKE_AWS_NOTE = (
+    "AWS is faked by moto inside this command: fake credentials, no network; the subnets, key "
+    "pair, buckets and script objects the file names are created in the fake account, so this "
+    "does not check that they exist in yours."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpc_train.cluster",
+        description="Render and check AWS ParallelCluster configs for hpc-train.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    names = ", ".join("${" + p.name + "}" for p in render.PLACEHOLDERS)
+    rp = sub.add_parser(
+        "render",
+        help="fill a template's placeholders and write a ready config",
+        description=f"Fill the placeholders ({names}) of a template from pcluster_configs/ and "
+        "write the result atomically (temporary file + rename). Every value is checked first; "
+        "a missing or malformed one is reported in one line and nothing is written (exit 2). "
+        "Flags override the values file.",
+        epilog="example: python -m hpc_train.cluster render pcluster_configs/p3dn.yaml "
+        "--values pcluster_configs/examples/values.yaml -o cluster.yaml",
+    )
+    rp.add_argument("template", type=Path, help="template, e.g. pcluster_configs/p3dn.yaml")
+    rp.add_argument("-o", "--output", type=Path, required=True, help="config file to write")
+    rp.add_argument(
+        "--values", type=Path, help="YAML file of values (keys: subnet_id, bucket, ...)"
+    )
+    for spec in render.PLACEHOLDERS:
+        rp.add_argument(spec.flag, dest=spec.key, metavar=spec.name, help=spec.help)
+
+    vp = sub.add_parser(
+        "validate",
+        help="check rendered configs with ParallelCluster's schema and validators (offline)",
+        description="Load each FILE through ParallelCluster's ClusterSchema, then run its "
+        "validators against a fake AWS account (moto): no credentials, no network. Prints every "
+        "finding with its YAML path and level. Exit 0 clean (warnings allowed), 1 errors, "
+        "2 unreadable input. Needs the aws extra: pip install -e '.[aws]'.",
+    )
+    vp.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    vp.add_argument("--cluster-name", default="hpc-train", help="name the checks assume")
+    return parser
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    try:
+        values = render.load_values(args.values) if args.values else {}
+        for spec in render.PLACEHOLDERS:
+            flag_value = getattr(args, spec.key)
+            if flag_value is not None:
+                values[spec.key] = flag_value
+        try:
+            template = args.template.read_text(encoding="utf-8")
+        except OSError as err:
+            raise render.RenderError(
+                f"cannot read template {args.template}: {err.strerror}"
+            ) from None
+        text = render.render_text(template, values)
+        render.write_atomic(args.output, text)
+    except render.RenderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:
+        print(f"error: cannot write {args.output}: {err.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {args.output} (from {args.template})")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from hpc_train.cluster import validate
+
+    try:
+        validate.require_extra()
+    except validate.MissingExtra as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(FAKE_AWS_NOTE)
+    worst = EXIT_OK
+    for path in args.files:
+        print(f"\n== {path}")
+        try:
+            text, data = validate.read_config(path)
+        except validate.UnreadableConfig as err:
+            print(f"error: {err}", file=sys.stderr)
+            worst = EXIT_USAGE
+            continue
+        started = time.monotonic()
+        report = validate.validate_config(text, data, cluster_name=args.cluster_name)
+        took = time.monotonic() - started
+        if report.validators_run:
+            print(f"schema: ok; validators: {report.validators_run} ran in {took:.1f} s")
+            for name, why in report.skipped.items():
+                print(f"skipped {name}: {why}")
+        for host in report.refused:
+            print(
+                f"note: refused a network attempt to {host} (AWS is faked; nothing left the machine)"
+            )
+        for finding in report.findings:
+            print(finding)
+        counts = Counter(f.level for f in report.findings)
+        summary = ", ".join(f"{level.lower()}: {counts[level]}" for level in validate.LEVELS)
+        print(f"result: {'FAILED' if report.errors else 'ok'} ({summary})")
+        if report.errors and worst == EXIT_OK:
+            worst = EXIT_FINDINGS
+    return worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "render":
+        return cmd_render(args)
+    return cmd_validate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

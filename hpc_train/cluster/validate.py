@@ -1,0 +1,219 @@
+"""Check a cluster config with ParallelCluster's own schema and validators, offline.
+
+    load   pcluster.schemas.cluster_schema.ClusterSchema: unknown keys, types, enums, required keys
+    check  the ~70 validators `pcluster create-cluster` runs (MinCount <= MaxCount, queue names,
+           EFA support per instance type, FSx capacity, ...), against a fake AWS account (moto,
+           see fake_aws.py) so no credentials or network are needed
+
+Each finding carries the YAML path it belongs to (yaml_paths.py). Needs the `aws` extra.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import yaml
+
+from hpc_train.cluster import yaml_paths
+from hpc_train.cluster.render import placeholders_in
+
+INSTALL_HINT = "pip install -e '.[aws]'"
+LEVELS = ("ERROR", "WARNING", "INFO")
+
+
+class UnreadableConfig(Exception):
+    """The file cannot be checked at all: missing, not YAML, not a mapping, or still a template."""
+
+
+class MissingExtra(Exception):
+    """aws-parallelcluster / moto are not installed."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # ERROR, WARNING or INFO (ParallelCluster's FailureLevel names)
+    path: str  # YAML path, e.g. Scheduling.SlurmQueues[0].ComputeResources[0].MinCount
+    message: str
+    validator: str  # ParallelCluster validator class, or ClusterSchema for schema errors
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path} (line {self.line})" if self.line else self.path
+        return f"{self.level:<7} {where}: {self.message} [{self.validator}]"
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # validator -> why it did not run
+    validators_run: int = 0
+    refused: list[str] = field(default_factory=list)  # network attempts the fake account stopped
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "ERROR"]
+
+
+def require_extra() -> None:
+    """Raise MissingExtra with the install command when pcluster or moto cannot be imported."""
+    try:
+        import moto  # noqa: F401
+        import pcluster.schemas.cluster_schema  # noqa: F401
+    except ImportError as err:
+        raise MissingExtra(
+            f"{err.name or err} is not installed: the aws extra is needed ({INSTALL_HINT})"
+        ) from None
+
+
+def read_config(path: Path) -> tuple[str, dict[str, Any]]:
+    """The file's text and its YAML mapping; UnreadableConfig says why not."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UnreadableConfig(f"cannot read {path}: {err}") from None
+    left = placeholders_in(text)
+    if left:
+        names = ", ".join("${" + n + "}" for n in left)
+        raise UnreadableConfig(
+            f"{path} is a template ({names} unfilled): render it first "
+            "(python -m hpc_train.cluster render)"
+        )
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UnreadableConfig(f"{path} is not valid YAML: {_one_line(err)}") from None
+    if not isinstance(data, dict):
+        raise UnreadableConfig(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return text, data
+
+
+def validate_config(text: str, data: dict[str, Any], cluster_name: str = "hpc-train") -> Report:
+    """Schema, then validators, under a fake AWS account. Requires the aws extra."""
+    from marshmallow import ValidationError
+    from pcluster.schemas.cluster_schema import ClusterSchema
+    from pcluster.validators.common import ValidatorContext
+
+    from hpc_train.cluster.fake_aws import UNJUDGEABLE_VALIDATORS, fake_aws_account
+
+    report = Report(skipped=dict(UNJUDGEABLE_VALIDATORS))
+    with fake_aws_account(data) as account:
+        report.refused = account.refused
+        try:
+            config = ClusterSchema(cluster_name=cluster_name).load(data)
+        except ValidationError as err:
+            report.findings = list(schema_findings(err.messages, text))
+            return report
+        paths = yaml_paths.resource_paths(config, data)
+        with _owners_recorded() as owners:
+            results = config.validate(
+                [_Suppressor(set(UNJUDGEABLE_VALIDATORS))], ValidatorContext()
+            )
+        report.validators_run = owners.executed
+    for result in results:
+        owner, args = owners.by_result.get(id(result), (None, {}))
+        where, fields = yaml_paths.locate(data, paths.get(id(owner), ()), args, paths)
+        line_path = (*where, *fields[0]) if fields else where
+        report.findings.append(
+            Finding(
+                level=str(result.level),
+                path=yaml_paths.describe(where, fields),
+                message=_one_line(result.message),
+                validator=result.validator_type,
+                line=yaml_paths.line_of(text, line_path),
+            )
+        )
+    report.findings.sort(key=lambda f: LEVELS.index(f.level) if f.level in LEVELS else 9)
+    return report
+
+
+def schema_findings(messages: Any, text: str, path: yaml_paths.Path = ()) -> Iterator[Finding]:
+    """Flatten marshmallow's nested error messages into findings with YAML paths."""
+    if isinstance(messages, Mapping):
+        for key, value in messages.items():
+            child = path if key == "_schema" else (*path, key)
+            yield from schema_findings(value, text, child)
+    elif isinstance(messages, list) and all(isinstance(m, str) for m in messages):
+        for message in messages:
+            yield Finding(
+                "ERROR",
+                yaml_paths.format_path(path),
+                _one_line(message),
+                "ClusterSchema",
+                yaml_paths.line_of(text, path),
+            )
+    elif isinstance(messages, list):
+        for item in messages:
+            yield from schema_findings(item, text, path)
+    else:
+        yield Finding("ERROR", yaml_paths.format_path(path), _one_line(messages), "ClusterSchema")
+
+
+class _Suppressor:
+    """Skip validators by class name (pcluster's ValidatorSuppressor interface)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def suppress_validator(self, validator: Any) -> bool:
+        return type(validator).__name__ in self.names
+
+
+@dataclass
+class _Owners:
+    by_result: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    keep: list[Any] = field(default_factory=list)  # keeps result ids stable while we map them
+    executed: int = 0
+
+
+@contextmanager
+def _owners_recorded() -> Iterator[_Owners]:
+    """Note, for every validation result, the resource that registered its validator and args."""
+    from pcluster.config.common import Resource
+
+    owners = _Owners()
+    current: list[Any] = []
+    real_validate_self = Resource._validate_self
+    real_execute = Resource._validator_execute
+
+    def validate_self(resource: Any, context: Any, suppressors: Any) -> None:
+        current.append(resource)
+        try:
+            real_validate_self(resource, context, suppressors)
+        finally:
+            current.pop()
+
+    def note(results: Any, owner: Any, args: dict[str, Any]) -> Any:
+        for result in results or []:
+            owners.by_result[id(result)] = (owner, args)
+            owners.keep.append(result)
+        return results
+
+    def execute(validator_class: Any, args: Any, suppressors: Any, executor: Callable) -> Any:
+        result = real_execute(validator_class, args, suppressors, executor)
+        if result is None:
+            return None
+        owners.executed += 1
+        owner = current[-1] if current else None
+        if hasattr(result, "__await__"):
+
+            async def tagged() -> Any:
+                return note(await result, owner, args)
+
+            return tagged()
+        return note(result, owner, args)
+
+    with (
+        mock.patch.object(Resource, "_validate_self", validate_self),
+        mock.patch.object(Resource, "_validator_execute", staticmethod(execute)),
+    ):
+        yield owners
+
+
+def _one_line(message: Any) -> str:
+    return re.sub(r"\s+", " ", str(message)).strip()
