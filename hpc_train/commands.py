@@ -73,7 +73,6 @@ def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], 
         "--skip-invalid-size-inputs-valid-test",
         "--log-format", "json",
         "--log-interval", str(recipe.log_interval),
-        "--log-file", str(spec.train_log),
         "--seed", "1",
     ]  # fmt: skip
     if gpu:

@@ -58,7 +58,7 @@ class JobSpec:
     @property
     def train_log(self) -> Path:
         """fairseq's metrics log (rank 0), one file across restarts."""
-        return self.save_dir / "train.log"
+        return self.save_dir / "train.log"  # written by hpc_train.train
 
     @property
     def nodes_arg(self) -> str:

@@ -10,12 +10,16 @@ It runs fairseq's own training entry with the few fixes this stack needs:
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from hpc_train import checkpoints
+
+TRAIN_LOG = "train.log"  # in the save dir: fairseq's metrics (rank 0) across all restarts
 
 
 def distributed_args(env: Mapping[str, str]) -> list[str]:
@@ -30,6 +34,27 @@ def distributed_args(env: Mapping[str, str]) -> list[str]:
     ]  # fmt: skip
 
 
+def save_dir_of(args: Sequence[str]) -> Path:
+    """The (last) ``--save-dir`` among fairseq arguments; fairseq's default otherwise."""
+    found = "checkpoints"
+    for flag, value in zip(args, args[1:], strict=False):
+        if flag == "--save-dir":
+            found = value
+    return Path(found)
+
+
+def log_to_file(path: Path) -> None:
+    """Copy this rank's log records to ``path`` (one handler on the root logger).
+
+    fairseq's own ``--log-file`` adds a new handler for every epoch's progress bar, so its lines
+    repeat from the second epoch on. Ranks other than 0 log warnings only (fairseq lowers them).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    logging.getLogger().addHandler(handler)
+
+
 def quiet_known_warnings() -> None:
     """Hide deprecation noise fairseq 0.12 triggers in hydra and torch on every rank."""
     warnings.filterwarnings("ignore", category=UserWarning, module=r"hydra\.")
@@ -42,8 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     quiet_known_warnings()
     args = list(sys.argv[1:] if argv is None else argv) + distributed_args(os.environ)
     checkpoints.allow_fairseq_globals()
-    from fairseq_cli.train import cli_main
+    from fairseq_cli.train import cli_main  # configures logging on import
 
+    log_to_file(save_dir_of(args) / TRAIN_LOG)
     sys.argv = ["fairseq-train", *args]
     cli_main()
 

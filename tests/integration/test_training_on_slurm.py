@@ -11,7 +11,7 @@ from hpc_train import checkpoints, logs, slurm
 
 pytestmark = pytest.mark.slurm
 
-MAX_UPDATE = 40
+MAX_UPDATE = 60  # crosses an epoch boundary of the test corpus
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +52,8 @@ def test_loss_decreases(two_node_run):
     _, save = two_node_run
     summary = logs.summarize((save / "train.log").read_text().splitlines())
     assert summary.updates == MAX_UPDATE
+    n_lines = [n for n, _ in summary.losses]
+    assert n_lines == sorted(set(n_lines)), "a metrics line is repeated"
     assert summary.final_loss < summary.first_loss - 0.5, summary.losses
 
 
