@@ -10,6 +10,7 @@ It runs fairseq's own training entry with the few fixes this stack needs:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
@@ -37,7 +38,7 @@ def distributed_args(env: Mapping[str, str]) -> list[str]:
 def save_dir_of(args: Sequence[str]) -> Path:
     """The (last) ``--save-dir`` among fairseq arguments; fairseq's default otherwise."""
     found = "checkpoints"
-    for flag, value in zip(args, args[1:], strict=False):
+    for flag, value in itertools.pairwise(args):
         if flag == "--save-dir":
             found = value
     return Path(found)
