@@ -1,0 +1,81 @@
+"""nccl_checks.preflight: the API the training submit path calls, run in a real batch job."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpc_train import slurm
+from nccl_checks import preflight
+
+
+def test_command_is_validated_when_built(tmp_path: Path) -> None:
+    cmd = preflight.command(2, "gloo", tmp_path / "pf")
+    assert cmd[:4] == [sys.executable, "-m", "nccl_checks", "allreduce"]
+    assert "--nodes=2" in cmd and f"--out={tmp_path / 'pf'}" in cmd and "--drain" not in cmd
+    assert "--drain" in preflight.command(2, drain=True)
+    with pytest.raises(ValueError, match="unknown backend"):
+        preflight.command(2, "mpi")
+    with pytest.raises(ValueError, match="runs on CPUs"):
+        preflight.command(2, "gloo", instance_type="p3dn.24xlarge")
+
+
+def test_setup_lines_stop_the_script_on_failure(tmp_path: Path) -> None:
+    lines = preflight.setup_lines(2, out_dir=tmp_path)
+    assert len(lines) == 2 and lines[1].endswith('exit "$rc"; }')
+
+
+def wait_for(job_id: str, seconds: float = 240) -> slurm.JobState:
+    deadline = time.monotonic() + seconds
+    while not (state := slurm.job_state(job_id)).finished:
+        assert time.monotonic() < deadline, f"job {job_id} still {state.state}"
+        time.sleep(0.5)
+    return state
+
+
+@pytest.mark.slurm
+def test_preflight_inside_a_batch_job(slurm_cluster: Path, tmp_path: Path) -> None:
+    """A training-like batch script: in-process preflight.run, then setup_lines that pass, then
+    setup_lines that fail (floor set out of reach): the script must stop before 'TRAINING'."""
+    small = ("--max-bytes=1M",)  # the CPU floor is judged from 1 MiB up
+    run_py = (
+        "from nccl_checks import preflight; "
+        f"o = preflight.run(2, out_dir={str(tmp_path / 'inproc')!r}, max_bytes=1 << 20); "
+        "print('INPROC', o.exit_code, sorted(o.nodelist), o.reason)"
+    )
+    script = tmp_path / "train.sbatch"
+    script.write_text(
+        "\n".join(
+            [
+                "#!/bin/bash",
+                "#SBATCH --nodes=2",
+                "#SBATCH --ntasks-per-node=1",
+                f"#SBATCH --output={tmp_path}/job.out",
+                "#SBATCH --time=5",
+                f"{sys.executable} -c {json.dumps(run_py)}",
+                *preflight.setup_lines(2, out_dir=tmp_path / "ok", extra=small),
+                "echo PASSED-FIRST",
+                *preflight.setup_lines(
+                    2, out_dir=tmp_path / "bad", extra=(*small, "--min-busbw=1000")
+                ),
+                "echo TRAINING",
+            ]
+        )
+        + "\n"
+    )
+    job_id = slurm.run(["sbatch", "--parsable", str(script)]).strip()
+    state = wait_for(job_id)
+    log = (tmp_path / "job.out").read_text()
+    assert state.state == "FAILED", log
+    inproc = next(line for line in log.splitlines() if line.startswith("INPROC"))
+    assert inproc.startswith("INPROC 0 ['n")
+    assert "PASSED-FIRST" in log and "TRAINING" not in log
+    assert "preflight failed (exit 1)" in log
+    ok = json.loads((tmp_path / "ok" / "result.json").read_text())
+    bad = json.loads((tmp_path / "bad" / "result.json").read_text())
+    assert ok["healthy"] is True and ok["job_id"] == job_id
+    assert bad["healthy"] is False and "< 1000 GB/s floor" in bad["reason"]
