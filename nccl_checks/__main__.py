@@ -111,13 +111,15 @@ def cmd_allreduce(args: argparse.Namespace) -> int:
     except slurm.SlurmError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CANNOT_RUN
+    result = plan.out_dir / allreduce.RESULT
     if args.json:
-        print(json.dumps(outcome.to_dict() | {"drained": drained}, indent=2))
+        record = json.loads(result.read_text()) if result.exists() else outcome.to_dict()
+        print(json.dumps(record | {"drained": drained}, indent=2))
         return outcome.exit_code
     raw = plan.out_dir / allreduce.RAW
-    if raw.exists() and not os.environ.get("SLURM_JOB_ID"):
+    if raw.exists():
         print(raw.read_text().rstrip())
-    print(f"# results: {plan.out_dir / allreduce.RESULT}")
+    print(f"# results: {result}")
     if drained:
         print(f"# drained: {', '.join(drained)}")
     print(_verdict_line(outcome.exit_code, outcome.reason))
@@ -174,6 +176,13 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     return code
 
 
+def _verdict_options(p: argparse.ArgumentParser) -> None:
+    """Options that shape the all-reduce verdict, shared by `allreduce` and `parse`."""
+    p.add_argument("--gpus-per-node", type=int, help="ranks per node (default: instance's GPUs)")
+    p.add_argument("--min-busbw", type=float, help="override the bandwidth floor, GB/s")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m nccl_checks",
@@ -193,8 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ar.add_argument("--backend", choices=allreduce.BACKENDS, default="nccl-tests")
     ar.add_argument("--nodes", type=int, help="default: the allocation's node count, else 2")
-    ar.add_argument("--gpus-per-node", type=int, help="ranks per node (default: instance's GPUs)")
     ar.add_argument("--instance-type", help=f"default {GPU_DEFAULT}; 'cpu' for gloo")
+    _verdict_options(ar)
     ar.add_argument("--binary", help="a built all_reduce_perf (nccl-tests, MPI=1)")
     ar.add_argument("--out", help="result directory (default .local/nccl-checks/…)")
     ar.add_argument("--min-bytes", "-b", default="8")
@@ -206,11 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--nodelist", help="exactly these nodes, e.g. a pair: n3,n4")
     ar.add_argument("--time", type=int, default=10, help="job time limit, minutes")
     ar.add_argument("--mpi", default="pmix", help="srun --mpi for all_reduce_perf")
-    ar.add_argument("--min-busbw", type=float, help="override the floor, GB/s")
     ar.add_argument("--wait-timeout", type=float, default=1800.0, help="seconds to wait for job")
     ar.add_argument("--drain", action="store_true", help="drain the run's nodes if unhealthy")
     ar.add_argument("--dry-run", action="store_true", help="print sbatch/srun, submit nothing")
-    ar.add_argument("--json", action="store_true")
     ar.set_defaults(func=cmd_allreduce)
 
     pa = sub.add_parser(
@@ -222,9 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("file", help="saved output ('-' for stdin)")
     pa.add_argument("--instance-type", required=True, help="e.g. p3dn.24xlarge, or cpu")
     pa.add_argument("--nodes", type=int, required=True)
-    pa.add_argument("--gpus-per-node", type=int, help="ranks per node (default: instance's GPUs)")
-    pa.add_argument("--min-busbw", type=float, help="override the floor, GB/s")
-    pa.add_argument("--json", action="store_true")
+    _verdict_options(pa)
     pa.set_defaults(func=cmd_parse)
 
     gp = sub.add_parser(

@@ -182,6 +182,8 @@ def srun_command(plan: Plan, nodelist: list[str]) -> list[str]:
         "--kill-on-bad-exit=1",
         "--wait=60",
     ]
+    if plan.uses_gpus:
+        cmd.append(f"--gpus-per-node={plan.ranks_per_node}")
     if plan.backend == "nccl-tests":
         cmd.append(f"--mpi={plan.mpi}")  # all_reduce_perf built with MPI=1 finds its peers by PMI
     return cmd + worker_command(plan)
@@ -278,6 +280,8 @@ def run_in_allocation(plan: Plan, timeout_s: float | None = None) -> Outcome:
             status = f"srun exit {proc.returncode}"
         except subprocess.TimeoutExpired:
             status = f"srun killed after {timeout_s:.0f} s"
+        except OSError as err:
+            raise slurm.SlurmError(f"cannot start srun: {err}") from None
     os.replace(f"{raw}.tmp", raw)
     wall = time.monotonic() - start
     code, reason, verdict = judge_output(plan, raw.read_text())

@@ -68,7 +68,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     _gpu("p4de.24xlarge", (2, 2),     78.0,    1 * GiB,     "2 nodes, peak at 2 GiB"),
     _gpu("p5.48xlarge",   (2, 2),     487.0,   1 * GiB,     "2 nodes, peak"),
     Threshold(CPU, 2, None, floor_gbps=0.02, min_size=1 * MiB,
-              typical="0.6-1.2 GB/s, 2 emulated nodes on 2 shared cores",
+              typical="0.5-1.2 GB/s, 2 emulated nodes on 2 shared cores",
               source="SANITY FLOOR, not a performance figure: gloo over loopback TCP on the local "
                      "emulated cluster (measured, docs/health-checks.md); 20 MB/s only catches a "
                      "stalled or broken path"),
