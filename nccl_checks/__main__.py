@@ -40,7 +40,8 @@ class UsageError(ValueError):
 
 
 def _verdict_line(code: int, reason: str) -> str:
-    return f"{'HEALTHY' if code == EXIT_HEALTHY else 'UNHEALTHY'}: {reason}"
+    word = {EXIT_HEALTHY: "HEALTHY", EXIT_UNHEALTHY: "UNHEALTHY"}.get(code, "NOT CHECKED")
+    return f"{word}: {reason}"
 
 
 def _find_binary(given: str | None) -> str:
@@ -99,10 +100,10 @@ def _plan(args: argparse.Namespace) -> allreduce.Plan:
 
 def cmd_allreduce(args: argparse.Namespace) -> int:
     plan = _plan(args)
-    if args.dry_run:
-        print(allreduce.dry_run_text(plan))
-        return EXIT_HEALTHY
     try:
+        if args.dry_run:
+            print(allreduce.dry_run_text(plan))
+            return EXIT_HEALTHY
         if os.environ.get("SLURM_JOB_ID"):
             outcome = allreduce.run_in_allocation(plan, timeout_s=plan.time_limit * 60.0)
         else:

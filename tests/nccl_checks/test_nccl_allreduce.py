@@ -210,3 +210,13 @@ def test_job_that_never_produced_a_result(slurm_cluster: Path, tmp_path: Path) -
     outcome = allreduce.submit(bad, wait_timeout_s=120)
     assert outcome.exit_code == 3
     assert "without a result" in outcome.reason and "/nonexistent/python" in outcome.reason
+
+
+def test_no_slurm_is_exit_3(tmp_path: Path) -> None:
+    env = os.environ | {"SLURM_CONF": str(tmp_path / "missing.conf")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "nccl_checks", "allreduce", "--backend", "gloo"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: no ") and "Traceback" not in proc.stderr
