@@ -51,7 +51,7 @@ take_shared_lock() {
 # fetch_verified URL SHA256 DEST: download (s3://, https:// or a local path) and check the
 # sha256 before DEST appears; a mismatch leaves nothing behind. Already there and valid: no-op.
 fetch_verified() {
-    local url="$1" sha="$2" dest="$3" part
+    local url="$1" sha="$2" dest="$3" part actual
     if [[ -f "$dest" ]] && sha256_matches "$sha" "$dest"; then
         already_done "$dest (sha256 ok)"
         return 0
@@ -66,8 +66,9 @@ fetch_verified() {
         *) run cp -- "${url#file://}" "$part" ;;
     esac
     if ! sha256_matches "$sha" "$part"; then
+        actual="$(sha256sum "$part" | cut -c1-64)"
         rm -f "$part"
-        die "sha256 mismatch for $url: expected $sha, got $(sha256sum "$part" 2>/dev/null | cut -c1-64 || echo unreadable)"
+        die "sha256 mismatch for $url: expected $sha, got $actual"
     fi
     mv -f "$part" "$dest"
     log "downloaded $url (sha256 ok)"

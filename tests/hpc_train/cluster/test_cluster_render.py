@@ -1,0 +1,241 @@
+"""render: value checks, placeholder filling, atomic writes and the `render` CLI (no AWS involved)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpc_train.cluster import __main__ as cli
+from hpc_train.cluster import render
+
+REPO = Path(__file__).resolve().parents[3]
+CONFIGS = REPO / "pcluster_configs"
+EXAMPLE_VALUES = CONFIGS / "examples" / "values.yaml"
+TEMPLATES = sorted(CONFIGS.glob("*.yaml"))
+GOOD = yaml.safe_load(EXAMPLE_VALUES.read_text())
+
+
+def test_there_are_four_templates_and_they_use_only_known_placeholders() -> None:
+    assert [t.name for t in TEMPLATES] == ["p3dn-spot.yaml", "p3dn.yaml", "p4d.yaml", "p5.yaml"]
+    for template in TEMPLATES:
+        used = render.placeholders_in(template.read_text())
+        assert set(used) == set(render.BY_NAME), template.name
+
+
+@pytest.mark.parametrize(
+    ("check", "value"),
+    [
+        (render.check_region, "us-east-1"),
+        (render.check_region, "ap-southeast-2"),
+        (render.check_region, "us-gov-west-1"),
+        (render.check_os, "ubuntu2404"),
+        (render.check_subnet_id, "subnet-0123456789abcdef0"),
+        (render.check_subnet_id, "subnet-12345678"),
+        (render.check_key_name, "hpc-train_key.2"),
+        (render.check_bucket, "my-hpc-train-bucket"),
+        (render.check_bucket, "a.b-c"),
+        (render.check_sha256, "ab" * 32),
+    ],
+)
+def test_good_values_pass(check, value: str) -> None:
+    assert check(value) is None
+
+
+@pytest.mark.parametrize(
+    ("check", "value", "reason"),
+    [
+        (render.check_region, "us-east", "not an AWS region"),
+        (render.check_region, "US-EAST-1", "not an AWS region"),
+        (render.check_region, "moon-base-1", "not an AWS region"),
+        (render.check_os, "alinux2", "not an OS ParallelCluster 3.16 supports"),
+        (render.check_subnet_id, "sub-0123456789abcdef0", "subnet-"),
+        (render.check_subnet_id, "subnet-0123456789ABCDEF0", "lower-case hex"),
+        (render.check_subnet_id, "subnet-123", "8 or 17"),
+        (render.check_key_name, "", "empty"),
+        (render.check_key_name, "my key", "letters, digits"),
+        (render.check_bucket, "My-Bucket", "lower case"),
+        (render.check_bucket, "s3://my-bucket", "without s3://"),
+        (render.check_bucket, "ab", "3 to 63"),
+        (render.check_bucket, "a" * 64, "3 to 63"),
+        (render.check_bucket, "my_bucket", "lower-case letters, digits"),
+        (render.check_bucket, "-bucket", "starting and ending"),
+        (render.check_bucket, "my..bucket", "'..'"),
+        (render.check_bucket, "192.168.5.4", "IP address"),
+        (render.check_bucket, "xn--bucket", "reserved"),
+        (render.check_bucket, "bucket-s3alias", "reserved"),
+        (render.check_sha256, "abc", "64 lower-case hex"),
+    ],
+)
+def test_bad_values_say_why(check, value: str, reason: str) -> None:
+    problem = check(value)
+    assert problem is not None and reason in problem
+
+
+def test_render_fills_every_placeholder_outside_comments() -> None:
+    template = (CONFIGS / "p3dn.yaml").read_text()
+    text = render.render_text(template, GOOD)
+    data = yaml.safe_load(text)
+    assert data["Region"] == "us-east-1"
+    assert data["HeadNode"]["Networking"]["SubnetId"] == "subnet-0123456789abcdef0"
+    assert data["HeadNode"]["Ssh"]["KeyName"] == "hpc-train"
+    queue = data["Scheduling"]["SlurmQueues"][0]
+    assert queue["CustomActions"]["OnNodeConfigured"]["Script"] == (
+        "s3://my-hpc-train-bucket/hpc-train/on-node-configured.sh"
+    )
+    assert GOOD["source_sha256"] in queue["CustomActions"]["OnNodeConfigured"]["Args"]
+    code_lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    assert not any("${" in line for line in code_lines)
+    # the header comment still documents the placeholders
+    assert "${NAME} placeholders" in text
+
+
+def test_placeholders_in_comments_are_neither_required_nor_filled() -> None:
+    template = "# ${NOT_A_VALUE} stays\nRegion: ${REGION}\n"
+    assert render.placeholders_in(template) == ["REGION"]
+    assert render.render_text(template, {"region": "eu-west-1"}) == (
+        "# ${NOT_A_VALUE} stays\nRegion: eu-west-1\n"
+    )
+
+
+def test_only_the_placeholders_a_template_uses_are_required() -> None:
+    assert render.render_text("Region: ${REGION}\n", {"region": "eu-west-1"}) == (
+        "Region: eu-west-1\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({**GOOD, "subnet_id": "sub-1"}, "subnet_id 'sub-1': must be 'subnet-'"),
+        ({**GOOD, "bucket": "My-Bucket"}, "bucket 'My-Bucket': bucket names are lower case"),
+        ({**GOOD, "region": "mars-1"}, "region 'mars-1': not an AWS region"),
+        ({**GOOD, "key_name": ""}, "key_name '': empty"),
+        ({k: v for k, v in GOOD.items() if k != "bucket"}, "bucket: missing (give --bucket"),
+        ({**GOOD, "subnetid": "subnet-12345678"}, "unknown value 'subnetid'"),
+        ({**GOOD, "source_sha256": 12345}, "source_sha256: must be a string, got int"),
+    ],
+)
+def test_check_values_names_the_culprit(values: dict, message: str) -> None:
+    with pytest.raises(render.RenderError) as err:
+        render.render_text((CONFIGS / "p3dn.yaml").read_text(), values)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_placeholder_in_template_is_an_error() -> None:
+    with pytest.raises(render.RenderError, match=r"unknown placeholder \$\{SUBNET\}"):
+        render.render_text("SubnetId: ${SUBNET}\n", GOOD)
+
+
+def test_result_must_be_yaml() -> None:
+    with pytest.raises(render.RenderError, match="not valid YAML"):
+        render.render_text("Region: [${REGION}\n", GOOD)
+
+
+def test_write_atomic_replaces_whole_file_and_leaves_no_temp(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "cluster.yaml"
+    render.write_atomic(out, "a: 1\n")
+    render.write_atomic(out, "a: 2\n")
+    assert out.read_text() == "a: 2\n"
+    assert [p.name for p in out.parent.iterdir()] == ["cluster.yaml"]
+    assert out.stat().st_mode & 0o777 == 0o644
+
+
+def test_write_atomic_failure_keeps_old_file(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "cluster.yaml"
+    out.write_text("old: true\n")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(render.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        render.write_atomic(out, "new: true\n")
+    assert out.read_text() == "old: true\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["cluster.yaml"]
+
+
+def test_cli_render_writes_config_from_values_and_flags(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cluster.yaml"
+    argv = ["render", str(CONFIGS / "p4d.yaml"), "--values", str(EXAMPLE_VALUES), "-o", str(out)]
+    assert cli.main([*argv, "--region", "eu-west-1"]) == 0
+    data = yaml.safe_load(out.read_text())
+    assert data["Region"] == "eu-west-1"  # the flag wins over the values file
+    assert data["Image"]["Os"] == GOOD["os"]
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_cli_render_with_flags_only(tmp_path: Path) -> None:
+    out = tmp_path / "cluster.yaml"
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in GOOD.items()]
+    assert cli.main(["render", str(CONFIGS / "p5.yaml"), "-o", str(out), *flags]) == 0
+    assert yaml.safe_load(out.read_text())["HeadNode"]["Ssh"]["KeyName"] == GOOD["key_name"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--subnet-id", "subnet-XYZ"], "error: subnet_id 'subnet-XYZ': must be 'subnet-'"),
+        (["--bucket", "Upper"], "error: bucket 'Upper': bucket names are lower case"),
+        (["--region", "useast1"], "error: region 'useast1': not an AWS region"),
+        (["--key-name", ""], "error: key_name '': empty"),
+        (["--os", "windows"], "error: os 'windows': not an OS ParallelCluster"),
+    ],
+)
+def test_cli_render_bad_value_is_one_line_exit_2_and_writes_nothing(
+    tmp_path: Path, capsys, extra: list[str], message: str
+) -> None:
+    out = tmp_path / "cluster.yaml"
+    argv = ["render", str(CONFIGS / "p3dn.yaml"), "--values", str(EXAMPLE_VALUES), "-o", str(out)]
+    assert cli.main([*argv, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message)
+    assert err.count("\n") == 1
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("values_text", "message"),
+    [
+        ("region: [\n", "is not valid YAML"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("subnet: subnet-12345678\n", "unknown value 'subnet'"),
+    ],
+)
+def test_cli_render_bad_values_file(tmp_path: Path, capsys, values_text: str, message: str) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(values_text)
+    argv = ["render", str(CONFIGS / "p3dn.yaml"), "--values", str(values), "-o", "x.yaml"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_cli_render_missing_template_exit_2(tmp_path: Path, capsys) -> None:
+    assert cli.main(["render", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "o.yaml")]) == 2
+    assert "cannot read template" in capsys.readouterr().err
+
+
+def test_cli_help_explains_placeholders_and_exit_codes() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpc_train.cluster", "render", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    for word in ("${SUBNET_ID}", "--values", "--subnet-id", "exit 2", "rename"):
+        assert word in proc.stdout
+    top = subprocess.run(
+        [sys.executable, "-m", "hpc_train.cluster", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    assert "render" in top.stdout and "validate" in top.stdout
