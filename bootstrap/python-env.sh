@@ -45,6 +45,7 @@ find_python() {
 
 install_python() {
     if command -v apt-get >/dev/null 2>&1; then
+        run apt-get update -q
         run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3.11 python3.11-venv
     elif command -v dnf >/dev/null 2>&1; then
         run dnf install -y -q python3.11
