@@ -19,7 +19,8 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 FAKE_AWS_NOTE = (
     "AWS is faked by moto inside this command: fake credentials, no network; the subnets, key "
     "pair, buckets and script objects the file names are created in the fake account, so this "
-    "does not check that they exist in yours."
+    "does not check that they exist in yours, and instance types per region come from moto's "
+    "bundled data, not from AWS."
 )
 
 
@@ -106,7 +107,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
             worst = EXIT_USAGE
             continue
         started = time.monotonic()
-        report = validate.validate_config(text, data, cluster_name=args.cluster_name)
+        try:
+            report = validate.validate_config(text, data, cluster_name=args.cluster_name)
+        except Exception as err:  # a crash inside pcluster or moto: say so, keep checking the rest
+            reason = " ".join(f"{type(err).__name__}: {err}".split())
+            print(f"error: {path} could not be checked: {reason}", file=sys.stderr)
+            worst = EXIT_USAGE
+            continue
         took = time.monotonic() - started
         if report.validators_run:
             print(f"schema: ok; validators: {report.validators_run} ran in {took:.1f} s")

@@ -247,3 +247,22 @@ def test_cli_without_the_aws_extra_says_how_to_install(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "pip install -e '.[aws]'" in proc.stderr
     assert proc.stderr.count("\n") == 1
+
+
+def test_cli_a_crash_inside_pcluster_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from hpc_train.cluster import __main__ as cli
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("moto does not implement\nthis call")
+
+    monkeypatch.setattr(validate, "validate_config", crash)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(rendered("p3dn.yaml"))
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"error: {path} could not be checked: RuntimeError: moto does not implement this call\n"
+    )
