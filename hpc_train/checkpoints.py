@@ -1,4 +1,15 @@
-"""Checkpoint files in the save dir: loading under torch's weights_only default.
+"""Checkpoint files in the save dir: atomic writes, verification, fallback, safe loading.
+
+Atomic: fairseq writes its first file through ``<name>.tmp`` + rename without fsync and then
+*copies* it in place (O_TRUNC) to ``checkpoint_last.pt``; a kill during that copy leaves a
+truncated ``checkpoint_last.pt`` that crashes the next start. In the training worker
+``install_atomic_writes()`` replaces both steps: write to a temporary file, fsync, rename, fsync
+the directory; the other names are hard links made the same way (a copy where links fail). At any
+moment each name holds either the old or the new checkpoint, whole.
+
+Fallback: before a (re)start, ``choose_resume`` checks ``checkpoint_last.pt``; a missing, empty or
+unreadable one is moved aside (never deleted) and the newest valid ``checkpoint_E_U.pt`` is
+resumed instead (fairseq's ``--continue-once``).
 
 Trust decision: a fairseq checkpoint is a pickle. Since torch 2.6, ``torch.load`` only unpickles
 tensors and allow-listed globals. Rather than switching that off
@@ -12,9 +23,18 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
+import re
+import time
 import typing
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+LAST = "checkpoint_last.pt"
+INTERVAL_RE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
 
 
 def allowed_globals() -> list[Any]:
@@ -59,3 +79,152 @@ def load(path: Path | str) -> dict[str, Any]:
 def num_updates(state: dict[str, Any]) -> int:
     """The update counter a checkpoint was saved at."""
     return int(state["optimizer_history"][-1]["num_updates"])
+
+
+# --- atomic writes ----------------------------------------------------------------------------
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tmp_name(path: Path) -> Path:
+    # One fixed name per target (only rank 0 writes): a write killed half-way leaves one stale
+    # file, overwritten by the next save and removed by choose_resume before a restart.
+    return path.with_name(f".{path.name}.tmp")
+
+
+def remove_partial_writes(save_dir: Path) -> list[Path]:
+    """Delete temporaries of writes that were killed half-way (never a whole checkpoint)."""
+    stale = sorted(save_dir.glob(".checkpoint*.tmp")) if save_dir.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+def atomic_save(obj: Any, path: Path | str) -> None:
+    """torch.save to a temporary sibling, fsync, rename over ``path``, fsync the directory."""
+    import torch
+
+    path = Path(path)
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def atomic_copy(src: Path | str, dst: Path | str, overwrite: bool = True) -> bool:
+    """Make ``dst`` a whole copy of ``src`` atomically: hard link (or copy + fsync), rename."""
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    if dst.exists() and not overwrite:
+        return False
+    tmp = _tmp_name(dst)
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(src, tmp)  # same inode, no second write of gigabytes
+        except OSError:
+            shutil.copyfile(src, tmp)
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(dst.parent)
+    return True
+
+
+def install_atomic_writes() -> None:
+    """Route fairseq's checkpoint writes and copies through the atomic versions above."""
+    from fairseq import checkpoint_utils
+
+    def persistent_save(obj: Any, filename: str, async_write: bool = False) -> None:
+        atomic_save(obj, filename)
+
+    checkpoint_utils.torch_persistent_save = persistent_save
+    checkpoint_utils.PathManager.copy = staticmethod(atomic_copy)
+
+
+# --- verification and fallback ----------------------------------------------------------------
+
+
+def verify(path: Path) -> str | None:
+    """None if ``path`` is a loadable fairseq checkpoint, else the reason it is not.
+
+    Checks the zip container (a truncated file has no central directory), then loads it with
+    mmap (cheap even for multi-GB files) under weights_only and the allow-list.
+    """
+    import torch
+
+    if not path.exists():
+        return "missing"
+    if path.stat().st_size == 0:
+        return "empty (0 bytes)"
+    if not zipfile.is_zipfile(path):
+        return "not a torch zip archive (truncated or garbage)"
+    try:
+        with torch.serialization.safe_globals(allowed_globals()):
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        num_updates(state)
+        if "model" not in state:
+            return "no model weights in it"
+    except Exception as err:  # any failure to load is a reason to fall back
+        return f"does not load: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    return None
+
+
+def interval_checkpoints(save_dir: Path) -> list[Path]:
+    """``checkpoint_E_U.pt`` files, newest update first."""
+    found = [(int(m.group(2)), p) for p in save_dir.glob("checkpoint_*_*.pt")
+             if (m := INTERVAL_RE.fullmatch(p.name))]  # fmt: skip
+    return [p for _, p in sorted(found, key=lambda t: t[0], reverse=True)]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a (re)start resumes from."""
+
+    continue_from: Path | None  # an interval checkpoint for --continue-once, or None
+    last_ok: bool  # checkpoint_last.pt is valid (fairseq resumes from it by itself)
+    moved_aside: Path | None  # where a bad checkpoint_last.pt went
+    reason: str  # why, for the log
+
+    def fairseq_args(self) -> list[str]:
+        return ["--continue-once", str(self.continue_from)] if self.continue_from else []
+
+
+def choose_resume(save_dir: Path, check: Callable[[Path], str | None] = verify) -> Resume:
+    """Decide what to resume from; move a bad checkpoint_last.pt aside (never delete it)."""
+    last = save_dir / LAST
+    remove_partial_writes(save_dir)
+    if not last.exists():
+        if not save_dir.exists() or not interval_checkpoints(save_dir):
+            return Resume(None, False, None, "fresh start: no checkpoint yet")
+        problem = "missing"
+        moved = None
+    else:
+        problem = check(last)
+        if problem is None:
+            return Resume(None, True, None, f"resume from {last.name}")
+        moved = last.with_name(f"{LAST}.bad-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        os.replace(last, moved)
+    for candidate in interval_checkpoints(save_dir):
+        if check(candidate) is None:
+            return Resume(
+                candidate, False, moved, f"{LAST} {problem}: resume from {candidate.name}"
+            )
+    return Resume(
+        None, False, moved, f"{LAST} {problem} and no valid interval checkpoint: fresh start"
+    )

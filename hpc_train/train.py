@@ -5,7 +5,9 @@ It runs fairseq's own training entry with the few fixes this stack needs:
   a CPU node takes its world size from the CUDA device count (0 → 1) and every rank silently
   trains alone;
 - checkpoint loading under torch's weights_only default through an explicit allow-list
-  (see ``hpc_train.checkpoints``), instead of switching the safety off.
+  (see ``hpc_train.checkpoints``), instead of switching the safety off;
+- atomic checkpoint files (write, fsync, rename) instead of fairseq's in-place copies;
+- save on notice: SIGUSR2 → all ranks save at the same update and stop (``hpc_train.preemption``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from hpc_train import checkpoints
+from hpc_train import checkpoints, preemption
 
 TRAIN_LOG = "train.log"  # in the save dir: fairseq's metrics (rank 0) across all restarts
 
@@ -65,12 +67,18 @@ def quiet_known_warnings() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    preemption.install_handler()  # first: a notice during start-up is kept, not lost
     quiet_known_warnings()
     args = list(sys.argv[1:] if argv is None else argv) + distributed_args(os.environ)
+    save_dir = save_dir_of(args)
     checkpoints.allow_fairseq_globals()
     from fairseq_cli.train import cli_main  # configures logging on import
 
-    log_to_file(save_dir_of(args) / TRAIN_LOG)
+    log_to_file(save_dir / TRAIN_LOG)
+    checkpoints.install_atomic_writes()
+    job_id = os.environ.get("SLURM_JOB_ID", "local")
+    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    preemption.install_save_on_notice(preemption.stop_marker(save_dir, job_id, restart))
     sys.argv = ["fairseq-train", *args]
     cli_main()
 

@@ -35,3 +35,28 @@ def corpus(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("corpus") / "bin"
     return data.prepare_demo(out, lines=2500)
+
+
+@pytest.fixture(scope="session")
+def trained_save_dir(corpus, tmp_path_factory) -> Path:
+    """A real fairseq run (one CPU process, no Slurm): 12 updates, interval checkpoints at 5
+    and 10, checkpoint_last.pt at 12. Tests copy it before changing anything."""
+    import sys
+
+    from hpc_train.commands import fairseq_args
+    from hpc_train.spec import JobSpec
+
+    save = tmp_path_factory.mktemp("trained") / "run"
+    save.mkdir()
+    spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=12, keep_checkpoints=5)
+    args, _ = fairseq_args(spec, world_size=1, gpu=False)
+    args += ["--save-interval-updates", "5"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpc_train.train", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return save

@@ -15,5 +15,7 @@ def test_outside_torchrun_no_distributed_args():
 def test_train_log_goes_to_the_last_save_dir():
     from pathlib import Path
 
-    assert train.save_dir_of(["d", "--save-dir", "/a", "--lr", "1", "--save-dir", "/b"]) == Path("/b")
+    assert train.save_dir_of(["d", "--save-dir", "/a", "--lr", "1", "--save-dir", "/b"]) == Path(
+        "/b"
+    )
     assert train.save_dir_of(["d"]) == Path("checkpoints")

@@ -1,0 +1,153 @@
+"""Interrupt a running training job on purpose, to rehearse failure.
+
+    python -m hpc_train.chaos JOBID preempt [--hold 30]   # a high-priority job takes its nodes
+    python -m hpc_train.chaos JOBID notice                 # USR2 now: save on notice, requeue
+    python -m hpc_train.chaos JOBID requeue                # scontrol requeue: no notice at all
+    python -m hpc_train.chaos JOBID kill-node [--node N]   # SIGKILL the ranks on one (random) node
+    python -m hpc_train.chaos JOBID kill-node --stop-slurmd  # local cluster: the node fails too
+
+Every action is real Slurm: preemption through the higher-priority partition, signals through
+scancel, a node's processes killed on that node through ``srun --overlap``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from hpc_train import slurm
+
+# Processes of a training job on a node: the torchrun agent and the workers.
+TARGETS = ("hpc_train.train", "torch.distributed.run", "bin/torchrun")
+
+
+def running_nodes(job_id: str) -> list[str]:
+    state = slurm.job_state(job_id)
+    if state.state != "RUNNING":
+        raise slurm.SlurmError(f"job {job_id} is {state.state}, not RUNNING")
+    return slurm.hostnames(state.nodes)
+
+
+def preempt(job_id: str, partition: str, hold_s: int) -> str:
+    """Submit a job to ``partition`` on exactly the job's nodes; returns its job id."""
+    nodes = running_nodes(job_id)
+    out = slurm.run(
+        [
+            "sbatch", "--parsable", f"--partition={partition}", f"--nodes={len(nodes)}",
+            f"--nodelist={','.join(nodes)}", "--exclusive", "--job-name=hpc-train-chaos",
+            "--output=/dev/null", f"--wrap=sleep {hold_s}",
+        ]
+    )  # fmt: skip
+    return out.strip().split(";")[0]
+
+
+def notice(job_id: str) -> None:
+    slurm.run(["scancel", "--signal=USR2", job_id])
+
+
+def _processes(job_id: str, node: str) -> Iterator[tuple[int, str]]:
+    """(pid, cmdline) of this job's training processes on this host, for ``node``."""
+    me = {os.getpid(), os.getppid()}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in me:
+            continue
+        try:
+            env = dict(
+                kv.split("=", 1)
+                for kv in (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+                if "=" in kv
+            )
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if env.get("SLURM_JOB_ID") != job_id or env.get("SLURMD_NODENAME", node) != node:
+            continue
+        if any(t in cmd for t in TARGETS):
+            yield int(entry.name), cmd
+
+
+def kill_here(job_id: str, node: str) -> int:
+    """SIGKILL the job's torchrun agent and workers on this host; returns how many."""
+    killed = 0
+    for pid, _ in _processes(job_id, node):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
+    nodes = running_nodes(job_id)
+    target = node or random.choice(nodes)
+    if target not in nodes:
+        raise slurm.SlurmError(f"node {target} is not one of job {job_id}'s nodes {nodes}")
+    slurm.run(
+        [
+            "srun", f"--jobid={job_id}", "--overlap", f"--nodelist={target}", "-N1", "-n1",
+            sys.executable, "-m", "hpc_train.chaos", job_id, "_kill-here", "--node", target,
+        ],
+        timeout=60,
+    )  # fmt: skip
+    if stop_slurmd:
+        stop_local_slurmd(target)
+    return target
+
+
+def stop_local_slurmd(node: str) -> None:
+    """Local emulated cluster only: kill the node's slurmd so Slurm declares it failed."""
+    cluster = os.environ.get("HPC_TRAIN_CLUSTER_DIR") or str(
+        Path(os.environ.get("SLURM_CONF", "")).resolve().parent.parent
+    )
+    pidfile = Path(cluster) / "run" / f"slurmd-{node}.pid"
+    if not pidfile.exists():
+        raise slurm.SlurmError(f"--stop-slurmd works on the local cluster only ({pidfile} missing)")
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpc_train.chaos",
+        description="Interrupt a running training job on purpose (real Slurm actions).",
+    )
+    parser.add_argument("job_id", help="Slurm job id of the training job")
+    sub = parser.add_subparsers(dest="action", required=True)
+    pre = sub.add_parser("preempt", help="preempt through the high-priority partition")
+    pre.add_argument("--partition", default="high")
+    pre.add_argument("--hold", type=int, default=20, help="seconds the preemptor holds the nodes")
+    sub.add_parser("notice", help="send USR2 now (save on notice, then requeue)")
+    sub.add_parser("requeue", help="scontrol requeue: restart without a notice")
+    kill = sub.add_parser("kill-node", help="SIGKILL the ranks on one node")
+    kill.add_argument("--node", help="node name (default: a random node of the job)")
+    kill.add_argument("--stop-slurmd", action="store_true", help="local cluster: fail the node")
+    here = sub.add_parser("_kill-here", help=argparse.SUPPRESS)
+    here.add_argument("--node", required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "preempt":
+            print(f"preemptor job {preempt(args.job_id, args.partition, args.hold)} submitted")
+        elif args.action == "notice":
+            notice(args.job_id)
+            print(f"USR2 sent to job {args.job_id}")
+        elif args.action == "requeue":
+            slurm.requeue(args.job_id)
+            print(f"job {args.job_id} requeued")
+        elif args.action == "kill-node":
+            node = kill_node(args.job_id, args.node, args.stop_slurmd)
+            print(f"killed job {args.job_id}'s ranks on {node}")
+        else:
+            print(f"killed {kill_here(args.job_id, args.node)} process(es)")
+    except slurm.SlurmError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Save on notice, inside each training worker.
+
+A notice is SIGUSR2: Slurm sends it to every process of the step at preemption
+(``preempt_send_user_signal``) and before the time limit (submitit's ``--signal=USR2@90``), and
+the launcher's spot watcher sends it when EC2 posts a two-minute interruption notice. The handler
+only sets a flag. After every update, all ranks all-reduce the flag (MAX), so they all act at the
+same update: write ``checkpoint_last.pt`` (no validation: grace time is short), record a stop
+marker for the launcher, and leave fairseq's training loop normally. The resumed run continues at
+the next update, so no update is trained twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("hpc_train.preemption")
+
+NOTICE_SIGNAL = signal.SIGUSR2
+_notice: dict[str, Any] = {"at": None, "why": None}
+
+
+def stop_marker(save_dir: Path, job_id: str, restart: int) -> Path:
+    """File the worker writes when it stopped on a notice (read by the launcher)."""
+    return save_dir / ".hpc-train" / f"stopped-{job_id}-{restart}.json"
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    if _notice["at"] is None:
+        _notice["at"] = time.monotonic()
+        _notice["why"] = signal.Signals(signum).name
+
+
+def install_handler() -> None:
+    signal.signal(NOTICE_SIGNAL, _on_signal)
+
+
+def notice_received() -> bool:
+    return _notice["at"] is not None
+
+
+def dist_initialized() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def agreed_notice(device: Any) -> bool:
+    """True on every rank if any rank has a notice (all-reduce MAX); local flag when alone."""
+    import torch
+    import torch.distributed as dist
+
+    local = 1 if notice_received() else 0
+    if not dist_initialized() or dist.get_world_size() == 1:
+        return bool(local)
+    flag = torch.tensor([local], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def write_marker(path: Path, update: int, why: str | None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"update": update, "signal": why, "time": time.time()}))
+    os.replace(tmp, path)
+
+
+def install_save_on_notice(marker: Path) -> None:
+    """Wrap fairseq's per-update validate-and-save step with the agreed notice check."""
+    import fairseq_cli.train as fairseq_train
+    from fairseq import checkpoint_utils
+
+    original = fairseq_train.validate_and_save
+
+    def validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):  # type: ignore[no-untyped-def]
+        if not agreed_notice(trainer.device):
+            return original(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
+        update = trainer.get_num_updates()
+        started = time.monotonic()
+        logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
+        checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
+        if trainer.data_parallel_rank == 0:
+            write_marker(marker, update, _notice["why"])
+        if dist_initialized():
+            import torch.distributed as dist
+
+            dist.barrier()  # every node's launcher sees the marker once its workers exit
+        since = time.monotonic() - (_notice["at"] or started)
+        logger.info(
+            f"saved on notice at update {update} in {time.monotonic() - started:.1f} s "
+            f"({since:.1f} s after the signal)"
+        )
+        return [None], True
+
+    fairseq_train.validate_and_save = validate_and_save
