@@ -69,11 +69,10 @@ class References:
 
 def references(config: Mapping[str, Any]) -> References:
     """Collect the subnets, key pairs and S3 locations a ParallelCluster config dict names."""
-    head = _mapping(config.get("HeadNode"))
-    subnets = [_mapping(head.get("Networking")).get("SubnetId")]
-    for queue in _mapping(config.get("Scheduling")).get("SlurmQueues") or []:
-        subnets.extend(_mapping(_mapping(queue).get("Networking")).get("SubnetIds") or [])
-    key = _mapping(head.get("Ssh")).get("KeyName")
+    subnets: list[Any] = list(_find_key(config, "SubnetId"))  # head node
+    for ids in _find_key(config, "SubnetIds"):  # queues, login node pools
+        subnets.extend(ids if isinstance(ids, list) else [])
+    keys = [_mapping(ssh).get("KeyName") for ssh in _find_key(config, "Ssh")]
     s3: list[tuple[str, str]] = []
     for value in _strings(config):
         if value.startswith("s3://"):
@@ -88,7 +87,7 @@ def references(config: Mapping[str, Any]) -> References:
         region=str(config.get("Region") or "us-east-1"),
         os=str(_mapping(config.get("Image")).get("Os") or "alinux2023"),
         subnets=tuple(dict.fromkeys(s for s in subnets if isinstance(s, str))),
-        key_pairs=(key,) if isinstance(key, str) and key else (),
+        key_pairs=tuple(dict.fromkeys(k for k in keys if isinstance(k, str) and k)),
         s3_objects=tuple(dict.fromkeys(s3)),
     )
 

@@ -32,6 +32,24 @@ def test_references_lists_what_the_config_names() -> None:
     assert (bucket, "") in refs.s3_objects
 
 
+def test_references_include_login_node_pools() -> None:
+    config = {
+        **CONFIG,
+        "LoginNodes": {
+            "Pools": [
+                {
+                    "Name": "login",
+                    "Networking": {"SubnetIds": ["subnet-0aaaaaaaaaaaaaaaa"]},
+                    "Ssh": {"KeyName": "other-key"},
+                }
+            ]
+        },
+    }
+    refs = references(config)
+    assert refs.subnets == (VALUES["subnet_id"], "subnet-0aaaaaaaaaaaaaaaa")
+    assert refs.key_pairs == ("hpc-train", "other-key")
+
+
 def test_references_tolerates_a_sparse_config() -> None:
     refs = references({"HeadNode": "oops", "Scheduling": {"SlurmQueues": [{}]}})
     assert refs.subnets == () and refs.key_pairs == () and refs.s3_objects == ()
