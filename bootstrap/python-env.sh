@@ -57,11 +57,6 @@ install_python() {
 python="$(find_python)" || { install_python; python="$(find_python)" || die "python3.11 still missing"; }
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
     die "$python is older than 3.11 (hpc-train needs >= 3.11)"
-if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    version="$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
-    command -v apt-get >/dev/null 2>&1 || die "$python cannot make venvs (no ensurepip)"
-    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "python$version-venv"
-fi
 python_id="$("$python" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 log "interpreter: $python_id"
 
@@ -96,6 +91,12 @@ if [[ -f "$env_dir/.complete" ]]; then # another node built it while we waited
 fi
 rm -rf "$env_dir" # left half-built by an interrupted run
 log "building Python environment $env_dir"
+if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then # Debian/Ubuntu split it off
+    version="$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+    command -v apt-get >/dev/null 2>&1 || die "$python cannot make venvs (no ensurepip)"
+    run apt-get update -q
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "python$version-venv"
+fi
 run "$python" -m venv "$env_dir"
 pip=("$env_dir/bin/python" -m pip --disable-pip-version-check install --no-input)
 if [[ -n "$torch_spec" ]]; then
