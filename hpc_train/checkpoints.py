@@ -40,9 +40,11 @@ INTERVAL_RE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
 def allowed_globals() -> list[Any]:
     """The globals fairseq 0.12 checkpoints need (measured with
     ``torch.serialization.get_unsafe_globals_in_checkpoint``)."""
+    from fairseq.distributed.utils import _TensorPlaceholder
     from omegaconf import base, dictconfig, listconfig, nodes
 
     return [
+        _TensorPlaceholder,  # stands for tensors in rank 0's broadcast of the loaded state
         argparse.Namespace,  # the legacy args stored in every fairseq checkpoint
         dictconfig.DictConfig,  # cfg, when rank 0 broadcasts the loaded state to other ranks
         listconfig.ListConfig,
