@@ -59,6 +59,19 @@ def _ignore_usr2() -> None:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
+def has_exited(pid: int) -> bool:
+    """True once ``pid`` has exited (zombie or gone), without reaping it.
+
+    Inside a signal handler that interrupted ``Popen.wait()``, ``Popen.poll()`` always answers
+    None: the interrupted wait holds the lock poll needs. /proc does not.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rpartition(")")[2].split()[0] in {"Z", "X"}
+
+
 def state_dir(spec: JobSpec) -> Path:
     return spec.save_dir / ".hpc-train"
 
@@ -181,14 +194,14 @@ class Launcher:
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's hook on USR2 (task 0): wait for the workers' save, then requeue.
 
-        Runs inside a signal handler: poll the process (a blocking wait here can deadlock on
-        the lock the interrupted ``wait()`` holds).
+        Runs inside a signal handler: a blocking wait here deadlocks on the lock the interrupted
+        ``wait()`` holds, and ``poll()`` cannot see the exit for the same reason: read /proc.
         """
         import submitit
 
         started = time.monotonic()
         log("notice received: waiting for the workers to save checkpoint_last.pt")
-        while self._proc is not None and self._proc.poll() is None:
+        while self._proc is not None and not has_exited(self._proc.pid):
             if time.monotonic() - started > SAVE_WAIT_S:
                 log(f"workers still running after {SAVE_WAIT_S:.0f} s: requeueing anyway")
                 break

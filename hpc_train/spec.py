@@ -36,6 +36,7 @@ class JobSpec:
     max_restarts: int = 20
     keep_checkpoints: int = 3
     cpus_per_task: int | None = None
+    preflight: bool = False  # all-reduce health check on the allocation before training
     extra_args: tuple[str, ...] = field(default=())
 
     @property

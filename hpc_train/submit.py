@@ -26,17 +26,33 @@ SIGNAL_DELAY_S = 90  # submitit sends USR2 this long before the time limit
 
 
 def setup_lines(spec: JobSpec) -> list[str]:
-    """Lines the sbatch script runs before srun: the EFA/NCCL environment, each line explained."""
+    """Lines the sbatch script runs before srun: the EFA/NCCL environment, each line explained,
+    and with ``--preflight`` the all-reduce health check of the allocation."""
     if spec.gpus_per_node <= 0:
-        return [
+        lines = [
             "# No GPUs requested: one CPU rank per node, gloo (OMP_NUM_THREADS=1 by the launcher)"
         ]
-    itype = environment.instance_type(spec.instance_type)
-    rdma = "GPUDirect RDMA" if itype.gpudirect_rdma else "no GPUDirect RDMA"
-    return [
-        f"# NCCL over EFA on {itype.name} ({itype.gpus}x {itype.gpu_model}, {rdma})",
-        *environment.shell_lines(environment.efa_nccl_env(spec.instance_type)),
-    ]
+    else:
+        itype = environment.instance_type(spec.instance_type)
+        rdma = "GPUDirect RDMA" if itype.gpudirect_rdma else "no GPUDirect RDMA"
+        lines = [
+            f"# NCCL over EFA on {itype.name} ({itype.gpus}x {itype.gpu_model}, {rdma})",
+            *environment.shell_lines(environment.efa_nccl_env(spec.instance_type)),
+        ]
+    if spec.preflight:
+        from nccl_checks import preflight
+
+        gpu = spec.gpus_per_node > 0
+        lines += [
+            "# Pre-flight: all-reduce across the allocation; an unhealthy verdict ends the job here",
+            *preflight.setup_lines(
+                nodes=spec.nodes_min,
+                backend="nccl" if gpu else "gloo",
+                out_dir=spec.save_dir / "preflight",
+                instance_type=spec.instance_type if gpu else None,
+            ),
+        ]
+    return lines
 
 
 def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
@@ -142,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-checkpoints", type=int, default=3, help="interval checkpoints kept")
     p.add_argument("--cpus-per-task", type=int, help="CPUs for each node's task")
     p.add_argument("--job-name", default="hpc-train")
+    p.add_argument(
+        "--preflight", action="store_true", help="all-reduce health check before training"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the sbatch script and command")
     p.add_argument("--follow", action="store_true", help="follow the job until it ends")
     return p
@@ -165,6 +184,7 @@ def spec_from_args(args: argparse.Namespace, extra: list[str]) -> JobSpec:
         keep_checkpoints=args.keep_checkpoints,
         cpus_per_task=args.cpus_per_task,
         job_name=args.job_name,
+        preflight=args.preflight,
         extra_args=tuple(extra),
     )
 

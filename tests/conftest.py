@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -12,18 +16,29 @@ REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SH = REPO / "slurm" / "local" / "cluster.sh"
 
 
+def cluster_up() -> str:
+    proc = subprocess.run(
+        ["bash", str(CLUSTER_SH), "up"], capture_output=True, text=True, timeout=180
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"local Slurm cluster did not come up:\n{proc.stderr}")
+    return proc.stdout.strip().rpartition("SLURM_CONF=")[2]
+
+
+@pytest.fixture
+def restart_local_cluster(slurm_cluster):
+    """Call to bring back daemons a test stopped (idempotent `up`); also runs at teardown."""
+    yield cluster_up
+    cluster_up()
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Path:
     """Bring up the local cluster (idempotent) and export SLURM_CONF; yield the config path.
 
     The cluster is left running for the next session (`make cluster-down` stops it).
     """
-    proc = subprocess.run(
-        ["bash", str(CLUSTER_SH), "up"], capture_output=True, text=True, timeout=180
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"local Slurm cluster did not come up:\n{proc.stderr}")
-    conf = proc.stdout.strip().rpartition("SLURM_CONF=")[2]
+    conf = cluster_up()
     os.environ["SLURM_CONF"] = conf
     return Path(conf)
 
@@ -60,3 +75,56 @@ def trained_save_dir(corpus, tmp_path_factory) -> Path:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return save
+
+
+class FakeImds:
+    """A tiny EC2 instance-metadata server (IMDSv2) on 127.0.0.1 — a fake: no EC2 here.
+
+    ``post(action)`` makes the next instance-action request answer 200 once, then 404 again.
+    """
+
+    TOKEN = "test-token"
+
+    def __init__(self) -> None:
+        self.action: dict | None = None
+        self.served = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_PUT(self):
+                ok = self.path == "/latest/api/token" and self.headers.get(
+                    "X-aws-ec2-metadata-token-ttl-seconds"
+                )
+                self._reply(200 if ok else 400, fake.TOKEN if ok else "")
+
+            def do_GET(self):
+                if self.headers.get("X-aws-ec2-metadata-token") != fake.TOKEN:
+                    return self._reply(401, "")
+                if self.path != "/latest/meta-data/spot/instance-action" or fake.action is None:
+                    return self._reply(404, "")
+                body, fake.action = json.dumps(fake.action), None
+                fake.served.set()
+                self._reply(200, body)
+
+            def _reply(self, code: int, body: str) -> None:
+                self.send_response(code)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
+
+    def post(self, action: dict) -> None:
+        self.served.clear()
+        self.action = action
+
+
+@pytest.fixture
+def fake_imds() -> Iterator[FakeImds]:
+    fake = FakeImds()
+    threading.Thread(target=fake.server.serve_forever, daemon=True).start()
+    yield fake
+    fake.server.shutdown()

@@ -24,3 +24,16 @@ def test_a_restart_on_fewer_nodes_raises_update_freq():
     launcher = Launcher(JobSpec("tiny", Path("/d"), Path("/s"), 1, 4, 0, global_batch=32))
     freqs = {n: launcher.plan_node(nnodes=n, gpus=0)[2] for n in (1, 2, 4)}
     assert [f[f.index("--update-freq") + 1] for f in freqs.values()] == ["4", "2", "1"]
+
+
+def test_has_exited_sees_a_zombie_without_reaping_it():
+    import subprocess
+    import time
+
+    from hpc_train.launch import has_exited
+
+    proc = subprocess.Popen(["sleep", "0.2"])
+    assert not has_exited(proc.pid)
+    time.sleep(0.6)
+    assert has_exited(proc.pid)  # exited, not yet reaped
+    assert proc.wait() == 0  # still reapable by its owner

@@ -132,3 +132,11 @@ def test_no_slurm_reachable_says_how_to_start_the_local_one(tmp_path, corpus):
     assert proc.returncode == 2
     assert "make cluster-up" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
+
+
+def test_preflight_adds_the_allreduce_check_before_training():
+    spec = JobSpec(**{**golden_spec("tiny").__dict__, "preflight": True})
+    setup = submit.setup_lines(spec)
+    check = next(line for line in setup if "nccl_checks allreduce" in line)
+    assert "--backend=gloo" in check and "--nodes=2" in check and "exit" in check
+    assert "nccl_checks" not in "".join(submit.setup_lines(golden_spec("tiny")))

@@ -62,3 +62,13 @@ def test_checkpoint_last_loads_with_weights_only_and_is_at_max_update(two_node_r
     state = checkpoints.load(save / "checkpoint_last.pt")
     assert checkpoints.num_updates(state) == MAX_UPDATE
     assert any(k.endswith("embed_tokens.weight") for k in state["model"])
+
+
+def test_preflight_checks_the_allocation_before_training(runs):
+    import json
+
+    job, save = runs.submit("preflight", 10, extra_cli=("--preflight",))
+    assert runs.wait_done(job).state == "COMPLETED"
+    result = json.loads((save / "preflight" / "result.json").read_text())
+    assert result["healthy"] is True
+    assert runs.summary(save).updates == 10

@@ -1,0 +1,63 @@
+"""Node failure and elastic resize on the local Slurm (tiny preset)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hpc_train import chaos, slurm
+
+pytestmark = pytest.mark.slurm
+
+PER_UPDATE = ("--log-interval", "1")
+
+
+def launcher_log(save, job) -> str:
+    return "".join(p.read_text() for p in sorted((save / "slurm").glob(f"{job}_*_log.out")))
+
+
+def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_cluster):
+    """Kill one emulated node (its ranks, then its slurmd): NODE_FAIL / requeue, then done."""
+    max_update = 120
+    job, save = runs.submit(
+        "nodefail", max_update, fairseq=(*PER_UPDATE, "--save-interval-updates", "10")
+    )
+    nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    runs.wait_for_update(save, 25)
+    chaos.kill_node(job, nodes[-1], stop_slurmd=True)
+    final = runs.wait_done(job, timeout=900)
+    restart_local_cluster()
+    assert final.state == "COMPLETED", final
+    assert int(slurm.job_info(job)["Restarts"]) >= 1
+    log = launcher_log(save, job)
+    assert "start #2: no save on notice" in log
+    summary = runs.summary(save)
+    assert summary.updates == max_update
+    assert summary.resumed_at and summary.resumed_at[0] % 10 == 0  # from a periodic checkpoint
+    assert runs.trained_updates(save)[-1] == max_update
+
+
+def test_resume_on_a_different_node_count_keeps_the_global_batch(runs):
+    """--nodes 1-2 starts on the one free node, resumes on two: update_freq 2 → 1."""
+    blocker = slurm.run(
+        ["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive", "-o", "/dev/null",
+         "--job-name=hold-3-nodes", "--wrap=sleep 600"]
+    ).strip()  # fmt: skip
+    try:
+        runs.wait_running(blocker)
+        job, save = runs.submit("elastic", 80, nodes="1-2", fairseq=PER_UPDATE)
+        runs.wait_running(job)
+        runs.wait_for_update(save, 20)
+    finally:
+        slurm.run(["scancel", blocker])
+    chaos.notice(job)  # save on notice, requeue; now two nodes are free
+    assert runs.wait_done(job).state == "COMPLETED"
+    log = launcher_log(save, job)
+    plans = re.findall(
+        r"node 1/(\d), 1 rank\(s\) here; update_freq=(\d+): \d+ sequences x (\d) ranks", log
+    )
+    assert ("1", "2", "1") in plans and ("2", "1", "2") in plans, plans
+    train_log = (save / "train.log").read_text()
+    assert "training on 1 devices" in train_log and "training on 2 devices" in train_log
+    assert runs.trained_updates(save) == list(range(1, 81))  # num_updates continues, none redone
