@@ -37,3 +37,23 @@ def test_has_exited_sees_a_zombie_without_reaping_it():
     time.sleep(0.6)
     assert has_exited(proc.pid)  # exited, not yet reaped
     assert proc.wait() == 0  # still reapable by its owner
+
+
+def test_restart_reason_comes_from_the_stop_marker(tmp_path):
+    from hpc_train import launch, preemption
+
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    assert launch.previous_stop(spec, "7", 0) == "first start"
+    assert "no save on notice" in launch.previous_stop(spec, "7", 1)
+    preemption.write_marker(preemption.stop_marker(tmp_path, "7", 0), 118, "SIGUSR2")
+    assert launch.previous_stop(spec, "7", 1) == "saved on notice (SIGUSR2) at update 118"
+
+
+def test_other_tasks_follow_task_0s_resume_decision(tmp_path):
+    from hpc_train import launch
+
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # bad, and no interval checkpoint
+    assert launch.decide_resume(spec, "9", 0, task=0) == []
+    assert list(tmp_path.glob("checkpoint_last.pt.bad-*"))  # moved aside by task 0 only
+    assert launch.decide_resume(spec, "9", 0, task=1) == []  # read, not decided again

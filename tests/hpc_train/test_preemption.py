@@ -1,0 +1,27 @@
+import json
+import os
+import signal
+
+from hpc_train import preemption
+
+
+def test_usr2_only_sets_the_flag_and_records_the_signal():
+    preemption._notice.update(at=None, why=None)
+    preemption.install_handler()
+    try:
+        assert not preemption.notice_received()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert preemption.notice_received()
+        assert preemption._notice["why"] == "SIGUSR2"
+        assert preemption.agreed_notice(device="cpu")  # alone: the local flag
+    finally:
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+        preemption._notice.update(at=None, why=None)
+
+
+def test_marker_is_written_whole_per_job_and_restart(tmp_path):
+    marker = preemption.stop_marker(tmp_path, "12", 3)
+    assert marker.name == "stopped-12-3.json"
+    preemption.write_marker(marker, 57, "SIGUSR2")
+    assert json.loads(marker.read_text())["update"] == 57
+    assert [p.name for p in marker.parent.iterdir()] == [marker.name]
