@@ -66,6 +66,16 @@ class Runs:
             time.sleep(0.5)
 
     @staticmethod
+    def wait_idle_nodes(count: int, timeout: float = 300) -> None:
+        """Wait until `count` nodes are idle (jobs of earlier tests may still be completing)."""
+
+        def idle() -> int:
+            out = slurm.run(["sinfo", "-h", "-p", "low", "-t", "idle", "-o", "%D"])
+            return sum(int(n) for n in out.split())
+
+        Runs.wait_for(f"{count} idle nodes", lambda: idle() >= count, timeout)
+
+    @staticmethod
     def wait_running(job_id: str, timeout: float = 300) -> slurm.JobState:
         deadline = time.monotonic() + timeout
         while (state := slurm.job_state(job_id)).state != "RUNNING":

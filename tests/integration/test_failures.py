@@ -39,25 +39,27 @@ def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_
 
 
 def test_resume_on_a_different_node_count_keeps_the_global_batch(runs):
-    """--nodes 1-2 starts on the one free node, resumes on two: update_freq 2 → 1."""
+    """--nodes 1-2 starts on two nodes; a high-priority job then takes three of the four, which
+    preempts it, and it resumes on the one node left: update_freq 1 → 2, updates continue."""
+    runs.wait_idle_nodes(4)
+    job, save = runs.submit("elastic", 60, nodes="1-2", fairseq=PER_UPDATE)
+    assert len(slurm.hostnames(runs.wait_running(job).nodes)) == 2
+    runs.wait_for_update(save, 15)
     blocker = slurm.run(
         ["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive", "-o", "/dev/null",
          "--job-name=hold-3-nodes", "--wrap=sleep 600"]
     ).strip()  # fmt: skip
     try:
-        runs.wait_running(blocker)
-        job, save = runs.submit("elastic", 80, nodes="1-2", fairseq=PER_UPDATE)
-        runs.wait_running(job)
-        runs.wait_for_update(save, 20)
+        runs.wait_for("the restart on one node", lambda: "start #2" in launcher_log(save, job))
+        runs.wait_for_update(save, runs.notices(save)[-1] + 1)
     finally:
         slurm.run(["scancel", blocker])
-    chaos.notice(job)  # save on notice, requeue; now two nodes are free
     assert runs.wait_done(job).state == "COMPLETED"
     log = launcher_log(save, job)
     plans = re.findall(
         r"node 1/(\d), 1 rank\(s\) here; update_freq=(\d+): \d+ sequences x (\d) ranks", log
     )
-    assert ("1", "2", "1") in plans and ("2", "1", "2") in plans, plans
+    assert plans[0] == ("2", "1", "2") and ("1", "2", "1") in plans, plans
     train_log = (save / "train.log").read_text()
-    assert "training on 1 devices" in train_log and "training on 2 devices" in train_log
-    assert runs.trained_updates(save) == list(range(1, 81))  # num_updates continues, none redone
+    assert "training on 2 devices" in train_log and "training on 1 devices" in train_log
+    assert runs.trained_updates(save) == list(range(1, 61))  # num_updates continues, none redone
