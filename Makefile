@@ -62,5 +62,9 @@ lint: install-python
 	$(VENV)/bin/ruff format --check hpc_train nccl_checks tests
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
 
+# Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
+bench-preempt: install cluster-up demo-data
+	$(PY) -m benchmarks.preemption --data $(STATE)/data/demo-bin --out benchmarks/results/preemption.json
+
 clean: cluster-down
 	rm -rf $(STATE)

@@ -1,0 +1,1 @@
+"""Benchmarks run against the local Slurm cluster (``make bench-preempt``); not tests."""
