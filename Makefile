@@ -54,12 +54,13 @@ demo: install cluster-up demo-data
 	$(PY) -m hpc_train.submit --preset tiny --nodes 2 --gpus-per-node 0 \
 	  --data $(STATE)/data/demo-bin --save-dir $(DEMO_RUN) --time 20 --follow
 
-test: install cluster-up
+# Lint first (seconds): a red main is a formatting nit away from a real bug.
+test: install cluster-up lint
 	$(PY) -m pytest
 
 lint: install-python
-	$(VENV)/bin/ruff check hpc_train nccl_checks tests
-	$(VENV)/bin/ruff format --check hpc_train nccl_checks tests
+	$(VENV)/bin/ruff check hpc_train nccl_checks benchmarks tests
+	$(VENV)/bin/ruff format --check hpc_train nccl_checks benchmarks tests
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
