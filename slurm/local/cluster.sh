@@ -14,14 +14,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 dir=${HPC_TRAIN_CLUSTER_DIR:-$repo/.local/cluster}
 nodes=${HPC_TRAIN_CLUSTER_NODES:-4}
+prefix=${HPC_TRAIN_CLUSTER_NODE_PREFIX:-n}
 ctld_port=${HPC_TRAIN_CLUSTER_PORT:-16817}
 conf=$dir/etc/slurm.conf
-hosts_tag="# hpc-train local cluster"
+hosts_tag="# hpc-train local cluster $dir"
 
 log() { printf '[%s] cluster: %s\n' "$(date -u +%FT%TZ)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-node_names() { local i; for ((i = 1; i <= nodes; i++)); do printf 'n%d\n' "$i"; done; }
+node_names() { local i; for ((i = 1; i <= nodes; i++)); do printf '%s%d\n' "$prefix" "$i"; done; }
 
 pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 pid_of() { if [ -s "$1" ]; then cat "$1"; fi; }
@@ -76,8 +77,8 @@ write_config() {
       i=$((i + 1))
       echo "NodeName=$name NodeAddr=127.0.0.1 Port=$((ctld_port + 3 + i)) CPUs=$cpus RealMemory=2000 State=UNKNOWN"
     done < <(node_names)
-    echo "PartitionName=low Nodes=n[1-$nodes] Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 MaxTime=INFINITE State=UP"
-    echo "PartitionName=high Nodes=n[1-$nodes] PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP"
+    echo "PartitionName=low Nodes=${prefix}[1-$nodes] Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 MaxTime=INFINITE State=UP"
+    echo "PartitionName=high Nodes=${prefix}[1-$nodes] PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP"
   } >"$conf.tmp"
   mv "$conf.tmp" "$conf"
 }
@@ -87,7 +88,7 @@ hosts_add() {
   local missing=0 name
   while read -r name; do getent hosts "$name" >/dev/null || missing=1; done < <(node_names)
   [ "$missing" -eq 1 ] || return 0
-  [ -w /etc/hosts ] || die "node names n1..n$nodes do not resolve and /etc/hosts is not writable; add: 127.0.0.1 $(node_names | tr '\n' ' ')"
+  [ -w /etc/hosts ] || die "node names ${prefix}1..${prefix}$nodes do not resolve and /etc/hosts is not writable; add: 127.0.0.1 $(node_names | tr '\n' ' ')"
   printf '127.0.0.1 %s %s\n' "$(node_names | paste -sd' ')" "$hosts_tag" >>/etc/hosts
   touch "$dir/run/hosts-added"
   log "added node names to /etc/hosts"
@@ -146,7 +147,7 @@ wait_ready() {
     sleep 0.5
   done
   # Nodes left DOWN/DRAIN by an earlier run (e.g. a node-failure test) come back here.
-  scontrol update nodename="n[1-$nodes]" state=resume >/dev/null 2>&1 || true
+  scontrol update nodename="${prefix}[1-$nodes]" state=resume >/dev/null 2>&1 || true
   while :; do
     idle=$(sinfo -h -p low -N -o '%N %t' | awk '$2 ~ /^(idle|mix|alloc)$/' | wc -l)
     [ "$idle" -ge "$nodes" ] && break

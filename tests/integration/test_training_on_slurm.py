@@ -72,3 +72,19 @@ def test_preflight_checks_the_allocation_before_training(runs):
     result = json.loads((save / "preflight" / "result.json").read_text())
     assert result["healthy"] is True
     assert runs.summary(save).updates == 10
+
+
+def test_truncated_last_resumes_from_the_newest_interval_checkpoint(two_node_run, runs):
+    """Runs after the module's other tests: damages their finished run, then continues it."""
+    _, save = two_node_run
+    last = save / checkpoints.LAST
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 3])
+    newest = checkpoints.interval_checkpoints(save)[0]
+    saved_at = checkpoints.num_updates(checkpoints.load(newest))
+    job, _ = runs.submit("fallback", MAX_UPDATE + 10, save=save)
+    assert runs.wait_done(job).state == "COMPLETED"
+    summary = logs.summarize((save / "train.log").read_text().splitlines())
+    assert summary.resumed_at[-1] == saved_at  # not a crash, not a fresh start
+    assert summary.updates == MAX_UPDATE + 10
+    kept = list(save.glob("checkpoint_last.pt.bad-*"))
+    assert len(kept) == 1 and kept[0].stat().st_size < last.stat().st_size

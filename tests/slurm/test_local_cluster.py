@@ -1,0 +1,77 @@
+"""slurm/local/cluster.sh: a second, private mini cluster (2 nodes t1, t2, other ports) so the
+session's main cluster is left alone while `up` and `down` are exercised for real."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CLUSTER_SH = Path(__file__).resolve().parents[2] / "slurm" / "local" / "cluster.sh"
+
+pytestmark = pytest.mark.slurm
+
+
+def sh(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(CLUSTER_SH), *args], capture_output=True, text=True, env=env, timeout=180
+    )
+
+
+def pids(state: Path) -> dict[str, int]:
+    files = [*state.glob("run/*.pid"), state / "munge" / "munged.pid"]
+    return {p.name: int(p.read_text()) for p in files if p.exists()}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(tmp_path, slurm_cluster):
+    state = tmp_path / "mini"
+    env = {
+        **os.environ,
+        "HPC_TRAIN_CLUSTER_DIR": str(state),
+        "HPC_TRAIN_CLUSTER_NODES": "2",
+        "HPC_TRAIN_CLUSTER_NODE_PREFIX": "t",
+        "HPC_TRAIN_CLUSTER_PORT": "26817",
+    }
+    hosts_before = Path("/etc/hosts").read_text()
+    try:
+        first = sh("up", env=env)
+        assert first.returncode == 0, first.stderr
+        conf = state / "etc" / "slurm.conf"
+        assert first.stdout.strip() == f"export SLURM_CONF={conf}"
+        started = pids(state)
+        assert len(started) == 4 and all(
+            alive(p) for p in started.values()
+        )  # munged, ctld, 2x slurmd
+
+        again = sh("up", env=env)
+        assert again.returncode == 0 and pids(state) == started  # nothing started twice
+
+        job_env = {**env, "SLURM_CONF": str(conf)}
+        out = subprocess.run(
+            ["srun", "-N2", "-n2", "-l", "hostname"], capture_output=True, text=True,
+            env=job_env, timeout=60,
+        )  # fmt: skip
+        assert sorted(line.split(": ")[1] for line in out.stdout.splitlines()) == ["t1", "t2"]
+        parts = subprocess.run(
+            ["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, env=job_env
+        )
+        assert parts.stdout.split() == ["low*", "high"]
+        assert "t1 t2" in Path("/etc/hosts").read_text()
+    finally:
+        down = sh("down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert not any(alive(p) for p in started.values())
+    assert Path("/etc/hosts").read_text() == hosts_before
+    assert sh("down", env=env).returncode == 0  # twice is fine
+    # the session's main cluster was not touched
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    assert "UP" in ping.stdout
