@@ -69,7 +69,10 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         "additional_parameters": {"requeue": True},
     }
     if spec.nodes_max != spec.nodes_min:
-        params["additional_parameters"]["nodes"] = spec.nodes_arg  # elastic: MIN-MAX
+        # Elastic: MIN-MAX. With --ntasks-per-node Slurm settles for MIN nodes; without it, it
+        # allocates as many as are free and srun still starts one task per node.
+        params["additional_parameters"]["nodes"] = spec.nodes_arg
+        del params["ntasks_per_node"]
     if spec.partition:
         params["partition"] = spec.partition
     if spec.gpus_per_node > 0:

@@ -140,3 +140,10 @@ def test_preflight_adds_the_allreduce_check_before_training():
     check = next(line for line in setup if "nccl_checks allreduce" in line)
     assert "--backend=gloo" in check and "--nodes=2" in check and "exit" in check
     assert "nccl_checks" not in "".join(submit.setup_lines(golden_spec("tiny")))
+
+
+def test_elastic_range_lets_slurm_allocate_as_many_nodes_as_are_free():
+    spec = JobSpec("tiny", Path("/d"), Path("/s"), nodes_min=1, nodes_max=4, gpus_per_node=0)
+    script = submit.render_sbatch(spec)
+    assert "#SBATCH --nodes=1-4" in script
+    assert "--ntasks-per-node" not in script  # with it, Slurm allocates only MIN nodes
