@@ -70,12 +70,13 @@ def allow_fairseq_globals() -> None:
     torch.serialization.add_safe_globals(allowed_globals())
 
 
-def load(path: Path | str) -> dict[str, Any]:
-    """Load a fairseq checkpoint on the CPU with weights_only=True and the allow-list."""
+def load(path: Path | str, mmap: bool = False) -> dict[str, Any]:
+    """Load a fairseq checkpoint on the CPU with weights_only=True and the allow-list
+    (``mmap=True``: tensors stay on disk until touched, cheap for multi-GB files)."""
     import torch
 
     with torch.serialization.safe_globals(allowed_globals()):
-        return torch.load(Path(path), map_location="cpu", weights_only=True)
+        return torch.load(Path(path), map_location="cpu", weights_only=True, mmap=mmap)
 
 
 def num_updates(state: dict[str, Any]) -> int:
@@ -168,8 +169,6 @@ def verify(path: Path) -> str | None:
     Checks the zip container (a truncated file has no central directory), then loads it with
     mmap (cheap even for multi-GB files) under weights_only and the allow-list.
     """
-    import torch
-
     if not path.exists():
         return "missing"
     if path.stat().st_size == 0:
@@ -177,8 +176,7 @@ def verify(path: Path) -> str | None:
     if not zipfile.is_zipfile(path):
         return "not a torch zip archive (truncated or garbage)"
     try:
-        with torch.serialization.safe_globals(allowed_globals()):
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state = load(path, mmap=True)
         num_updates(state)
         if "model" not in state:
             return "no model weights in it"
@@ -199,9 +197,15 @@ class Resume:
     """What a (re)start resumes from."""
 
     continue_from: Path | None  # an interval checkpoint for --continue-once, or None
-    last_ok: bool  # checkpoint_last.pt is valid (fairseq resumes from it by itself)
     moved_aside: Path | None  # where a bad checkpoint_last.pt went
     reason: str  # why, for the log
+
+    @property
+    def path(self) -> Path | None:
+        """The checkpoint training continues from (None: a fresh start)."""
+        return self.continue_from or self.last
+
+    last: Path | None = None  # checkpoint_last.pt when it is valid
 
     def fairseq_args(self) -> list[str]:
         return ["--continue-once", str(self.continue_from)] if self.continue_from else []
@@ -213,20 +217,16 @@ def choose_resume(save_dir: Path, check: Callable[[Path], str | None] = verify) 
     remove_partial_writes(save_dir)
     if not last.exists():
         if not save_dir.exists() or not interval_checkpoints(save_dir):
-            return Resume(None, False, None, "fresh start: no checkpoint yet")
+            return Resume(None, None, "fresh start: no checkpoint yet")
         problem = "missing"
         moved = None
     else:
         problem = check(last)
         if problem is None:
-            return Resume(None, True, None, f"resume from {last.name}")
+            return Resume(None, None, f"resume from {last.name}", last=last)
         moved = last.with_name(f"{LAST}.bad-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
         os.replace(last, moved)
     for candidate in interval_checkpoints(save_dir):
         if check(candidate) is None:
-            return Resume(
-                candidate, False, moved, f"{LAST} {problem}: resume from {candidate.name}"
-            )
-    return Resume(
-        None, False, moved, f"{LAST} {problem} and no valid interval checkpoint: fresh start"
-    )
+            return Resume(candidate, moved, f"{LAST} {problem}: resume from {candidate.name}")
+    return Resume(None, moved, f"{LAST} {problem} and no valid interval checkpoint: fresh start")

@@ -87,19 +87,25 @@ def previous_stop(spec: JobSpec, job_id: str, restarts: int) -> str:
     return "no save on notice (node failure, requeue or crash): last periodic checkpoint"
 
 
-def decide_resume(spec: JobSpec, job_id: str, restarts: int, task: int) -> list[str]:
-    """Task 0 verifies and decides; the other tasks wait for its decision file."""
+def decide_resume(spec: JobSpec, job_id: str, restarts: int, task: int) -> dict[str, Any]:
+    """Task 0 verifies and decides; the other tasks wait for its decision file.
+
+    The decision: ``args`` for fairseq and ``at_update``, the update the resumed checkpoint
+    was saved at (fairseq would train one update past max-update when resumed at it).
+    """
     decision = state_dir(spec) / f"resume-{job_id}-{restarts}.json"
     if task == 0:
         resume = checkpoints.choose_resume(spec.save_dir)
         log(f"resume: {resume.reason}")
         if resume.moved_aside:
             log(f"kept the bad checkpoint as {resume.moved_aside}")
+        at = checkpoints.num_updates(checkpoints.load(resume.path, mmap=True)) if resume.path else 0
+        out = {"args": resume.fairseq_args(), "at_update": at}
         decision.parent.mkdir(parents=True, exist_ok=True)
         tmp = decision.with_suffix(".tmp")
-        tmp.write_text(json.dumps(resume.fairseq_args()))
+        tmp.write_text(json.dumps(out))
         os.replace(tmp, decision)
-        return resume.fairseq_args()
+        return out
     deadline = time.monotonic() + DECISION_WAIT_S
     while not decision.exists():
         if time.monotonic() > deadline:
@@ -145,7 +151,11 @@ class Launcher:
             log(f"no GPU visible: falling back to CPU ranks (gloo, legacy_ddp), {nproc} per node")
         log(f"node {job.node + 1}/{job.num_nodes}, {nproc} rank(s) here; {described}")
         spec.save_dir.mkdir(parents=True, exist_ok=True)
-        args += decide_resume(spec, job.job_id, restarts, job.global_rank)
+        decision = decide_resume(spec, job.job_id, restarts, job.global_rank)
+        if decision["at_update"] >= spec.updates:
+            log(f"checkpoint is at update {decision['at_update']}: max-update reached, done")
+            return {"node": socket.gethostname(), "restarts": restarts}
+        args += decision["args"]
         env = dict(os.environ)
         if not use_gpu:
             env.update(environment.plain(environment.cpu_env()))

@@ -67,7 +67,7 @@ def test_fallback_skips_a_bad_interval_checkpoint_too(save_dir):
 
 def test_valid_last_or_empty_dir_needs_no_extra_args(save_dir, tmp_path):
     assert checkpoints.choose_resume(save_dir).fairseq_args() == []
-    assert checkpoints.choose_resume(save_dir).last_ok
+    assert checkpoints.choose_resume(save_dir).path == save_dir / checkpoints.LAST
     fresh = checkpoints.choose_resume(tmp_path / "nothing-yet")
     assert fresh.fairseq_args() == [] and "fresh start" in fresh.reason
 

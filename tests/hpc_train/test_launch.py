@@ -54,6 +54,18 @@ def test_other_tasks_follow_task_0s_resume_decision(tmp_path):
 
     spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # bad, and no interval checkpoint
-    assert launch.decide_resume(spec, "9", 0, task=0) == []
+    assert launch.decide_resume(spec, "9", 0, task=0) == {"args": [], "at_update": 0}
     assert list(tmp_path.glob("checkpoint_last.pt.bad-*"))  # moved aside by task 0 only
-    assert launch.decide_resume(spec, "9", 0, task=1) == []  # read, not decided again
+    assert launch.decide_resume(spec, "9", 0, task=1)["args"] == []  # read, not decided again
+
+
+def test_a_run_already_at_max_update_is_not_trained_further(trained_save_dir, tmp_path):
+    """fairseq resumed at max-update would train one update more; the launcher stops first."""
+    import shutil
+
+    from hpc_train import launch
+
+    save = tmp_path / "run"
+    shutil.copytree(trained_save_dir, save)
+    spec = JobSpec("tiny", Path("/d"), save, gpus_per_node=0, max_update=12)
+    assert launch.decide_resume(spec, "5", 1, task=0)["at_update"] == 12

@@ -42,7 +42,7 @@ def test_one_job_of_two_ranks_on_two_distinct_nodes(two_node_run):
     assert "training on 2 devices" in train_log  # one world of 2, not two runs of 1
     starts = [
         line for p in (save / "slurm").glob("*_log.out") for line in p.read_text().splitlines()
-        if " start #1 " in line
+        if " start #1:" in line
     ]  # fmt: skip
     nodes = {re.search(r"hpc-train (\S+):", line).group(1) for line in starts}
     assert len(starts) == 2 and len(nodes) == 2, starts
