@@ -115,6 +115,8 @@ start_munge() {
   chown -R munge:munge "$dir/munge"
   chmod 0700 "$dir/munge"
   chmod 0400 "$dir/munge/munge.key"
+  runuser -u munge -- test -w "$dir/munge" ||
+    die "the munge user cannot reach $dir/munge: put HPC_TRAIN_CLUSTER_DIR under directories others may traverse (mode o+x)"
   # munged refuses to run as root.
   runuser -u munge -- munged --force \
     --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \

@@ -2,12 +2,14 @@
 session's main cluster is left alone while `up` and `down` are exercised for real."""
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-CLUSTER_SH = Path(__file__).resolve().parents[2] / "slurm" / "local" / "cluster.sh"
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_SH = REPO / "slurm" / "local" / "cluster.sh"
 
 pytestmark = pytest.mark.slurm
 
@@ -32,8 +34,26 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(tmp_path, slurm_cluster):
-    state = tmp_path / "mini"
+@pytest.fixture
+def state_dir():
+    """Under the repo's .local: munged (user munge) must traverse every parent directory,
+    which pytest's private tmp dirs (mode 0700) do not allow."""
+    path = REPO / ".local" / f"test-mini-cluster-{os.getpid()}"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_state_dir_munge_cannot_reach_is_a_clear_error(tmp_path, slurm_cluster):
+    env = {**os.environ, "HPC_TRAIN_CLUSTER_DIR": str(tmp_path / "x"), "HPC_TRAIN_CLUSTER_PORT": "26917",
+           "HPC_TRAIN_CLUSTER_NODES": "1", "HPC_TRAIN_CLUSTER_NODE_PREFIX": "t"}  # fmt: skip
+    tmp_path.chmod(0o700)
+    proc = sh("up", env=env)
+    assert proc.returncode == 1 and "cannot reach" in proc.stderr
+    assert sh("down", env=env).returncode == 0
+
+
+def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slurm_cluster):
+    state = state_dir
     env = {
         **os.environ,
         "HPC_TRAIN_CLUSTER_DIR": str(state),
