@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hpc_train import slurm
 from hpc_train.spec import JobSpec
@@ -149,8 +147,3 @@ def follow(
     out(report(summary, spec, state.state))
     ok = state.state in {"COMPLETED", "GONE"} and summary.updates >= spec.updates
     return 0 if ok else 1
-
-
-if __name__ == "__main__":  # python -m hpc_train.logs SAVE_DIR: summary of a run's train.log
-    log_path = Path(sys.argv[1]) / "train.log"
-    print(summarize(log_path.read_text().splitlines()))
