@@ -28,14 +28,17 @@ install-system:
 
 # Order matters: torch first (the CPU wheel on disk, never a CUDA build), then fairseq-fixed built
 # against it without build isolation, then the project with its extras. The stamp makes reruns free.
+# This machine's pip config names index folders that may not exist; pip warns once per package.
+QUIET_PIP := 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+
 install-python: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q cython numpy setuptools wheel
-	MAX_JOBS=2 $(PY) -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1
-	$(PY) -m pip install -q -e '.[aws,data,dev]'
+	$(PY) -m pip install -q --upgrade pip $(QUIET_PIP)
+	$(PY) -m pip install -q torch==2.13.0 $(QUIET_PIP)
+	$(PY) -m pip install -q cython numpy setuptools wheel $(QUIET_PIP)
+	MAX_JOBS=2 $(PY) -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1 $(QUIET_PIP)
+	$(PY) -m pip install -q -e '.[aws,data,dev]' $(QUIET_PIP)
 	$(PY) -c "import torch, fairseq, submitit; print('torch', torch.__version__, '| fairseq', fairseq.__version__, '| submitit', submitit.__version__)"
 	@touch $@
 
