@@ -28,7 +28,6 @@ import re
 import time
 import typing
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,26 +162,31 @@ def install_atomic_writes() -> None:
 # --- verification and fallback ----------------------------------------------------------------
 
 
-def verify(path: Path) -> str | None:
-    """None if ``path`` is a loadable fairseq checkpoint, else the reason it is not.
+def inspect(path: Path) -> tuple[str | None, int]:
+    """(None, num_updates) if ``path`` is a loadable fairseq checkpoint, else (reason, 0).
 
     Checks the zip container (a truncated file has no central directory), then loads it with
     mmap (cheap even for multi-GB files) under weights_only and the allow-list.
     """
     if not path.exists():
-        return "missing"
+        return "missing", 0
     if path.stat().st_size == 0:
-        return "empty (0 bytes)"
+        return "empty (0 bytes)", 0
     if not zipfile.is_zipfile(path):
-        return "not a torch zip archive (truncated or garbage)"
+        return "not a torch zip archive (truncated or garbage)", 0
     try:
         state = load(path, mmap=True)
-        num_updates(state)
+        updates = num_updates(state)
         if "model" not in state:
-            return "no model weights in it"
+            return "no model weights in it", 0
     except Exception as err:  # any failure to load is a reason to fall back
-        return f"does not load: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
-    return None
+        return f"does not load: {type(err).__name__}: {str(err).splitlines()[0][:120]}", 0
+    return None, updates
+
+
+def verify(path: Path) -> str | None:
+    """None if ``path`` is a loadable fairseq checkpoint, else the reason it is not."""
+    return inspect(path)[0]
 
 
 def interval_checkpoints(save_dir: Path) -> list[Path]:
@@ -199,19 +203,19 @@ class Resume:
     continue_from: Path | None  # an interval checkpoint for --continue-once, or None
     moved_aside: Path | None  # where a bad checkpoint_last.pt went
     reason: str  # why, for the log
+    last: Path | None = None  # checkpoint_last.pt when it is valid
+    at_update: int = 0  # the update the resumed checkpoint was saved at
 
     @property
     def path(self) -> Path | None:
         """The checkpoint training continues from (None: a fresh start)."""
         return self.continue_from or self.last
 
-    last: Path | None = None  # checkpoint_last.pt when it is valid
-
     def fairseq_args(self) -> list[str]:
         return ["--continue-once", str(self.continue_from)] if self.continue_from else []
 
 
-def choose_resume(save_dir: Path, check: Callable[[Path], str | None] = verify) -> Resume:
+def choose_resume(save_dir: Path) -> Resume:
     """Decide what to resume from; move a bad checkpoint_last.pt aside (never delete it)."""
     last = save_dir / LAST
     remove_partial_writes(save_dir)
@@ -221,12 +225,14 @@ def choose_resume(save_dir: Path, check: Callable[[Path], str | None] = verify) 
         problem = "missing"
         moved = None
     else:
-        problem = check(last)
+        problem, updates = inspect(last)
         if problem is None:
-            return Resume(None, None, f"resume from {last.name}", last=last)
+            return Resume(None, None, f"resume from {last.name}", last=last, at_update=updates)
         moved = last.with_name(f"{LAST}.bad-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
         os.replace(last, moved)
     for candidate in interval_checkpoints(save_dir):
-        if check(candidate) is None:
-            return Resume(candidate, moved, f"{LAST} {problem}: resume from {candidate.name}")
+        bad, updates = inspect(candidate)
+        if bad is None:
+            why = f"{LAST} {problem}: resume from {candidate.name}"
+            return Resume(candidate, moved, why, at_update=updates)
     return Resume(None, moved, f"{LAST} {problem} and no valid interval checkpoint: fresh start")

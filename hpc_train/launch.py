@@ -99,8 +99,7 @@ def decide_resume(spec: JobSpec, job_id: str, restarts: int, task: int) -> dict[
         log(f"resume: {resume.reason}")
         if resume.moved_aside:
             log(f"kept the bad checkpoint as {resume.moved_aside}")
-        at = checkpoints.num_updates(checkpoints.load(resume.path, mmap=True)) if resume.path else 0
-        out = {"args": resume.fairseq_args(), "at_update": at}
+        out = {"args": resume.fairseq_args(), "at_update": resume.at_update}
         decision.parent.mkdir(parents=True, exist_ok=True)
         tmp = decision.with_suffix(".tmp")
         tmp.write_text(json.dumps(out))
