@@ -11,14 +11,15 @@ STATE   := .local
 export HPC_TRAIN_CLUSTER_DIR ?= $(CURDIR)/$(STATE)/cluster
 export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 
-.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test lint bench-preempt clean
+.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench-preempt clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
 	@echo "make test          install and run the whole suite (real Slurm included)"
 	@echo "make cluster-up    start the local Slurm cluster (prints the SLURM_CONF to export)"
 	@echo "make cluster-down  stop it (only the daemons it started)"
-	@echo "make lint          ruff + shellcheck"
+	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training (< 1 min)"
+	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
 
 install: install-system install-python
 
@@ -61,9 +62,15 @@ demo: install cluster-up demo-data
 test: install cluster-up lint
 	$(PY) -m pytest
 
+# The fast tier: what a change to pure code or launcher decisions needs. No cluster, no training.
+test-fast: install-python
+	$(PY) -m pytest -q -m "not slurm and not fairseq and not slow"
+
 lint: install-python
-	$(VENV)/bin/ruff check hpc_train nccl_checks benchmarks tests
-	$(VENV)/bin/ruff format --check hpc_train nccl_checks benchmarks tests
+	$(VENV)/bin/ruff check hpc_core hpc_train nccl_checks benchmarks tests
+	$(VENV)/bin/ruff format --check hpc_core hpc_train nccl_checks benchmarks tests
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.

@@ -63,7 +63,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hpc_train import chaos, checkpoints, logs, slurm
+from hpc_core import slurm, wait
+from hpc_core.rundir import RunDir, atomic_write
+from hpc_train import chaos, checkpoints, logs
 
 T = TypeVar("T")
 GOAL_RECOMPUTED = 0
@@ -178,15 +180,8 @@ def table(rows: Sequence[tuple[str, str, str]]) -> str:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` whole or not at all: temporary sibling, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write ``data`` whole or not at all (``hpc_core.rundir.atomic_write``)."""
+    atomic_write(path, json.dumps(data, indent=2) + "\n")
 
 
 # --- on the cluster ----------------------------------------------------------------------------
@@ -203,15 +198,17 @@ def wait_until(
     poll: float = 0.5,
     tick: Callable[[], object] | None = None,
 ) -> T:
-    """Poll ``probe`` (and ``tick``) until the probe returns something truthy; return it."""
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
+    """``hpc_core.wait.wait_until`` at a steady ``poll``, calling ``tick`` before each probe."""
+
+    def check() -> T | None:
         if tick:
             tick()
-        time.sleep(poll)
-    return value
+        return probe() or None
+
+    try:
+        return wait.wait_until(check, what, timeout, wait.Backoff(poll, 1.0, poll))
+    except TimeoutError as err:
+        raise BenchError(str(err)) from None
 
 
 def read_lines(path: Path) -> list[str]:
@@ -220,7 +217,7 @@ def read_lines(path: Path) -> list[str]:
 
 def trained(save: Path) -> list[int]:
     """Update numbers of the per-update metrics lines, in log order."""
-    return [n for n, _ in logs.summarize(read_lines(save / "train.log")).losses]
+    return [n for n, _ in logs.summarize(read_lines(RunDir(save).train_log)).losses]
 
 
 class Jobs:
@@ -261,7 +258,7 @@ class Jobs:
     def cancel_unfinished(self) -> None:
         for job_id in self.ids:
             if not slurm.job_state(job_id).finished:
-                slurm.run(["scancel", job_id], check=False)
+                slurm.cancel(job_id, check=False)
 
 
 def submit_training(
@@ -300,7 +297,7 @@ def training_run(
     say(f"{name}: interrupted at update ~{at}, waiting for the first update after the resume")
 
     def resumed_or_gone() -> tuple[float, int] | None:
-        found = resumed_update(read_lines(save / "train.log"), t0)
+        found = resumed_update(read_lines(RunDir(save).train_log), t0)
         if found is None and slurm.job_state(job).finished:
             raise BenchError(f"job {job} ended without a resume after the interrupt")
         return found
@@ -308,12 +305,11 @@ def training_run(
     resumed = wait_until(f"job {job} to resume", resumed_or_gone, 600, tick=jobs.sample)
     interference = jobs.take_seen()
     say(f"{name}: resumed at update {resumed[1]} {resumed[0] - t0:.1f} s after the interrupt")
-    final = wait_until(f"job {job} to finish",
-                       lambda: (s := slurm.job_state(job)).finished and s, 900, poll=1)  # fmt: skip
-    lines = read_lines(save / "train.log")
+    final = slurm.wait_for_job(job, timeout=900)
+    lines = read_lines(RunDir(save).train_log)
     updates = trained(save)
     saved = [float(s) for _, s in SAVED_RE.findall("\n".join(lines))]
-    task0 = read_lines(save / "slurm" / f"{job}_0_log.out")
+    task0 = read_lines(RunDir(save).task_log(job, 0))
     marks = [
         ("interrupt", t0),
         ("notice", first_time(lines, "saving at update", t0)),
@@ -347,13 +343,10 @@ def sleep_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     starts = args.work_dir / "sleep-starts.txt"
     wrap = f"date +%s.%N >> {shlex.quote(str(starts))}; exec sleep 600"
     quiet_wait = jobs.wait_quiet()
-    out = slurm.run(
-        [
-            "sbatch", "--parsable", "--requeue", "--exclusive", "-N2", f"--partition={args.low}",
-            "--time=10", "--job-name=bench-sleep", "--output=/dev/null", f"--wrap={wrap}",
-        ]
-    )  # fmt: skip
-    job = jobs.add(out.strip().split(";")[0])
+    job = jobs.add(slurm.sbatch([
+        "--requeue", "--exclusive", "-N2", f"--partition={args.low}", "--time=10",
+        "--job-name=bench-sleep", "--output=/dev/null", f"--wrap={wrap}",
+    ]))  # fmt: skip
 
     def times() -> list[float]:
         return [float(x) for x in read_lines(starts) if x.strip()]
@@ -366,7 +359,7 @@ def sleep_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     say("sleep: preempted, waiting for its second start")
     second = wait_until(f"sleep job {job} to start again", lambda: first_after(times(), t0), 600,
                         tick=jobs.sample)  # fmt: skip
-    slurm.run(["scancel", job])
+    slurm.cancel(job)
     say(f"sleep: started again {second - t0:.1f} s after the preemptor")
     return {
         "job_id": job,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Step: does this node have what the instance type promises? Checks only, changes nothing.
 #
-#   GPUs    nvidia-smi lists as many GPUs as hpc_train.environment expects for the instance type
+#   GPUs    nvidia-smi lists as many GPUs as hpc_core.instances expects for the instance type
 #   EFA     `fi_info -p efa` finds an EFA device (libfabric's efa provider)
 #   plugin  the aws-ofi-nccl plugin that lets NCCL use EFA (else NCCL falls back to TCP sockets)
 #
@@ -21,10 +21,10 @@ if [[ "${BOOTSTRAP_NODE_TYPE:-}" != ComputeFleet || -z "$instance_type" ]]; then
     exit 0
 fi
 
-# What the instance type promises, from the one table in hpc_train.environment.
+# What the instance type promises, from the one table in hpc_core.instances.
 read -r gpus efa < <(PYTHONDONTWRITEBYTECODE=1 "$(venv_dir)/bin/python" -c '
 import sys
-from hpc_train.environment import INSTANCE_TYPES
+from hpc_core.instances import INSTANCE_TYPES
 t = INSTANCE_TYPES.get(sys.argv[1])
 print(t.gpus if t else 0, int(t.efa) if t else 0)' "$instance_type") ||
     die "cannot read the instance table from $(venv_dir)"

@@ -20,7 +20,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from hpc_train import slurm
+from hpc_core import slurm
+from hpc_train import cli
 
 # Processes of a training job on a node: the torchrun agent and the workers.
 TARGETS = ("hpc_train.train", "torch.distributed.run", "bin/torchrun")
@@ -36,18 +37,14 @@ def running_nodes(job_id: str) -> list[str]:
 def preempt(job_id: str, partition: str, hold_s: int) -> str:
     """Submit a job to ``partition`` on exactly the job's nodes; returns its job id."""
     nodes = running_nodes(job_id)
-    out = slurm.run(
-        [
-            "sbatch", "--parsable", f"--partition={partition}", f"--nodes={len(nodes)}",
-            f"--nodelist={','.join(nodes)}", "--exclusive", "--job-name=hpc-train-chaos",
-            "--output=/dev/null", f"--wrap=sleep {hold_s}",
-        ]
-    )  # fmt: skip
-    return out.strip().split(";")[0]
+    return slurm.sbatch([
+        f"--partition={partition}", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
+        "--exclusive", "--job-name=hpc-train-chaos", "--output=/dev/null", f"--wrap=sleep {hold_s}",
+    ])  # fmt: skip
 
 
 def notice(job_id: str) -> None:
-    slurm.run(["scancel", "--signal=USR2", job_id])
+    slurm.signal(job_id, "USR2")
 
 
 def _processes(job_id: str, node: str) -> Iterator[tuple[int, str]]:
@@ -91,7 +88,7 @@ def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
     slurm.run(
         [
             "srun", f"--jobid={job_id}", "--overlap", f"--nodelist={target}", "-N1", "-n1",
-            sys.executable, "-m", "hpc_train.chaos", job_id, "_kill-here", "--node", target,
+            sys.executable, "-m", "hpc_train.chaos", job_id, KILL_HERE, "--node", target,
         ],
         timeout=60,
     )  # fmt: skip
@@ -111,25 +108,35 @@ def stop_local_slurmd(node: str) -> None:
     os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+KILL_HERE = "_kill-here"  # the step kill-node runs on the target node (not for users)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.Parser(
         prog="python -m hpc_train.chaos",
         description="Interrupt a running training job on purpose (real Slurm actions).",
+        epilog=cli.examples(__doc__, "python -m hpc_train.chaos"),
     )
     parser.add_argument("job_id", help="Slurm job id of the training job")
     sub = parser.add_subparsers(dest="action", required=True)
     pre = sub.add_parser("preempt", help="preempt through the high-priority partition")
-    pre.add_argument("--partition", default="high")
+    pre.add_argument("--partition", default="high", help="the preemptor's partition")
     pre.add_argument("--hold", type=int, default=20, help="seconds the preemptor holds the nodes")
     sub.add_parser("notice", help="send USR2 now (save on notice, then requeue)")
     sub.add_parser("requeue", help="scontrol requeue: restart without a notice")
     kill = sub.add_parser("kill-node", help="SIGKILL the ranks on one node")
     kill.add_argument("--node", help="node name (default: a random node of the job)")
     kill.add_argument("--stop-slurmd", action="store_true", help="local cluster: fail the node")
-    here = sub.add_parser("_kill-here", help=argparse.SUPPRESS)
-    here.add_argument("--node", required=True)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if len(argv) == 4 and argv[1] == KILL_HERE and argv[2] == "--node":
+            print(f"killed {kill_here(argv[0], argv[3])} process(es)")
+            return 0
+        args = build_parser().parse_args(argv)
         if args.action == "preempt":
             print(f"preemptor job {preempt(args.job_id, args.partition, args.hold)} submitted")
         elif args.action == "notice":
@@ -138,11 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "requeue":
             slurm.requeue(args.job_id)
             print(f"job {args.job_id} requeued")
-        elif args.action == "kill-node":
+        else:
             node = kill_node(args.job_id, args.node, args.stop_slurmd)
             print(f"killed job {args.job_id}'s ranks on {node}")
-        else:
-            print(f"killed {kill_here(args.job_id, args.node)} process(es)")
     except slurm.SlurmError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

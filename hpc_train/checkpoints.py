@@ -24,16 +24,14 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import re
-import time
 import typing
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LAST = "checkpoint_last.pt"
-INTERVAL_RE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
+from hpc_core import rundir
+from hpc_core.rundir import LAST
 
 
 def allowed_globals() -> list[Any]:
@@ -86,66 +84,12 @@ def num_updates(state: dict[str, Any]) -> int:
 # --- atomic writes ----------------------------------------------------------------------------
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _tmp_name(path: Path) -> Path:
-    # One fixed name per target (only rank 0 writes): a write killed half-way leaves one stale
-    # file, overwritten by the next save and removed by choose_resume before a restart.
-    return path.with_name(f".{path.name}.tmp")
-
-
-def remove_partial_writes(save_dir: Path) -> list[Path]:
-    """Delete temporaries of writes that were killed half-way (never a whole checkpoint)."""
-    stale = sorted(save_dir.glob(".checkpoint*.tmp")) if save_dir.is_dir() else []
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
-
-
 def atomic_save(obj: Any, path: Path | str) -> None:
-    """torch.save to a temporary sibling, fsync, rename over ``path``, fsync the directory."""
+    """torch.save through ``rundir.atomic_writer`` (temp sibling, fsync, rename, dir fsync)."""
     import torch
 
-    path = Path(path)
-    tmp = _tmp_name(path)
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-
-
-def atomic_copy(src: Path | str, dst: Path | str, overwrite: bool = True) -> bool:
-    """Make ``dst`` a whole copy of ``src`` atomically: hard link (or copy + fsync), rename."""
-    import shutil
-
-    src, dst = Path(src), Path(dst)
-    if dst.exists() and not overwrite:
-        return False
-    tmp = _tmp_name(dst)
-    tmp.unlink(missing_ok=True)
-    try:
-        try:
-            os.link(src, tmp)  # same inode, no second write of gigabytes
-        except OSError:
-            shutil.copyfile(src, tmp)
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(dst.parent)
-    return True
+    with rundir.atomic_writer(path) as fh:
+        torch.save(obj, fh)
 
 
 def install_atomic_writes() -> None:
@@ -156,7 +100,7 @@ def install_atomic_writes() -> None:
         atomic_save(obj, filename)
 
     checkpoint_utils.torch_persistent_save = persistent_save
-    checkpoint_utils.PathManager.copy = staticmethod(atomic_copy)
+    checkpoint_utils.PathManager.copy = staticmethod(rundir.atomic_copy)
 
 
 # --- verification and fallback ----------------------------------------------------------------
@@ -184,16 +128,12 @@ def inspect(path: Path) -> tuple[str | None, int]:
     return None, updates
 
 
-def verify(path: Path) -> str | None:
-    """None if ``path`` is a loadable fairseq checkpoint, else the reason it is not."""
-    return inspect(path)[0]
-
-
-def interval_checkpoints(save_dir: Path) -> list[Path]:
-    """``checkpoint_E_U.pt`` files, newest update first."""
-    found = [(int(m.group(2)), p) for p in save_dir.glob("checkpoint_*_*.pt")
-             if (m := INTERVAL_RE.fullmatch(p.name))]  # fmt: skip
-    return [p for _, p in sorted(found, key=lambda t: t[0], reverse=True)]
+def remove_partial_writes(run: rundir.RunDir) -> list[Path]:
+    """Delete temporaries of writes that were killed half-way (never a whole checkpoint)."""
+    stale = run.partial_writes()
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 @dataclass(frozen=True)
@@ -203,13 +143,7 @@ class Resume:
     continue_from: Path | None  # an interval checkpoint for --continue-once, or None
     moved_aside: Path | None  # where a bad checkpoint_last.pt went
     reason: str  # why, for the log
-    last: Path | None = None  # checkpoint_last.pt when it is valid
     at_update: int = 0  # the update the resumed checkpoint was saved at
-
-    @property
-    def path(self) -> Path | None:
-        """The checkpoint training continues from (None: a fresh start)."""
-        return self.continue_from or self.last
 
     def fairseq_args(self) -> list[str]:
         return ["--continue-once", str(self.continue_from)] if self.continue_from else []
@@ -217,20 +151,22 @@ class Resume:
 
 def choose_resume(save_dir: Path) -> Resume:
     """Decide what to resume from; move a bad checkpoint_last.pt aside (never delete it)."""
-    last = save_dir / LAST
-    remove_partial_writes(save_dir)
+    run = rundir.RunDir(save_dir)
+    last = run.checkpoint_last
+    remove_partial_writes(run)
+    moved = None
+    problem: str | None
     if not last.exists():
-        if not save_dir.exists() or not interval_checkpoints(save_dir):
+        if not run.interval_checkpoints():
             return Resume(None, None, "fresh start: no checkpoint yet")
         problem = "missing"
-        moved = None
     else:
         problem, updates = inspect(last)
         if problem is None:
-            return Resume(None, None, f"resume from {last.name}", last=last, at_update=updates)
-        moved = last.with_name(f"{LAST}.bad-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+            return Resume(None, None, f"resume from {last.name}", at_update=updates)
+        moved = run.bad_last()
         os.replace(last, moved)
-    for candidate in interval_checkpoints(save_dir):
+    for candidate in run.interval_checkpoints():
         bad, updates = inspect(candidate)
         if bad is None:
             why = f"{LAST} {problem}: resume from {candidate.name}"

@@ -11,18 +11,11 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from hpc_core.slurm import rendezvous_port
 from hpc_train import batch, presets
 from hpc_train.spec import JobSpec
 
-RDZV_PORT_BASE = 29500
 TRAIN_MODULE = "hpc_train.train"  # the worker torchrun starts on every rank
-
-
-def rendezvous_port(job_id: str | int) -> int:
-    """A c10d port derived from the job id: co-located jobs (emulated nodes share one host and
-    one port space) never meet in the same store; a requeued job keeps its port."""
-    digits = "".join(ch for ch in str(job_id) if ch.isdigit()) or "0"
-    return RDZV_PORT_BASE + int(digits) % 20000
 
 
 def torchrun_argv(

@@ -9,22 +9,27 @@ performs by itself (node failure, spot loss, ``scontrol requeue``) resumes too.
 Interruptions:
 - USR2 (preemption, time limit, spot notice): the workers save at the next update and exit;
   submitit calls ``checkpoint()`` on task 0, which waits for that save, then submitit requeues.
-- torchrun fails (a rank or a node died): task 0 requeues the job while restarts remain.
+- torchrun fails (a rank or a node died): task 0 requeues the job while restarts remain
+  (``hpc_train.restarts`` decides).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_train import checkpoints, commands, environment, preemption, slurm
+from hpc_core import instances, slurm
+from hpc_core.rundir import STOP_MARKER_ENV, ResumeDecision, RunDir
+from hpc_core.wait import FAST, wait_until
+from hpc_train import checkpoints, commands, restarts
+from hpc_train.restarts import Action
 from hpc_train.spec import JobSpec
 from hpc_train.spot import SpotWatcher, endpoint_to_watch
 
@@ -32,6 +37,7 @@ from hpc_train.spot import SpotWatcher, endpoint_to_watch
 # submitit's USR2@90 before the time limit. Set HPC_TRAIN_SAVE_WAIT_S for a longer grace time.
 SAVE_WAIT_S = float(os.environ.get("HPC_TRAIN_SAVE_WAIT_S", "25"))
 DECISION_WAIT_S = 300.0
+REQUEUE_GRACE_S = 60.0  # after `scontrol requeue` Slurm ends this task; never succeed meanwhile
 
 
 def log(msg: str) -> None:
@@ -40,11 +46,13 @@ def log(msg: str) -> None:
 
 
 def visible_gpus() -> int:
+    """GPUs torch can use on this node; a CUDA that fails to initialise is logged and counts 0."""
     try:
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # a broken CUDA install counts as no GPU; the log says so below
+    except Exception as err:
+        log(f"CUDA is broken on this node ({type(err).__name__}: {err}): counting no GPU")
         return 0
 
 
@@ -72,45 +80,46 @@ def has_exited(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] in {"Z", "X"}
 
 
-def state_dir(spec: JobSpec) -> Path:
-    return spec.save_dir / ".hpc-train"
+@dataclass(frozen=True)
+class Start:
+    """One node's view of one start of the job (from submitit's JobEnvironment)."""
+
+    job_id: str
+    task: int  # 0 decides for everyone
+    num_nodes: int
+    first_host: str  # hosts the c10d rendezvous
+    restart: int  # SLURM_RESTART_COUNT: 0 on the first start
 
 
-def previous_stop(spec: JobSpec, job_id: str, restarts: int) -> str:
+def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
     """Why the previous run of this job ended, for the log."""
-    if restarts == 0:
+    if restart == 0:
         return "first start"
-    marker = preemption.stop_marker(spec.save_dir, job_id, restarts - 1)
-    if marker.exists():
-        info = json.loads(marker.read_text())
-        return f"saved on notice ({info.get('signal') or 'peer'}) at update {info['update']}"
+    marker = run.read_stop(job_id, restart - 1)
+    if marker is not None:
+        return f"saved on notice ({marker.signal or 'peer'}) at update {marker.update}"
     return "no save on notice (node failure, requeue or crash): last periodic checkpoint"
 
 
-def decide_resume(spec: JobSpec, job_id: str, restarts: int, task: int) -> dict[str, Any]:
-    """Task 0 verifies and decides; the other tasks wait for its decision file.
-
-    The decision: ``args`` for fairseq and ``at_update``, the update the resumed checkpoint
-    was saved at (fairseq would train one update past max-update when resumed at it).
-    """
-    decision = state_dir(spec) / f"resume-{job_id}-{restarts}.json"
+def decide_resume(run: RunDir, job_id: str, restart: int, task: int) -> ResumeDecision:
+    """Task 0 verifies the checkpoints and decides; the other tasks wait for its decision."""
     if task == 0:
-        resume = checkpoints.choose_resume(spec.save_dir)
+        resume = checkpoints.choose_resume(run.root)
         log(f"resume: {resume.reason}")
         if resume.moved_aside:
             log(f"kept the bad checkpoint as {resume.moved_aside}")
-        out = {"args": resume.fairseq_args(), "at_update": resume.at_update}
-        decision.parent.mkdir(parents=True, exist_ok=True)
-        tmp = decision.with_suffix(".tmp")
-        tmp.write_text(json.dumps(out))
-        os.replace(tmp, decision)
-        return out
-    deadline = time.monotonic() + DECISION_WAIT_S
-    while not decision.exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"task 0 wrote no resume decision in {DECISION_WAIT_S:.0f} s")
-        time.sleep(0.2)
-    return json.loads(decision.read_text())
+        decision = ResumeDecision(resume.fairseq_args(), resume.at_update, resume.reason)
+        run.write_decision(job_id, restart, decision)
+        return decision
+    try:
+        return wait_until(
+            lambda: run.read_decision(job_id, restart),
+            "task 0's resume decision",
+            timeout=DECISION_WAIT_S,
+            backoff=FAST,
+        )
+    except TimeoutError:
+        raise RuntimeError(f"task 0 wrote no resume decision in {DECISION_WAIT_S:.0f} s") from None
 
 
 class Launcher:
@@ -135,52 +144,62 @@ class Launcher:
         args, plan = commands.fairseq_args(spec, nnodes * nproc, use_gpu)
         return use_gpu, nproc, args, plan.describe()
 
+    def torchrun_command(self, start: Start, nproc: int, args: list[str]) -> list[str]:
+        return commands.torchrun_argv(
+            torchrun_path(), start.num_nodes, nproc, start.first_host, start.job_id, args
+        )
+
     def __call__(self) -> dict[str, Any]:
         import submitit
 
         job = submitit.JobEnvironment()
-        spec = self.spec
-        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-        log(f"job {job.job_id} start #{restarts + 1}: {previous_stop(spec, job.job_id, restarts)}")
-        if restarts > spec.max_restarts:
-            raise RuntimeError(f"restart budget exhausted ({restarts} > --max-restarts)")
-        gpus = visible_gpus()
-        use_gpu, nproc, args, described = self.plan_node(job.num_nodes, gpus)
+        restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        start = Start(job.job_id, job.global_rank, job.num_nodes, job.hostnames[0], restart)
+        return self.run(start, visible_gpus())
+
+    def run(self, start: Start, gpus: int) -> dict[str, Any]:
+        """One start on this node: plan, resume decision, torchrun, then the restart policy."""
+        spec, run = self.spec, self.spec.run_dir
+        done = {"node": socket.gethostname(), "restarts": start.restart}
+        log(
+            f"job {start.job_id} start #{start.restart + 1}: {previous_stop(run, *start_key(start))}"
+        )
+        if not restarts.restart_allowed(start.restart, spec.max_restarts):
+            raise RuntimeError(f"restart budget exhausted (--max-restarts {spec.max_restarts})")
+        use_gpu, nproc, args, described = self.plan_node(start.num_nodes, gpus)
         if spec.gpus_per_node > 0 and not use_gpu:
             log(f"no GPU visible: falling back to CPU ranks (gloo, legacy_ddp), {nproc} per node")
-        log(f"node {job.node + 1}/{job.num_nodes}, {nproc} rank(s) here; {described}")
+        log(f"node {start.task + 1}/{start.num_nodes}, {nproc} rank(s) here; {described}")
         spec.save_dir.mkdir(parents=True, exist_ok=True)
-        decision = decide_resume(spec, job.job_id, restarts, job.global_rank)
-        if decision["at_update"] >= spec.updates:
-            log(f"checkpoint is at update {decision['at_update']}: max-update reached, done")
-            return {"node": socket.gethostname(), "restarts": restarts}
-        args += decision["args"]
+        decision = decide_resume(run, start.job_id, start.restart, start.task)
+        if decision.at_update >= spec.updates:
+            log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
+            return done
         env = dict(os.environ)
+        env[STOP_MARKER_ENV] = str(run.stop_marker(*start_key(start)))
         if not use_gpu:
-            env.update(environment.plain(environment.cpu_env()))
-        argv = commands.torchrun_argv(
-            torchrun_path(), job.num_nodes, nproc, job.hostnames[0], job.job_id, args
-        )
+            env.update(instances.plain(instances.cpu_env()))
+        argv = self.torchrun_command(start, nproc, args + decision.args)
         log(f"running: {commands.shell(argv)}")
-        watcher = self._watch_spot(job.job_id)
+        watcher = self._watch_spot(start.job_id)
         self._proc = subprocess.Popen(argv, env=env, preexec_fn=_ignore_usr2)
         returncode = self._proc.wait()
         if watcher:
             watcher.stop()
-        stopped = preemption.stop_marker(spec.save_dir, job.job_id, restarts)
-        if returncode == 0 and not stopped.exists():
-            log("training finished")
-            return {"node": socket.gethostname(), "restarts": restarts}
-        if job.global_rank != 0:
-            if returncode == 0:
-                return {"node": socket.gethostname(), "restarts": restarts, "stopped": True}
-            raise RuntimeError(f"torchrun exited with {returncode}; task 0 decides on a requeue")
-        why = "stopped on notice" if returncode == 0 else f"torchrun exited with {returncode}"
-        if restarts >= spec.max_restarts:
-            raise RuntimeError(f"{why}; no restarts left (--max-restarts {spec.max_restarts})")
-        log(f"{why}: requeueing job {job.job_id} (restart {restarts + 1}/{spec.max_restarts})")
-        slurm.requeue(job.job_id)
-        time.sleep(60)  # the requeue ends this task; never report success meanwhile
+        saved = run.read_stop(*start_key(start)) is not None
+        outcome = restarts.after_exit(
+            returncode, saved, start.task, start.restart, spec.max_restarts
+        )
+        if outcome.action is Action.FINISHED:
+            log(outcome.why)
+            return done
+        if outcome.action is Action.STOPPED:
+            return done | {"stopped": True}
+        if outcome.action is Action.FAIL:
+            raise RuntimeError(outcome.why)
+        log(f"job {start.job_id}: {outcome.why}")
+        slurm.requeue(start.job_id)
+        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
         raise RuntimeError("requeue did not take effect")
 
     def _watch_spot(self, job_id: str) -> SpotWatcher | None:
@@ -193,7 +212,7 @@ class Launcher:
 
         def on_notice(action: dict[str, str]) -> None:
             log(f"spot notice {action.get('action')} at {action.get('time')}: signalling the job")
-            slurm.run(["scancel", "--signal=USR2", str(job_id)])
+            slurm.signal(job_id, "USR2")
 
         interval = float(os.environ.get("HPC_TRAIN_SPOT_POLL_S", "5"))
         watcher = SpotWatcher(on_notice, log, endpoint=endpoint, interval_s=interval)
@@ -210,11 +229,16 @@ class Launcher:
 
         started = time.monotonic()
         log("notice received: waiting for the workers to save checkpoint_last.pt")
-        while self._proc is not None and not has_exited(self._proc.pid):
-            if time.monotonic() - started > SAVE_WAIT_S:
-                log(f"workers still running after {SAVE_WAIT_S:.0f} s: requeueing anyway")
-                break
-            time.sleep(0.1)
-        else:
+        proc = self._proc
+        try:
+            if proc is not None:
+                wait_until(lambda: has_exited(proc.pid), "workers", SAVE_WAIT_S, FAST)
             log(f"workers exited {time.monotonic() - started:.1f} s after the notice")
+        except TimeoutError:
+            log(f"workers still running after {SAVE_WAIT_S:.0f} s: requeueing anyway")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))
+
+
+def start_key(start: Start) -> tuple[str, int]:
+    """(job id, restart): what names this start's files in the run directory."""
+    return start.job_id, start.restart

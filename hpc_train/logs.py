@@ -1,7 +1,7 @@
 """Reading what a run wrote: fairseq's JSON metric lines, and following a job until it ends.
 
-fairseq writes one JSON object per log interval to ``<save-dir>/train.log`` (``--log-format json
---log-file``); restarts append to the same file. Parsing is pure; ``follow`` polls Slurm.
+fairseq writes one JSON object per log interval to the run's ``train.log`` (``--log-format
+json``); restarts append to the same file. Parsing is pure; ``follow`` waits on Slurm.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from hpc_train import slurm
+from hpc_core import slurm
+from hpc_core.wait import Backoff
 from hpc_train.spec import JobSpec
 
 RESUME_RE = re.compile(r"[Ll]oaded checkpoint (\S+) \(epoch (\d+) @ (\d+) updates\)")
@@ -45,7 +47,6 @@ class RunSummary:
     wps: list[float] = field(default_factory=list)
     valid_loss: float | None = None
     resumed_at: list[int] = field(default_factory=list)  # num_updates of each resume
-    finished: bool = False
 
     @property
     def first_loss(self) -> float | None:
@@ -61,8 +62,6 @@ class RunSummary:
 
     def feed(self, line: str) -> dict[str, float] | None:
         """Account for one log line; return its training metrics if it carried any."""
-        if "done training" in line:
-            self.finished = True
         resumed = RESUME_RE.search(line)
         if resumed:
             self.resumed_at.append(int(resumed.group(3)))
@@ -103,7 +102,7 @@ def report(summary: RunSummary, spec: JobSpec, state: str) -> str:
     def fmt(value: float | None, spec_: str = ".3f") -> str:
         return "n/a" if value is None else format(value, spec_)
 
-    ckpt = spec.save_dir / "checkpoint_last.pt"
+    ckpt = spec.run_dir.checkpoint_last
     lines = [
         f"job {state}: {summary.updates}/{spec.updates} updates",
         f"  loss {fmt(summary.first_loss)} -> {fmt(summary.final_loss)}"
@@ -115,35 +114,48 @@ def report(summary: RunSummary, spec: JobSpec, state: str) -> str:
     return "\n".join(lines)
 
 
+class LogTail:
+    """Complete lines appended to a file since the last read (a partial last line waits)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def new_lines(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return complete.decode("utf-8", errors="replace").splitlines()
+
+
 def follow(
     spec: JobSpec,
     job_id: str,
-    poll_s: float = 1.0,
+    poll: Backoff = Backoff(0.5, 1.5, 2.0),
     out: Callable[[str], None] = print,
 ) -> int:
-    """Print progress until the job ends; then the summary. 0 if it completed at max-update."""
+    """Print progress until the job ends; then the summary. 0 if it completed at max-update.
+
+    A controller that stops answering for a while is waited out, not taken for the job's end.
+    """
     summary = RunSummary()
-    offset = 0
-    last_state = ""
-    while True:
-        state = slurm.job_state(job_id)
-        if state.state != last_state:
+    tail = LogTail(spec.run_dir.train_log)
+    last_state = [""]
+
+    def on_poll(state: slurm.JobState) -> None:
+        if state.state != last_state[0]:
             out(f"[{time.strftime('%H:%M:%S')}] job {job_id}: {state.state} {state.nodes}".rstrip())
-            last_state = state.state
-        if spec.train_log.exists():
-            with spec.train_log.open("rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-            # only complete lines; a partial last line is read again next time
-            complete = chunk[: chunk.rfind(b"\n") + 1]
-            offset += len(complete)
-            for line in complete.decode("utf-8", errors="replace").splitlines():
-                metrics = summary.feed(line)
-                if metrics:
-                    out(progress_line(metrics, spec.updates))
-        if state.finished:
-            break
-        time.sleep(poll_s)
+            last_state[0] = state.state
+        for line in tail.new_lines():
+            metrics = summary.feed(line)
+            if metrics:
+                out(progress_line(metrics, spec.updates))
+
+    state = slurm.wait_for_job(job_id, backoff=poll, on_poll=on_poll)
     out(report(summary, spec, state.state))
     ok = state.state in {"COMPLETED", "GONE"} and summary.updates >= spec.updates
     return 0 if ok else 1

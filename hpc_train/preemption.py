@@ -11,23 +11,18 @@ the next update, so no update is trained twice.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+from hpc_core.rundir import RunDir, StopMarker
+
 logger = logging.getLogger("hpc_train.preemption")
 
 NOTICE_SIGNAL = signal.SIGUSR2
 _notice: dict[str, Any] = {"at": None, "why": None}
-
-
-def stop_marker(save_dir: Path, job_id: str, restart: int) -> Path:
-    """File the worker writes when it stopped on a notice (read by the launcher)."""
-    return save_dir / ".hpc-train" / f"stopped-{job_id}-{restart}.json"
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
@@ -63,21 +58,15 @@ def agreed_notice(device: Any) -> bool:
     return bool(flag.item())
 
 
-def write_marker(path: Path, update: int, why: str | None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"update": update, "signal": why, "time": time.time()}))
-    os.replace(tmp, path)
-
-
-def install_save_on_notice(marker: Path) -> None:
-    """Wrap fairseq's per-update validate-and-save step with the agreed notice check."""
+def install_save_on_notice(run: RunDir, marker: Path) -> None:
+    """Wrap fairseq's per-update validate-and-save step with the agreed notice check; the stop
+    marker goes to ``marker`` (a path the launcher chose)."""
     import fairseq_cli.train as fairseq_train
     from fairseq import checkpoint_utils
 
     original = fairseq_train.validate_and_save
 
-    def validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):  # type: ignore[no-untyped-def]
+    def validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
         if not agreed_notice(trainer.device):
             return original(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
         update = trainer.get_num_updates()
@@ -85,7 +74,7 @@ def install_save_on_notice(marker: Path) -> None:
         logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
         checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
         if trainer.data_parallel_rank == 0:
-            write_marker(marker, update, _notice["why"])
+            run.write_stop(marker, StopMarker(update, _notice["why"]))
         if dist_initialized():
             import torch.distributed as dist
 

@@ -25,6 +25,19 @@ class Preset:
     log_interval: int
     arch_args: tuple[str, ...] = field(default=())
 
+    def describe(self) -> str:
+        """One line for ``--help``: the model (with its overrides: tiny is a shrunk base) and
+        the recipe's batch."""
+        model = self.arch
+        if self.arch_args:
+            flags = dict(zip(self.arch_args[::2], self.arch_args[1::2], strict=False))
+            layers = flags.get("--encoder-layers", "?")
+            model = f"{self.arch} shrunk to {layers} layers, dim {flags.get('--encoder-embed-dim', '?')}"
+        return (
+            f"{model}, {self.tokens_per_sample} tokens, {self.global_batch} sequences per update, "
+            f"{self.max_update} updates"
+        )
+
 
 # The recipe shared by every preset (fairseq flags).
 RECIPE: tuple[str, ...] = (

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
+from hpc_core.rundir import RunDir
 from hpc_train import batch, presets
-from hpc_train.environment import INSTANCE_TYPES
 
 
 class SpecError(ValueError):
@@ -20,24 +23,91 @@ class SpecError(ValueError):
 
 
 @dataclass(frozen=True)
+class Option:
+    """How a spec field appears on the submit command line (``hpc_train.options`` builds it)."""
+
+    flag: str
+    help: str
+    type: Callable[[str], Any] | None = None  # argparse's conversion (int, Path …)
+    parse: Callable[[Any], Any] | None = None  # then ours; SpecError reaches the user as is
+    fills: tuple[str, ...] = ()  # a parsed tuple spread over several fields (--nodes MIN-MAX)
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    default_text: str | None = None  # the default as the user writes it, when not the field's
+
+
+def option(flag: str, help: str, default: Any = MISSING, **how: Any) -> Any:
+    """A dataclass field with its CLI option: flag, help and default are written once, here."""
+    meta = {"option": Option(flag, help, **how)}
+    if default is MISSING:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _absolute(path: Path) -> Path:
+    return path.resolve()
+
+
+@dataclass(frozen=True)
 class JobSpec:
-    preset: str
-    data: Path
-    save_dir: Path
-    nodes_min: int = 1
+    preset: str = option(
+        "--preset", f"training recipe, one of: {', '.join(presets.PRESETS)}", metavar="NAME"
+    )
+    data: Path = option(
+        "--data", "binarized corpus (fairseq-preprocess output, e.g. from hpc_train.data)",
+        type=Path, parse=_absolute, metavar="DIR",
+    )  # fmt: skip
+    save_dir: Path = option(
+        "--save-dir", "checkpoints, train.log and task logs; shared storage (Lustre)",
+        type=Path, parse=_absolute, metavar="DIR",
+    )  # fmt: skip
+    nodes_min: int = option(
+        "--nodes", "N, or MIN-MAX to start with as many as are free (elastic)", default=1,
+        parse=lambda text: parse_nodes(text), fills=("nodes_min", "nodes_max"),
+        metavar="N|MIN-MAX",
+    )  # fmt: skip
     nodes_max: int = 1
-    gpus_per_node: int = 8
-    partition: str | None = None
-    time_min: int = 24 * 60
-    global_batch: int | None = None  # None: the preset's
-    max_update: int | None = None  # None: the preset's
-    instance_type: str = "p3dn.24xlarge"
-    job_name: str = "hpc-train"
-    max_restarts: int = 20
-    keep_checkpoints: int = 3
-    cpus_per_task: int | None = None
-    preflight: bool = False  # all-reduce health check on the allocation before training
-    extra_args: tuple[str, ...] = field(default=())
+    gpus_per_node: int = option(
+        "--gpus-per-node", "GPUs (ranks) per node; 0: one CPU rank per node (gloo)", default=8,
+        type=int, metavar="N",
+    )  # fmt: skip
+    partition: str | None = option(
+        "--partition", "Slurm partition", default=None, default_text="the cluster's default"
+    )
+    time_limit_min: int = option(
+        "--time", "time limit: minutes, H:MM:SS or D-HH:MM:SS", default=24 * 60,
+        parse=lambda text: parse_time(text), default_text="24:00:00", metavar="LIMIT",
+    )  # fmt: skip
+    global_batch: int | None = option(
+        "--global-batch", "sequences per update, kept whatever the node count (via update_freq)",
+        default=None, type=int, default_text="the preset's", metavar="N",
+    )  # fmt: skip
+    max_update: int | None = option(
+        "--max-update", "training updates", default=None, type=int,
+        default_text="the preset's", metavar="N",
+    )  # fmt: skip
+    instance_type: str = option(
+        "--instance-type", "EC2 type: EFA/NCCL settings and cores",
+        default=DEFAULT_INSTANCE_TYPE, metavar="TYPE",
+    )  # fmt: skip
+    job_name: str = option("--job-name", "Slurm job name", default="hpc-train", metavar="NAME")
+    max_restarts: int = option(
+        "--max-restarts",
+        "restarts allowed in all: preemptions, node failures, crashes and time-limit requeues",
+        default=20, type=int, metavar="N",
+    )  # fmt: skip
+    keep_checkpoints: int = option(
+        "--keep-checkpoints", "interval checkpoints kept (checkpoint_last.pt always)",
+        default=3, type=int, metavar="N",
+    )  # fmt: skip
+    cpus_per_task: int | None = option(
+        "--cpus-per-task", "CPUs for each node's task", default=None, type=int, metavar="N",
+        default_text="all cores of the instance type on GPU nodes, Slurm's default on CPU nodes",
+    )  # fmt: skip
+    preflight: bool = option(
+        "--preflight", "all-reduce health check of the allocation before training", default=False
+    )
+    extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
     @property
     def recipe(self) -> presets.Preset:
@@ -52,14 +122,9 @@ class JobSpec:
         return self.max_update if self.max_update is not None else self.recipe.max_update
 
     @property
-    def log_dir(self) -> Path:
-        """Where Slurm/submitit write the per-task logs of this run."""
-        return self.save_dir / "slurm"
-
-    @property
-    def train_log(self) -> Path:
-        """fairseq's metrics log (rank 0), one file across restarts."""
-        return self.save_dir / "train.log"  # written by hpc_train.train
+    def run_dir(self) -> RunDir:
+        """The save dir's layout: logs, checkpoints, markers (``hpc_core.rundir``)."""
+        return RunDir(self.save_dir)
 
     @property
     def nodes_arg(self) -> str:
@@ -92,6 +157,8 @@ def parse_time(text: str) -> int:
     if not m:
         raise SpecError(f"--time {text!r}: expected minutes, H:MM:SS or D-HH:MM:SS")
     days, first, second, third = (int(g) if g else None for g in m.groups())
+    assert first is not None  # the pattern requires it
+    minutes: float
     if days is None and second is None:
         minutes = first  # plain minutes
     elif days is None and third is None:
@@ -100,8 +167,7 @@ def parse_time(text: str) -> int:
         minutes = first * 60 + (second or 0) + (third or 0) / 60  # H:MM:SS
     else:
         minutes = days * 1440 + first * 60 + (second or 0) + (third or 0) / 60
-    total = max(1, round(minutes))
-    return total
+    return max(1, round(minutes))
 
 
 def is_binarized(data: Path) -> bool:
@@ -137,7 +203,7 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
     (``--dry-run`` on a machine without the data).
     """
     try:
-        recipe = spec.recipe
+        recipe = presets.get(spec.preset)
     except ValueError as err:
         raise SpecError(str(err)) from None
     if spec.nodes_min < 1 or spec.nodes_max < spec.nodes_min:

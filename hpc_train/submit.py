@@ -14,13 +14,16 @@ Arguments after ``--`` go to fairseq-train unchanged.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from hpc_train import commands, environment, presets, slurm
-from hpc_train.spec import JobSpec, SpecError, parse_nodes, parse_time, validate
+from hpc_core import instances, slurm
+from hpc_train import cli, commands, options, presets
+from hpc_train.spec import JobSpec, SpecError, validate
 
 SIGNAL_DELAY_S = 90  # submitit sends USR2 this long before the time limit
 
@@ -33,11 +36,11 @@ def setup_lines(spec: JobSpec) -> list[str]:
             "# No GPUs requested: one CPU rank per node, gloo (OMP_NUM_THREADS=1 by the launcher)"
         ]
     else:
-        itype = environment.instance_type(spec.instance_type)
+        itype = instances.instance_type(spec.instance_type)
         rdma = "GPUDirect RDMA" if itype.gpudirect_rdma else "no GPUDirect RDMA"
         lines = [
             f"# NCCL over EFA on {itype.name} ({itype.gpus}x {itype.gpu_model}, {rdma})",
-            *environment.shell_lines(environment.efa_nccl_env(spec.instance_type)),
+            *instances.shell_lines(instances.efa_nccl_env(spec.instance_type)),
         ]
     if spec.preflight:
         from nccl_checks import preflight
@@ -48,7 +51,7 @@ def setup_lines(spec: JobSpec) -> list[str]:
             *preflight.setup_lines(
                 nodes=spec.nodes_min,
                 backend="nccl" if gpu else "gloo",
-                out_dir=spec.save_dir / "preflight",
+                out_dir=spec.run_dir.preflight,
                 instance_type=spec.instance_type if gpu else None,
             ),
         ]
@@ -61,7 +64,7 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         "job_name": spec.job_name,
         "nodes": spec.nodes_min,
         "ntasks_per_node": 1,  # one launcher per node; torchrun starts the ranks
-        "time": spec.time_min,
+        "time": spec.time_limit_min,
         "exclusive": True,  # whole nodes: GPUs, EFA and NVLink are per node
         "signal_delay_s": SIGNAL_DELAY_S,
         "setup": setup_lines(spec),
@@ -81,7 +84,7 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         params["cpus_per_task"] = spec.cpus_per_task
     elif spec.gpus_per_node > 0:
         # all cores to the node's one task: torchrun's ranks and their data loaders run in it
-        params["cpus_per_task"] = environment.instance_type(spec.instance_type).cores
+        params["cpus_per_task"] = instances.instance_type(spec.instance_type).cores
     return params
 
 
@@ -94,8 +97,10 @@ def render_sbatch(spec: JobSpec, python: str = sys.executable) -> str:
     """The sbatch script submitit would submit for ``spec``; needs no Slurm."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    command = submission_command(spec.log_dir, python)
-    return _make_sbatch_string(command=command, folder=spec.log_dir, **sbatch_parameters(spec))
+    command = submission_command(spec.run_dir.slurm_logs, python)
+    return _make_sbatch_string(
+        command=command, folder=spec.run_dir.slurm_logs, **sbatch_parameters(spec)
+    )
 
 
 def training_command(spec: JobSpec) -> tuple[str, str]:
@@ -106,7 +111,7 @@ def training_command(spec: JobSpec) -> tuple[str, str]:
     argv = commands.torchrun_argv(
         "torchrun", spec.nodes_max, nproc, "FIRST_NODE", "SLURM_JOB_ID", args
     )
-    port = commands.RDZV_PORT_BASE
+    port = slurm.RDZV_PORT_BASE
     line = commands.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
     line = line.replace("SLURM_JOB_ID", "$SLURM_JOB_ID")
     note = f"{plan.describe()}; RDZV_PORT = {port} + job id mod 20000"
@@ -116,7 +121,9 @@ def training_command(spec: JobSpec) -> tuple[str, str]:
 def make_executor(spec: JobSpec) -> Any:
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=spec.log_dir, max_num_timeout=spec.max_restarts)
+    executor = submitit.SlurmExecutor(
+        folder=spec.run_dir.slurm_logs, max_num_timeout=spec.max_restarts
+    )
     executor.update_parameters(**sbatch_parameters(spec))
     return executor
 
@@ -127,69 +134,35 @@ def submit(spec: JobSpec) -> Any:
 
     validate(spec)
     slurm.ensure_reachable()
-    spec.log_dir.mkdir(parents=True, exist_ok=True)
-    return make_executor(spec).submit(Launcher(spec))
+    spec.run_dir.slurm_logs.mkdir(parents=True, exist_ok=True)
+    from submitit.core.utils import FailedJobError
+
+    said = io.StringIO()  # submitit prints sbatch's stderr on failure; we say it in one line
+    try:
+        with contextlib.redirect_stderr(said):
+            return make_executor(spec).submit(Launcher(spec))
+    except FailedJobError as err:  # sbatch said no: its own last line, not submitit's traceback
+        raise slurm.SlurmError(f"sbatch refused the job: {slurm.last_line(str(err))}") from None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2
-        self.exit(2, f"{self.prog}: error: {message}\n")
+def preset_lines() -> list[str]:
+    return [f"  {name:14s} {recipe.describe()}" for name, recipe in presets.PRESETS.items()]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = cli.Parser(
         prog="python -m hpc_train.submit",
-        description=__doc__.split("\n\n")[0],
-        epilog="Presets: "
-        + "; ".join(
-            f"{n} ({r.arch}, {r.tokens_per_sample} tokens, batch {r.global_batch})"
-            for n, r in presets.PRESETS.items()
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s --preset NAME --data DIR --save-dir DIR [options] [-- FAIRSEQ_ARGS ...]",
+        description=__doc__.split("\n\n")[0]
+        + "\n\nArguments after `--` go to fairseq-train unchanged (after the preset's).",
+        epilog="\n".join([cli.examples(__doc__, "python -m hpc_train.submit"), "", "presets:"])
+        + "\n"
+        + "\n".join(preset_lines()),
     )
-    p.add_argument("--preset", required=True, help=f"one of: {', '.join(presets.PRESETS)}")
-    p.add_argument("--data", type=Path, required=True, help="binarized corpus (fairseq-preprocess)")
-    p.add_argument("--save-dir", type=Path, required=True, help="checkpoints and logs (Lustre)")
-    p.add_argument("--nodes", default="1", help="N, or MIN-MAX to start with what is free")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="0 for CPU nodes (default 8)")
-    p.add_argument("--instance-type", default="p3dn.24xlarge", help="sets the EFA/NCCL env")
-    p.add_argument("--partition", help="Slurm partition (default: the cluster's default)")
-    p.add_argument("--time", default="24:00:00", help="time limit: minutes or H:MM:SS")
-    p.add_argument("--global-batch", type=int, help="sequences per update (preset's default)")
-    p.add_argument("--max-update", type=int, help="training updates (preset's default)")
-    p.add_argument("--max-restarts", type=int, default=20, help="time-limit requeues allowed")
-    p.add_argument("--keep-checkpoints", type=int, default=3, help="interval checkpoints kept")
-    p.add_argument("--cpus-per-task", type=int, help="CPUs for each node's task")
-    p.add_argument("--job-name", default="hpc-train")
-    p.add_argument(
-        "--preflight", action="store_true", help="all-reduce health check before training"
-    )
+    options.add_options(p)
     p.add_argument("--dry-run", action="store_true", help="print the sbatch script and command")
     p.add_argument("--follow", action="store_true", help="follow the job until it ends")
     return p
-
-
-def spec_from_args(args: argparse.Namespace, extra: list[str]) -> JobSpec:
-    low, high = parse_nodes(args.nodes)
-    return JobSpec(
-        preset=args.preset,
-        data=args.data.resolve(),
-        save_dir=args.save_dir.resolve(),
-        nodes_min=low,
-        nodes_max=high,
-        gpus_per_node=args.gpus_per_node,
-        instance_type=args.instance_type,
-        partition=args.partition,
-        time_min=parse_time(args.time),
-        global_batch=args.global_batch,
-        max_update=args.max_update,
-        max_restarts=args.max_restarts,
-        keep_checkpoints=args.keep_checkpoints,
-        cpus_per_task=args.cpus_per_task,
-        job_name=args.job_name,
-        preflight=args.preflight,
-        extra_args=tuple(extra),
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        spec = spec_from_args(args, extra)
+        spec = options.spec_from_options(args, extra)
         if args.dry_run:
             validate(spec, check_paths=False)
             print(render_sbatch(spec))
@@ -212,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, slurm.SlurmError) as err:
         parser.error(str(err))
     print(f"submitted job {job.job_id}: {spec.nodes_arg} node(s), preset {spec.preset}")
-    print(f"  task logs: {spec.log_dir}/{job.job_id}_<task>_log.out (and .err)")
-    print(f"  train log: {spec.train_log}")
-    print(f"  checkpoints: {spec.save_dir}/checkpoint_last.pt")
+    run = spec.run_dir
+    print(f"  task logs: {run.task_log(job.job_id, 0)} … (one per node, and .err)")
+    print(f"  train log: {run.train_log}")
+    print(f"  checkpoints: {run.checkpoint_last}")
     if args.follow:
         from hpc_train import logs
 

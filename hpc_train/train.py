@@ -20,9 +20,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hpc_core.rundir import STOP_MARKER_ENV, RunDir
 from hpc_train import checkpoints, preemption
-
-TRAIN_LOG = "train.log"  # in the save dir: fairseq's metrics (rank 0) across all restarts
 
 
 def distributed_args(env: Mapping[str, str]) -> list[str]:
@@ -35,6 +34,12 @@ def distributed_args(env: Mapping[str, str]) -> list[str]:
         "--distributed-rank", env["RANK"],
         "--distributed-no-spawn",
     ]  # fmt: skip
+
+
+def stop_marker(run: RunDir, env: Mapping[str, str]) -> Path:
+    """Where to record a save on notice: the path the launcher chose for this start, or (a
+    worker run by hand, outside the launcher) the run directory's marker for a local run."""
+    return Path(env[STOP_MARKER_ENV]) if STOP_MARKER_ENV in env else run.stop_marker("local", 0)
 
 
 def save_dir_of(args: Sequence[str]) -> Path:
@@ -74,11 +79,10 @@ def main(argv: list[str] | None = None) -> None:
     checkpoints.allow_fairseq_globals()
     from fairseq_cli.train import cli_main  # configures logging on import
 
-    log_to_file(save_dir / TRAIN_LOG)
+    run = RunDir(save_dir)
+    log_to_file(run.train_log)
     checkpoints.install_atomic_writes()
-    job_id = os.environ.get("SLURM_JOB_ID", "local")
-    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-    preemption.install_save_on_notice(preemption.stop_marker(save_dir, job_id, restart))
+    preemption.install_save_on_notice(run, stop_marker(run, os.environ))
     sys.argv = ["fairseq-train", *args]
     cli_main()
 

@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from hpc_train import slurm
+from hpc_core import slurm
 from nccl_checks import (
     EXIT_CANNOT_RUN,
     EXIT_CRASHED,

@@ -21,9 +21,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hpc_train import slurm
-from hpc_train.commands import rendezvous_port
-from hpc_train.environment import Setting, cpu_env, efa_nccl_env, plain, shell_lines
+from hpc_core import slurm
+from hpc_core.instances import Setting, cpu_env, efa_nccl_env, plain, shell_lines
+from hpc_core.rundir import atomic_write, atomic_writer
+from hpc_core.slurm import rendezvous_port
+from hpc_core.wait import Backoff
 from nccl_checks import EXIT_CANNOT_RUN, EXIT_HEALTHY, EXIT_UNHEALTHY
 from nccl_checks.parse import ParseError, parse
 from nccl_checks.verdict import CPU, Verdict, judge, ranks_per_node
@@ -119,12 +121,6 @@ class Outcome:
         out["out_dir"] = str(self.out_dir) if self.out_dir else None
         out["healthy"] = self.exit_code == EXIT_HEALTHY
         return out
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def plan_args(plan: Plan) -> list[str]:
@@ -274,22 +270,21 @@ def run_in_allocation(plan: Plan, timeout_s: float | None = None) -> Outcome:
     cmd = srun_command(plan, nodes)
     raw, err = plan.out_dir / RAW, plan.out_dir / ERR
     start = time.monotonic()
-    with open(f"{raw}.tmp", "w") as out, open(err, "w") as errf:
+    with atomic_writer(raw, "w") as out, open(err, "w") as errf:
         try:
             proc = subprocess.run(cmd, stdout=out, stderr=errf, env=env, timeout=timeout_s)
             status = f"srun exit {proc.returncode}"
         except subprocess.TimeoutExpired:
             status = f"srun killed after {timeout_s:.0f} s"
-        except OSError as err:
-            raise slurm.SlurmError(f"cannot start srun: {err}") from None
-    os.replace(f"{raw}.tmp", raw)
+        except OSError as exc:
+            raise slurm.SlurmError(f"cannot start srun: {exc}") from None
     wall = time.monotonic() - start
     code, reason, verdict = judge_output(plan, raw.read_text())
     if code != EXIT_HEALTHY and status != "srun exit 0":
         reason = f"{reason} ({status}; see {err})"
     outcome = Outcome(code, reason, verdict, job_id, tuple(nodes), plan.out_dir, round(wall, 2))
     record = outcome.to_dict() | {"command": cmd, "rank_env": settings}
-    write_atomic(plan.out_dir / RESULT, json.dumps(record, indent=2) + "\n")
+    atomic_write(plan.out_dir / RESULT, json.dumps(record, indent=2) + "\n")
     return outcome
 
 
@@ -300,27 +295,27 @@ def _log_tail(path: Path, lines: int = 5) -> str:
         return "(no log)"
 
 
-def submit(plan: Plan, wait_timeout_s: float = 1800.0, poll_s: float = 0.5) -> Outcome:
+def submit(
+    plan: Plan, wait_timeout_s: float = 1800.0, poll: Backoff = Backoff(0.5, 1.5, 5.0)
+) -> Outcome:
     """Outside an allocation: sbatch the check, wait for the job, read the result it wrote."""
     slurm.ensure_reachable()
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     (plan.out_dir / RESULT).unlink(missing_ok=True)
     script = plan.out_dir / SCRIPT
-    write_atomic(script, sbatch_script(plan))
-    job_id = slurm.run(["sbatch", "--parsable", str(script)]).strip().split(";")[0]
-    deadline = time.monotonic() + wait_timeout_s
+    atomic_write(script, sbatch_script(plan))
+    job_id = slurm.sbatch([str(script)])
     try:
-        while not (state := slurm.job_state(job_id)).finished:
-            if time.monotonic() > deadline:
-                slurm.run(["scancel", job_id], check=False)
-                return Outcome(
-                    EXIT_CANNOT_RUN,
-                    f"job {job_id} still {state.state} after {wait_timeout_s:.0f} s; cancelled",
-                    job_id=job_id,
-                )
-            time.sleep(poll_s)
+        state = slurm.wait_for_job(job_id, timeout=wait_timeout_s, backoff=poll)
+    except TimeoutError:
+        slurm.cancel(job_id, check=False)
+        return Outcome(
+            EXIT_CANNOT_RUN,
+            f"job {job_id} did not end in {wait_timeout_s:.0f} s; cancelled",
+            job_id=job_id,
+        )
     except BaseException:
-        slurm.run(["scancel", job_id], check=False)
+        slurm.cancel(job_id, check=False)
         raise
     result = plan.out_dir / RESULT
     if not result.exists():

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hpc_train.environment import instance_type
+from hpc_core.instances import instance_type
 
 Severity = Literal["fail", "warn", "ok"]
 

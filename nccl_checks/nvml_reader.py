@@ -28,7 +28,8 @@ class _Device:
     """Calls on one device handle; unsupported -> None, other NVML errors collected by name."""
 
     def __init__(self, nvml: Any, handle: Any) -> None:
-        self.nvml, self.handle, self.errors = nvml, handle, []
+        self.nvml, self.handle = nvml, handle
+        self.errors: list[str] = []
 
     def get(self, fn_name: str, *args: Any) -> Any:
         fn = getattr(self.nvml, fn_name, None)
@@ -111,9 +112,10 @@ def read_node_state(
     """Read every GPU through NVML; NvmlUnavailable when there is no driver (not a crash)."""
     if nvml is None:
         try:
-            import pynvml as nvml  # only on the path that needs it
+            import pynvml  # only on the path that needs it
         except ImportError as err:
             raise NvmlUnavailable(f"nvidia-ml-py is not installed ({err})") from None
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:

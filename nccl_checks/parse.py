@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 WrongKind = Literal["count", "max_error"]
@@ -76,7 +76,6 @@ class Table:
     collective: str | None = None
     version: str | None = None
     source_format: Literal["text", "json"] = "text"
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def nranks(self) -> int | None:

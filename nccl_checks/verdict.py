@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hpc_train.environment import INSTANCE_TYPES
+from hpc_core.instances import INSTANCE_TYPES
 from nccl_checks.parse import Measurement, Table
 
 CPU = "cpu"  # gloo over loopback on the local emulated cluster: one rank per node, no GPU

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,24 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SH = REPO / "slurm" / "local" / "cluster.sh"
+# Fixtures that make a test slow: the tier markers follow from them (`make test-fast` skips both).
+TIER_FIXTURES = {"slurm_cluster": "slurm", "corpus": "fairseq", "trained_save_dir": "fairseq"}
+
+
+def nvidia_driver_present() -> bool:
+    return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by the fixtures they use (slurm, fairseq) and skip `nogpu` tests on a machine
+    with an NVIDIA driver (they check what this toolkit says where there is none)."""
+    gpu = nvidia_driver_present()
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in TIER_FIXTURES:
+                item.add_marker(TIER_FIXTURES[fixture])
+        if gpu and item.get_closest_marker("nogpu"):
+            item.add_marker(pytest.mark.skip(reason="asserts the no-GPU path; a driver is here"))
 
 
 def cluster_up() -> str:
@@ -52,28 +71,39 @@ def corpus(tmp_path_factory) -> Path:
     return data.prepare_demo(out, lines=2500)
 
 
-@pytest.fixture(scope="session")
-def trained_save_dir(corpus, tmp_path_factory) -> Path:
-    """A real fairseq run (one CPU process, no Slurm): 12 updates, interval checkpoints at 5
-    and 10, checkpoint_last.pt at 12. Tests copy it before changing anything."""
+def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str) -> None:
+    """Real fairseq, one CPU process (no Slurm, no torchrun): the tiny preset to ``max_update``
+    through the worker, with ``extra`` fairseq flags after the toolkit's."""
     import sys
 
     from hpc_train.commands import fairseq_args
     from hpc_train.spec import JobSpec
 
-    save = tmp_path_factory.mktemp("trained") / "run"
-    save.mkdir()
-    spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=12, keep_checkpoints=5)
+    spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=max_update, keep_checkpoints=5)
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
-    args += ["--save-interval-updates", "5"]
     proc = subprocess.run(
-        [sys.executable, "-m", "hpc_train.train", *args],
+        [sys.executable, "-m", "hpc_train.train", *args, *extra],
         capture_output=True,
         text=True,
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="session")
+def tiny_run():
+    """``run_tiny`` for test modules (they cannot import conftest)."""
+    return run_tiny
+
+
+@pytest.fixture(scope="session")
+def trained_save_dir(corpus, tmp_path_factory) -> Path:
+    """A real fairseq run (one CPU process, no Slurm): 12 updates, interval checkpoints at 5
+    and 10, checkpoint_last.pt at 12. Tests copy it before changing anything."""
+    save = tmp_path_factory.mktemp("trained") / "run"
+    save.mkdir()
+    run_tiny(corpus, save, 12, "--save-interval-updates", "5")
     return save
 
 

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from hpc_core.rundir import atomic_write
 from hpc_train.cluster import render
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -77,7 +78,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                 f"cannot read template {args.template}: {err.strerror}"
             ) from None
         text = render.render_text(template, values)
-        render.write_atomic(args.output, text)
+        atomic_write(args.output, text)
     except render.RenderError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE

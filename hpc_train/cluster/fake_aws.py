@@ -80,9 +80,9 @@ def references(config: Mapping[str, Any]) -> References:
             s3.append((bucket, obj))
     for access in _find_key(config, "S3Access"):
         for item in access if isinstance(access, list) else []:
-            bucket = _mapping(item).get("BucketName")
-            if isinstance(bucket, str) and "*" not in bucket:
-                s3.append((bucket, ""))
+            named = _mapping(item).get("BucketName")
+            if isinstance(named, str) and "*" not in named:
+                s3.append((named, ""))
     return References(
         region=str(config.get("Region") or "us-east-1"),
         os=str(_mapping(config.get("Image")).get("Os") or "alinux2023"),

@@ -5,15 +5,13 @@ PLACEHOLDERS). Values come from a small YAML file (lower-case keys: `subnet_id: 
 command-line flags; each is checked here before anything is written, and a bad one is reported
 in one line naming it. Full-line comments are left as they are.
 
-Pure except `write_atomic`; no AWS, no pcluster import.
+Pure; no AWS, no pcluster import (the CLI writes with ``hpc_core.rundir.atomic_write``).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,22 +200,6 @@ def load_values(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RenderError(f"values file {path} must be a mapping of key: value")
     return data
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename: never a half-written config."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _is_ip_address(value: str) -> bool:

@@ -44,7 +44,8 @@ def resolve(doc: Any, path: Path) -> Path:
     pcluster flattens `FsxLustreSettings`, `EbsSettings`, ... into the storage resource, so a key
     missing from a mapping is also looked for inside its one `*Settings` child.
     """
-    node, found = doc, ()
+    node: Any = doc
+    found: tuple[str | int, ...] = ()
     for part in path:
         if isinstance(part, int):
             if not isinstance(node, list) or part >= len(node):

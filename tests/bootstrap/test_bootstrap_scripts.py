@@ -28,6 +28,9 @@ from pathlib import Path
 
 import pytest
 
+# Builds real Python environments from the scripts (about a minute): not in `make test-fast`.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "bootstrap"
 ENTRY = BOOTSTRAP / "on-node-configured.sh"

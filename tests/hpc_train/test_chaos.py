@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-from hpc_train import chaos, slurm
+from hpc_core import slurm
+from hpc_train import chaos
 
 
 def fake_rank(job: str, node: str) -> subprocess.Popen:

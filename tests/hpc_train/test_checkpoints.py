@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_core.rundir import RunDir, atomic_copy
 from hpc_train import checkpoints
 
 
@@ -21,7 +22,7 @@ def save_dir(trained_save_dir, tmp_path) -> Path:
 def test_real_checkpoint_loads_with_weights_only_and_allow_list(trained_save_dir):
     state = checkpoints.load(trained_save_dir / checkpoints.LAST)
     assert checkpoints.num_updates(state) == 12
-    assert checkpoints.verify(trained_save_dir / checkpoints.LAST) is None
+    assert checkpoints.inspect(trained_save_dir / checkpoints.LAST) == (None, 12)
 
 
 def test_without_the_allow_list_torch_refuses_the_checkpoint(trained_save_dir):
@@ -32,7 +33,7 @@ def test_without_the_allow_list_torch_refuses_the_checkpoint(trained_save_dir):
 
 
 def test_interval_checkpoints_newest_first(trained_save_dir):
-    names = [p.name for p in checkpoints.interval_checkpoints(trained_save_dir)]
+    names = [p.name for p in RunDir(trained_save_dir).interval_checkpoints()]
     assert [int(n.split("_")[2].split(".")[0]) for n in names] == [10, 5]
 
 
@@ -50,7 +51,7 @@ def test_bad_last_falls_back_to_newest_valid_interval_and_is_kept_aside(save_dir
     damage(last)
     bad_bytes = last.read_bytes()
     resume = checkpoints.choose_resume(save_dir)
-    assert resume.continue_from == next(iter(checkpoints.interval_checkpoints(save_dir)))
+    assert resume.continue_from == next(iter(RunDir(save_dir).interval_checkpoints()))
     assert resume.fairseq_args() == ["--continue-once", str(resume.continue_from)]
     assert reason in resume.reason
     assert not last.exists()
@@ -59,7 +60,7 @@ def test_bad_last_falls_back_to_newest_valid_interval_and_is_kept_aside(save_dir
 
 def test_fallback_skips_a_bad_interval_checkpoint_too(save_dir):
     (save_dir / checkpoints.LAST).write_bytes(b"")
-    newest = checkpoints.interval_checkpoints(save_dir)[0]
+    newest = RunDir(save_dir).interval_checkpoints()[0]
     newest.write_bytes(b"junk")
     resume = checkpoints.choose_resume(save_dir)
     assert resume.continue_from.name.endswith("_5.pt")
@@ -67,16 +68,18 @@ def test_fallback_skips_a_bad_interval_checkpoint_too(save_dir):
 
 def test_valid_last_or_empty_dir_needs_no_extra_args(save_dir, tmp_path):
     assert checkpoints.choose_resume(save_dir).fairseq_args() == []
-    assert checkpoints.choose_resume(save_dir).path == save_dir / checkpoints.LAST
+    kept = checkpoints.choose_resume(save_dir)
+    assert kept.continue_from is None and kept.at_update == 12 and kept.moved_aside is None
+    assert kept.reason == f"resume from {checkpoints.LAST}"
     fresh = checkpoints.choose_resume(tmp_path / "nothing-yet")
     assert fresh.fairseq_args() == [] and "fresh start" in fresh.reason
 
 
 def test_atomic_copy_links_and_replaces_whole(save_dir):
-    src = checkpoints.interval_checkpoints(save_dir)[0]
+    src = RunDir(save_dir).interval_checkpoints()[0]
     dst = save_dir / "copy.pt"
     dst.write_bytes(b"old")
-    checkpoints.atomic_copy(src, dst)
+    atomic_copy(src, dst)
     assert dst.read_bytes() == src.read_bytes()
     assert not [p for p in save_dir.iterdir() if p.name.endswith(".tmp")]
 
@@ -111,7 +114,7 @@ def kill_while_writing(mode: str, path: Path, rounds: int) -> list[str | None]:
         time.sleep(0.001 * (i % 10))
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
-        verdicts.append(checkpoints.verify(path))
+        verdicts.append(checkpoints.inspect(path)[0])
     return verdicts
 
 

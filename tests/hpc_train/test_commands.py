@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_core import slurm
 from hpc_train import commands
 from hpc_train.spec import JobSpec
 
@@ -14,14 +15,8 @@ def test_torchrun_uses_c10d_on_the_first_node_with_the_job_id():
     argv = commands.torchrun_argv("torchrun", 2, 8, "gpu-dy-p3dn-1", "4242", ["--x"])
     assert "--nnodes=2" in argv and "--nproc_per_node=8" in argv
     assert "--rdzv_backend=c10d" in argv and "--rdzv_id=4242" in argv
-    assert f"--rdzv_endpoint=gpu-dy-p3dn-1:{commands.rendezvous_port(4242)}" in argv
+    assert f"--rdzv_endpoint=gpu-dy-p3dn-1:{slurm.rendezvous_port(4242)}" in argv
     assert argv[-3:] == ["-m", commands.TRAIN_MODULE, "--x"]
-
-
-def test_rendezvous_ports_differ_between_jobs_and_stay_for_a_job():
-    assert commands.rendezvous_port(101) != commands.rendezvous_port(102)
-    assert commands.rendezvous_port("101") == commands.rendezvous_port(101)
-    assert 1024 < commands.rendezvous_port(99999999) < 65536
 
 
 def test_gpu_args_use_fp16_nccl_and_the_computed_update_freq():

@@ -1,5 +1,7 @@
 from pathlib import Path
 
+import pytest
+
 from hpc_train.launch import Launcher
 from hpc_train.spec import JobSpec
 
@@ -40,32 +42,36 @@ def test_has_exited_sees_a_zombie_without_reaping_it():
 
 
 def test_restart_reason_comes_from_the_stop_marker(tmp_path):
-    from hpc_train import launch, preemption
+    from hpc_core.rundir import RunDir, StopMarker
+    from hpc_train import launch
 
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
-    assert launch.previous_stop(spec, "7", 0) == "first start"
-    assert "no save on notice" in launch.previous_stop(spec, "7", 1)
-    preemption.write_marker(preemption.stop_marker(tmp_path, "7", 0), 118, "SIGUSR2")
-    assert launch.previous_stop(spec, "7", 1) == "saved on notice (SIGUSR2) at update 118"
+    run = RunDir(tmp_path)
+    assert launch.previous_stop(run, "7", 0) == "first start"
+    assert "no save on notice" in launch.previous_stop(run, "7", 1)
+    run.write_stop(run.stop_marker("7", 0), StopMarker(118, "SIGUSR2"))
+    assert launch.previous_stop(run, "7", 1) == "saved on notice (SIGUSR2) at update 118"
 
 
 def test_other_tasks_follow_task_0s_resume_decision(tmp_path):
+    from hpc_core.rundir import RunDir
     from hpc_train import launch
 
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    run = RunDir(tmp_path)
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # bad, and no interval checkpoint
-    assert launch.decide_resume(spec, "9", 0, task=0) == {"args": [], "at_update": 0}
+    decided = launch.decide_resume(run, "9", 0, task=0)
+    assert (decided.args, decided.at_update) == ([], 0)
     assert list(tmp_path.glob("checkpoint_last.pt.bad-*"))  # moved aside by task 0 only
-    assert launch.decide_resume(spec, "9", 0, task=1)["args"] == []  # read, not decided again
+    assert launch.decide_resume(run, "9", 0, task=1) == decided  # read, not decided again
 
 
+@pytest.mark.fairseq
 def test_a_run_already_at_max_update_is_not_trained_further(trained_save_dir, tmp_path):
     """fairseq resumed at max-update would train one update more; the launcher stops first."""
     import shutil
 
+    from hpc_core.rundir import RunDir
     from hpc_train import launch
 
     save = tmp_path / "run"
     shutil.copytree(trained_save_dir, save)
-    spec = JobSpec("tiny", Path("/d"), save, gpus_per_node=0, max_update=12)
-    assert launch.decide_resume(spec, "5", 1, task=0)["at_update"] == 12
+    assert launch.decide_resume(RunDir(save), "5", 1, task=0).at_update == 12

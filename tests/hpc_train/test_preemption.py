@@ -1,4 +1,3 @@
-import json
 import os
 import signal
 
@@ -17,11 +16,3 @@ def test_usr2_only_sets_the_flag_and_records_the_signal():
     finally:
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
         preemption._notice.update(at=None, why=None)
-
-
-def test_marker_is_written_whole_per_job_and_restart(tmp_path):
-    marker = preemption.stop_marker(tmp_path, "12", 3)
-    assert marker.name == "stopped-12-3.json"
-    preemption.write_marker(marker, 57, "SIGUSR2")
-    assert json.loads(marker.read_text())["update"] == 57
-    assert [p.name for p in marker.parent.iterdir()] == [marker.name]

@@ -47,7 +47,7 @@ def test_dry_run_renders_exactly_what_submitit_submits(tmp_path):
 
     spec = golden_spec("roberta-large")
     spec = JobSpec(**{**spec.__dict__, "save_dir": tmp_path})
-    executor = submitit.SlurmExecutor(folder=spec.log_dir)
+    executor = submitit.SlurmExecutor(folder=spec.run_dir.slurm_logs)
     executor.update_parameters(**submit.sbatch_parameters(spec))
     real = executor._make_submission_file_text(executor._submitit_command_str, "uid")
     assert submit.render_sbatch(spec) == real
@@ -147,3 +147,14 @@ def test_elastic_range_lets_slurm_allocate_as_many_nodes_as_are_free():
     script = submit.render_sbatch(spec)
     assert "#SBATCH --nodes=1-4" in script
     assert "--ntasks-per-node" not in script  # with it, Slurm allocates only MIN nodes
+
+
+def test_a_partition_sbatch_refuses_is_one_line_and_exit_2(tmp_path, corpus, slurm_cluster):
+    """Real Slurm: sbatch says no; the user reads its reason, not submitit's traceback."""
+    proc = run_cli(
+        "--preset", "tiny", "--gpus-per-node", "0", "--data", str(corpus),
+        "--save-dir", str(tmp_path / "s"), "--partition", "nope",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "sbatch refused the job" in proc.stderr and "invalid partition" in proc.stderr.lower()
+    assert len(proc.stderr.strip().splitlines()) == 1

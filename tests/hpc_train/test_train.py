@@ -19,3 +19,12 @@ def test_train_log_goes_to_the_last_save_dir():
         "/b"
     )
     assert train.save_dir_of(["d"]) == Path("checkpoints")
+
+
+def test_stop_marker_is_the_path_the_launcher_passed(tmp_path):
+    from hpc_core.rundir import STOP_MARKER_ENV, RunDir
+
+    run = RunDir(tmp_path)
+    chosen = run.stop_marker("41", 2)
+    assert train.stop_marker(run, {STOP_MARKER_ENV: str(chosen)}) == chosen
+    assert train.stop_marker(run, {"SLURM_JOB_ID": "41"}) == run.stop_marker("local", 0)

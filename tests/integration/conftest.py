@@ -6,13 +6,17 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from hpc_train import logs, slurm
+from hpc_core import slurm
+from hpc_core.rundir import RunDir
+from hpc_core.wait import Backoff, wait_until
+from hpc_train import logs
+
+STEADY = Backoff(0.5, 1.0, 0.5)  # tests poll at a steady 0.5 s
 
 
 class Runs:
@@ -48,48 +52,32 @@ class Runs:
 
     @staticmethod
     def summary(save: Path) -> logs.RunSummary:
-        path = save / "train.log"
+        path = RunDir(save).train_log
         return logs.summarize(path.read_text().splitlines() if path.exists() else [])
 
     def wait_for_update(self, save: Path, update: int, timeout: float = 300) -> int:
-        deadline = time.monotonic() + timeout
-        while (n := self.summary(save).updates) < update:
-            assert time.monotonic() < deadline, f"no update {update} in {timeout:.0f} s (at {n})"
-            time.sleep(0.5)
-        return n
+        def reached() -> int | None:
+            n = self.summary(save).updates
+            return n if n >= update else None
+
+        return wait_until(reached, f"update {update} in {save}", timeout=timeout, backoff=STEADY)
 
     @staticmethod
     def wait_for(what: str, predicate, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            time.sleep(0.5)
+        wait_until(predicate, what, timeout=timeout, backoff=STEADY)
 
     @staticmethod
     def wait_idle_nodes(count: int, timeout: float = 300) -> None:
         """Wait until `count` nodes are idle (jobs of earlier tests may still be completing)."""
-
-        def idle() -> int:
-            out = slurm.run(["sinfo", "-h", "-p", "low", "-t", "idle", "-o", "%D"])
-            return sum(int(n) for n in out.split())
-
-        Runs.wait_for(f"{count} idle nodes", lambda: idle() >= count, timeout)
+        Runs.wait_for(f"{count} idle nodes", lambda: slurm.idle_nodes("low") >= count, timeout)
 
     @staticmethod
     def wait_running(job_id: str, timeout: float = 300) -> slurm.JobState:
-        deadline = time.monotonic() + timeout
-        while (state := slurm.job_state(job_id)).state != "RUNNING":
-            assert time.monotonic() < deadline, f"job {job_id} not running: {state}"
-            time.sleep(0.5)
-        return state
+        return slurm.wait_for_job(job_id, lambda s: s.state == "RUNNING", timeout, STEADY)
 
     @staticmethod
     def wait_done(job_id: str, timeout: float = 600) -> slurm.JobState:
-        deadline = time.monotonic() + timeout
-        while not (state := slurm.job_state(job_id)).finished:
-            assert time.monotonic() < deadline, f"job {job_id} still {state.state}"
-            time.sleep(1)
-        return state
+        return slurm.wait_for_job(job_id, timeout=timeout)
 
     @staticmethod
     def trained_updates(save: Path) -> list[int]:
@@ -98,7 +86,7 @@ class Runs:
 
     @staticmethod
     def notices(save: Path) -> list[int]:
-        text = (save / "train.log").read_text()
+        text = RunDir(save).train_log.read_text()
         return [int(m) for m in re.findall(r"saved on notice at update (\d+)", text)]
 
 

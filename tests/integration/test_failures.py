@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from hpc_train import chaos, slurm
+from hpc_core import slurm
+from hpc_core.rundir import RunDir
+from hpc_train import chaos
 
 pytestmark = pytest.mark.slurm
 
@@ -14,7 +16,8 @@ PER_UPDATE = ("--log-interval", "1")
 
 
 def launcher_log(save, job) -> str:
-    return "".join(p.read_text() for p in sorted((save / "slurm").glob(f"{job}_*_log.out")))
+    logs = RunDir(save).slurm_logs
+    return "".join(p.read_text() for p in sorted(logs.glob(f"{job}_*_log.out")))
 
 
 def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_cluster):
@@ -45,15 +48,15 @@ def test_resume_on_a_different_node_count_keeps_the_global_batch(runs):
     job, save = runs.submit("elastic", 60, nodes="1-2", fairseq=PER_UPDATE)
     assert len(slurm.hostnames(runs.wait_running(job).nodes)) == 2
     runs.wait_for_update(save, 15)
-    blocker = slurm.run(
-        ["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive", "-o", "/dev/null",
-         "--job-name=hold-3-nodes", "--wrap=sleep 600"]
-    ).strip()  # fmt: skip
+    blocker = slurm.sbatch(
+        ["-p", "high", "-N3", "--exclusive", "-o", "/dev/null", "--job-name=hold-3-nodes",
+         "--wrap=sleep 600"]
+    )  # fmt: skip
     try:
         runs.wait_for("the restart on one node", lambda: "start #2" in launcher_log(save, job))
         runs.wait_for_update(save, runs.notices(save)[-1] + 1)
     finally:
-        slurm.run(["scancel", blocker])
+        slurm.cancel(blocker)
     assert runs.wait_done(job).state == "COMPLETED"
     log = launcher_log(save, job)
     plans = re.findall(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpc_train import chaos, checkpoints, slurm
+from hpc_core import slurm
+from hpc_train import chaos, checkpoints
 
 pytestmark = pytest.mark.slurm
 

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from hpc_train import checkpoints, logs, slurm
+from hpc_core import slurm
+from hpc_core.rundir import RunDir
+from hpc_train import checkpoints, logs
 
 pytestmark = pytest.mark.slurm
 
@@ -79,7 +81,7 @@ def test_truncated_last_resumes_from_the_newest_interval_checkpoint(two_node_run
     _, save = two_node_run
     last = save / checkpoints.LAST
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 3])
-    newest = checkpoints.interval_checkpoints(save)[0]
+    newest = RunDir(save).interval_checkpoints()[0]
     saved_at = checkpoints.num_updates(checkpoints.load(newest))
     job, _ = runs.submit("fallback", MAX_UPDATE + 10, save=save)
     assert runs.wait_done(job).state == "COMPLETED"

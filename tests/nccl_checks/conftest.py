@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from hpc_train import slurm
+from hpc_core import slurm
+from hpc_core.wait import wait_until
 
 DRAIN_NODE = "n4"  # other tests of the session use n1..n4 concurrently: only n4 is drained here
 OURS = "nccl_checks"  # every drain reason these checks write starts with this
@@ -20,12 +20,10 @@ def node_state(node: str) -> tuple[str, str]:
 
 
 def _wait(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
+    try:
+        return wait_until(predicate, "the node", timeout=seconds)
+    except TimeoutError:
+        return False
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_train import slurm
+from hpc_core import slurm
 from nccl_checks import __main__ as cli
 from nccl_checks import allreduce
 from nccl_checks.parse import parse

@@ -205,6 +205,7 @@ def test_cli_bad_state_file(tmp_path: Path) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.nogpu
 def test_cli_real_no_driver_path() -> None:
     """On this machine (no NVIDIA driver) the real NVML path says so and exits 3."""
     proc = run_cli("--instance-type", P3DN)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc_train import slurm
+from hpc_core import slurm
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm" / "healthcheck.sh"
@@ -35,6 +35,7 @@ def test_shellcheck_clean() -> None:
 
 
 @pytest.mark.slurm
+@pytest.mark.nogpu
 def test_no_gpu_is_a_skip_not_a_drain(drainable_node: str, tmp_path: Path) -> None:
     log = tmp_path / "hc.log"
     proc = run_script(NCCL_CHECKS_LOG=str(log))

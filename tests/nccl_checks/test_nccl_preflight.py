@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from hpc_train import slurm
+from hpc_core import slurm
 from nccl_checks import preflight
 
 
@@ -30,11 +29,7 @@ def test_setup_lines_stop_the_script_on_failure(tmp_path: Path) -> None:
 
 
 def wait_for(job_id: str, seconds: float = 240) -> slurm.JobState:
-    deadline = time.monotonic() + seconds
-    while not (state := slurm.job_state(job_id)).finished:
-        assert time.monotonic() < deadline, f"job {job_id} still {state.state}"
-        time.sleep(0.5)
-    return state
+    return slurm.wait_for_job(job_id, timeout=seconds)
 
 
 @pytest.mark.slurm
@@ -67,7 +62,7 @@ def test_preflight_inside_a_batch_job(slurm_cluster: Path, tmp_path: Path) -> No
         )
         + "\n"
     )
-    job_id = slurm.run(["sbatch", "--parsable", str(script)]).strip()
+    job_id = slurm.sbatch([str(script)])
     state = wait_for(job_id)
     log = (tmp_path / "job.out").read_text()
     assert state.state == "FAILED", log

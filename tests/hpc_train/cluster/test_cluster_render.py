@@ -136,29 +136,6 @@ def test_result_must_be_yaml() -> None:
         render.render_text("Region: [${REGION}\n", GOOD)
 
 
-def test_write_atomic_replaces_whole_file_and_leaves_no_temp(tmp_path: Path) -> None:
-    out = tmp_path / "sub" / "cluster.yaml"
-    render.write_atomic(out, "a: 1\n")
-    render.write_atomic(out, "a: 2\n")
-    assert out.read_text() == "a: 2\n"
-    assert [p.name for p in out.parent.iterdir()] == ["cluster.yaml"]
-    assert out.stat().st_mode & 0o777 == 0o644
-
-
-def test_write_atomic_failure_keeps_old_file(tmp_path: Path, monkeypatch) -> None:
-    out = tmp_path / "cluster.yaml"
-    out.write_text("old: true\n")
-
-    def broken_replace(src, dst):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(render.os, "replace", broken_replace)
-    with pytest.raises(OSError):
-        render.write_atomic(out, "new: true\n")
-    assert out.read_text() == "old: true\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["cluster.yaml"]
-
-
 def test_cli_render_writes_config_from_values_and_flags(tmp_path: Path, capsys) -> None:
     out = tmp_path / "cluster.yaml"
     argv = ["render", str(CONFIGS / "p4d.yaml"), "--values", str(EXAMPLE_VALUES), "-o", str(out)]

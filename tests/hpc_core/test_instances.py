@@ -1,28 +1,34 @@
+from hpc_core import instances
 from hpc_train import environment
 
 
 def test_p3dn_has_efa_but_never_device_rdma():
-    env = environment.efa_nccl_env("p3dn.24xlarge")
+    env = instances.efa_nccl_env("p3dn.24xlarge")
     assert env["FI_PROVIDER"].value == "efa"
     assert "FI_EFA_USE_DEVICE_RDMA" not in env  # p3dn has no RDMA read: setting it aborts
 
 
 def test_p4d_and_p5_enable_gpudirect_rdma():
     for name in ("p4d.24xlarge", "p5.48xlarge"):
-        assert environment.efa_nccl_env(name)["FI_EFA_USE_DEVICE_RDMA"].value == "1"
+        assert instances.efa_nccl_env(name)["FI_EFA_USE_DEVICE_RDMA"].value == "1"
 
 
 def test_never_sets_variables_current_guidance_forbids():
-    for name in environment.INSTANCE_TYPES:
-        env = environment.efa_nccl_env(name)
+    for name in instances.INSTANCE_TYPES:
+        env = instances.efa_nccl_env(name)
         assert "RDMAV_FORK_SAFE" not in env and "NCCL_PROTO" not in env
 
 
-def test_cpu_fallback_pins_one_thread_and_every_setting_is_explained():
-    env = environment.rank_env("p3dn.24xlarge", has_gpu=False)
-    assert environment.plain(env) == {"OMP_NUM_THREADS": "1"}
-    for line in environment.shell_lines(environment.efa_nccl_env("p3dn.24xlarge")):
+def test_cpu_ranks_pin_one_thread_and_every_setting_is_explained():
+    assert instances.plain(instances.cpu_env()) == {"OMP_NUM_THREADS": "1"}
+    for line in instances.shell_lines(instances.efa_nccl_env("p3dn.24xlarge")):
         assert line.startswith("export ") and "  # " in line
+
+
+def test_table_knows_gpu_memory_and_the_default_type():
+    assert instances.instance_type(instances.DEFAULT_INSTANCE_TYPE).gpu_model == "V100"
+    assert instances.instance_type("p4d.24xlarge").gpu_memory_gib == 40
+    assert instances.instance_type("p4de.24xlarge").gpu_memory_gib == 80
 
 
 def test_cli_prints_exports_and_rejects_unknown_type(capsys):

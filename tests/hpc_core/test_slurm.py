@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from hpc_train import slurm
+from hpc_core import slurm
 
 
 def test_parse_record_joins_values_with_spaces():

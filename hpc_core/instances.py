@@ -1,0 +1,95 @@
+"""EC2 instance types and the process environment their ranks need. Pure.
+
+Every function maps an instance type (and a flag or two) to variables, each with the reason it is
+set, so the launcher, the nccl checks and the bootstrap scripts share one table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_INSTANCE_TYPE = "p3dn.24xlarge"  # the cluster pcluster_configs/p3dn.yaml builds
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """What the launcher and the health checks need to know about one EC2 instance type."""
+
+    name: str
+    gpus: int
+    gpu_model: str
+    gpu_memory_gib: int  # per GPU, as the instance type's spec sheet states it
+    efa: bool
+    gpudirect_rdma: bool  # EFA device supports RDMA read (GPUDirect); p3dn does not
+    nvlink_links: int  # NVLink links expected up per GPU (0: do not check)
+    cores: int  # physical cores (what Slurm sees with SMT off)
+
+
+def _types(*items: InstanceType) -> dict[str, InstanceType]:
+    return {t.name: t for t in items}
+
+
+# Sources: the EC2 accelerated-computing instance pages (GPU model, GPU memory, EFA, cores).
+INSTANCE_TYPES: dict[str, InstanceType] = _types(
+    InstanceType("p3dn.24xlarge", 8, "V100", 32, True, False, nvlink_links=6, cores=48),
+    InstanceType("p4d.24xlarge", 8, "A100", 40, True, True, nvlink_links=12, cores=48),
+    InstanceType("p4de.24xlarge", 8, "A100", 80, True, True, nvlink_links=12, cores=48),
+    InstanceType("p5.48xlarge", 8, "H100", 80, True, True, nvlink_links=18, cores=96),
+)
+
+
+@dataclass(frozen=True)
+class Setting:
+    value: str
+    why: str
+
+
+def instance_type(name: str) -> InstanceType:
+    """Look up an instance type; ValueError names the known ones."""
+    try:
+        return INSTANCE_TYPES[name]
+    except KeyError:
+        known = ", ".join(sorted(INSTANCE_TYPES))
+        raise ValueError(f"unknown instance type {name!r} (known: {known})") from None
+
+
+def efa_nccl_env(name: str, debug: bool = False) -> dict[str, Setting]:
+    """NCCL over EFA (aws-ofi-nccl) for a GPU instance type, each variable with its reason."""
+    itype = instance_type(name)
+    env: dict[str, Setting] = {
+        "FI_PROVIDER": Setting("efa", "libfabric: use the EFA provider, never fall back to TCP"),
+        "FI_EFA_USE_HUGE_PAGE": Setting(
+            "0", "avoid fork() failures in dataloader workers when huge pages are exhausted"
+        ),
+        "NCCL_DEBUG": Setting(
+            "INFO" if debug else "WARN",
+            "INFO prints the transport NCCL picked (look for 'NET/AWS Libfabric')",
+        ),
+    }
+    if itype.gpudirect_rdma:
+        env["FI_EFA_USE_DEVICE_RDMA"] = Setting(
+            "1", f"{itype.name} EFA supports RDMA read: GPUDirect RDMA between nodes"
+        )
+    # p3dn: FI_EFA_USE_DEVICE_RDMA must stay unset (the device has no RDMA read; setting it
+    # aborts). FI_EFA_FORK_SAFE is a no-op on kernels >= 5.15 and RDMAV_FORK_SAFE must never be
+    # set; NCCL_PROTO=simple was only needed by aws-ofi-nccl <= 1.5.
+    return env
+
+
+def cpu_env(threads: int = 1) -> dict[str, Setting]:
+    """CPU ranks (gloo): one BLAS/OpenMP thread per rank so co-located ranks don't oversubscribe."""
+    return {
+        "OMP_NUM_THREADS": Setting(
+            str(threads),
+            "torchrun leaves it unset with one rank per node; 2 threads per rank stall",
+        )
+    }
+
+
+def plain(env: dict[str, Setting]) -> dict[str, str]:
+    return {key: s.value for key, s in env.items()}
+
+
+def shell_lines(env: dict[str, Setting]) -> list[str]:
+    """`export K=V  # why` lines, for sbatch scripts and the bootstrap's profile file."""
+    return [f"export {key}={s.value}  # {s.why}" for key, s in env.items()]

@@ -1,0 +1,258 @@
+"""The only way to Slurm: submit, signal, cancel, requeue, drain/resume, job state, waiting.
+
+Every call honours ``SLURM_CONF`` (the local cluster's config lives in
+``.local/cluster/etc/slurm.conf``; on ParallelCluster it is ``/opt/slurm/etc/slurm.conf`` and the
+commands are in ``/opt/slurm/bin``). Two kinds of failure are kept apart: ``SlurmUnreachable``
+(the controller did not answer: transient, retried by the waiting helpers) and ``SlurmError``
+(Slurm answered no). A job Slurm has forgotten is the state ``GONE``, never an error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hpc_core.wait import Backoff, wait_until
+
+LOCAL_HINT = "start the local cluster with `make cluster-up` and export the SLURM_CONF it prints"
+PCLUSTER_BIN = "/opt/slurm/bin"
+DEFAULT_CONFS = ("/etc/slurm/slurm.conf", "/opt/slurm/etc/slurm.conf")
+# What Slurm's clients print when the controller is down or busy (retry), not a refusal.
+UNREACHABLE_MARKS = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted or received",
+    "Slurm backup controller in standby mode",
+)
+FORGOTTEN_MARK = "Invalid job id specified"
+RDZV_PORT_BASE = 29500
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or Slurm cannot be reached; the message is one line."""
+
+
+class SlurmUnreachable(SlurmError):
+    """The controller did not answer (timed out or refused): worth retrying."""
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidate = os.path.join(PCLUSTER_BIN, name)
+    if os.access(candidate, os.X_OK):
+        return candidate
+    raise SlurmError(
+        f"`{name}` not found: Slurm's client commands are not installed ({LOCAL_HINT})"
+    )
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def run(args: Sequence[str], timeout: float = 30.0, check: bool = True) -> str:
+    """Run a Slurm client command; return stdout.
+
+    Raises SlurmUnreachable when the controller does not answer, SlurmError with Slurm's own
+    last line when it refuses (``check=False``: return stdout whatever the exit status).
+    """
+    cmd = [_binary(args[0]), *args[1:]]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as err:
+        raise SlurmUnreachable(f"`{' '.join(args)}` timed out after {timeout:.0f} s") from err
+    if proc.returncode != 0:
+        said = last_line(proc.stderr or proc.stdout) or f"exit {proc.returncode}"
+        if any(mark in said for mark in UNREACHABLE_MARKS):
+            raise SlurmUnreachable(f"`{' '.join(args)}`: {said}")
+        if check:
+            raise SlurmError(f"`{' '.join(args)}` failed: {said}")
+    return proc.stdout
+
+
+def ensure_reachable() -> None:
+    """Raise SlurmError with a one-line hint unless slurmctld answers."""
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        raise SlurmError(f"no Slurm reachable: SLURM_CONF={conf} does not exist; {LOCAL_HINT}")
+    if not conf and not any(os.path.isfile(p) for p in DEFAULT_CONFS):
+        raise SlurmError(f"no Slurm reachable: SLURM_CONF is not set; {LOCAL_HINT}")
+    try:
+        out = run(["scontrol", "ping"], timeout=15, check=False)
+    except SlurmError as err:
+        raise SlurmError(f"no Slurm reachable ({err}); {LOCAL_HINT}") from None
+    if "UP" not in out:
+        raise SlurmError(f"no Slurm controller answers (SLURM_CONF={conf}); {LOCAL_HINT}")
+
+
+def rendezvous_port(job_id: str | int) -> int:
+    """A port derived from the job id: co-located jobs (emulated nodes share one host and one
+    port space) never meet in the same store; a requeued job keeps its port."""
+    digits = "".join(ch for ch in str(job_id) if ch.isdigit()) or "0"
+    return RDZV_PORT_BASE + int(digits) % 20000
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+def sbatch(args: Sequence[str]) -> str:
+    """``sbatch --parsable ARGS`` (a script path or ``--wrap``); return the job id."""
+    out = run(["sbatch", "--parsable", *args])
+    return out.strip().split(";")[0]  # "<id>[;<cluster>]"
+
+
+def signal(job_id: str | int, name: str = "USR2") -> None:
+    """Send ``SIG<name>`` to every process of the job's steps (what a preemption notice does)."""
+    run(["scancel", f"--signal={name}", str(job_id)])
+
+
+def cancel(job_id: str | int, check: bool = True) -> None:
+    run(["scancel", str(job_id)], check=check)
+
+
+def requeue(job_id: str | int) -> None:
+    run(["scontrol", "requeue", str(job_id)])
+
+
+def drain(node: str, reason: str) -> None:
+    run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
+
+
+def resume(node: str) -> None:
+    run(["scontrol", "update", f"nodename={node}", "state=resume"])
+
+
+# --- state ------------------------------------------------------------------------------------
+
+
+def parse_record(line: str) -> dict[str, str]:
+    """Parse one ``scontrol show -o`` record (``Key=Value Key=Value …``) into a dict.
+
+    Values may contain spaces only for a few keys (e.g. ``Reason``); a token without ``=`` is
+    joined to the previous value.
+    """
+    record: dict[str, str] = {}
+    last = None
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if sep and key and (key[0].isupper() or key in {"cpu", "mem", "node", "billing"}):
+            record[key] = value
+            last = key
+        elif last is not None:
+            record[last] += " " + token
+    return record
+
+
+def job_info(job_id: str | int) -> dict[str, str] | None:
+    """``scontrol show job -o JOBID`` as a dict; None once Slurm has forgotten the job.
+
+    Raises SlurmUnreachable when the controller does not answer (the job may well be alive).
+    """
+    try:
+        out = run(["scontrol", "show", "job", "-o", str(job_id)])
+    except SlurmUnreachable:
+        raise
+    except SlurmError as err:
+        if FORGOTTEN_MARK in str(err):
+            return None
+        raise
+    line = out.strip().splitlines()[0] if out.strip() else ""
+    return parse_record(line) if line.startswith("JobId=") else None
+
+
+def node_info(node: str) -> dict[str, str]:
+    out = run(["scontrol", "show", "node", "-o", node])
+    return parse_record(out.strip())
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """Expand a Slurm node list (``n[1-3]``) into host names."""
+    return run(["scontrol", "show", "hostnames", nodelist]).split()
+
+
+def idle_nodes(partition: str) -> int:
+    out = run(["sinfo", "-h", "-p", partition, "-t", "idle", "-o", "%D"])
+    return sum(int(n) for n in out.split())
+
+
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "GONE",
+    }
+)
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    state: str  # PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, …; GONE when forgotten
+    restarts: int
+    nodes: str
+    reason: str
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def job_state(job_id: str | int) -> JobState:
+    """The job's state now; raises SlurmUnreachable when the controller does not answer."""
+    info = job_info(job_id)
+    if info is None:
+        return JobState(str(job_id), "GONE", 0, "", "")
+    return JobState(
+        job_id=info.get("JobId", str(job_id)),
+        state=info.get("JobState", "UNKNOWN").split()[0],
+        restarts=int(info.get("Restarts", "0") or 0),
+        nodes=info.get("NodeList", ""),
+        reason=info.get("Reason", ""),
+    )
+
+
+def wait_for_job(
+    job_id: str | int,
+    until: Callable[[JobState], bool] = lambda s: s.finished,
+    timeout: float | None = None,
+    backoff: Backoff = Backoff(0.5, 1.5, 5.0),
+    on_poll: Callable[[JobState], None] | None = None,
+    unreachable_for: float = 300.0,
+) -> JobState:
+    """Poll the job with back-off until ``until(state)``; return that state.
+
+    A controller that does not answer is retried for up to ``unreachable_for`` seconds in a row
+    before SlurmUnreachable is raised; ``on_poll`` sees every state read (e.g. to print changes
+    or tail a log). TimeoutError after ``timeout`` seconds.
+    """
+    failing_since: list[float] = []
+
+    def check() -> JobState | None:
+        try:
+            state = job_state(job_id)
+        except SlurmUnreachable:
+            now = time.monotonic()
+            failing_since[:] = failing_since or [now]
+            if now - failing_since[0] > unreachable_for:
+                raise
+            return None
+        failing_since.clear()
+        if on_poll is not None:
+            on_poll(state)
+        return state if until(state) else None
+
+    return wait_until(check, f"job {job_id}", timeout=timeout, backoff=backoff)

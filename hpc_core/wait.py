@@ -1,0 +1,55 @@
+"""One way to wait for something: poll with back-off until it holds or a deadline passes. Pure
+but for the sleep, which callers (and tests) may replace."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between polls: ``first``, then times ``factor`` each poll, never above ``most``."""
+
+    first: float = 0.2
+    factor: float = 1.5
+    most: float = 5.0
+
+    def delays(self) -> Iterator[float]:
+        delay = self.first
+        while True:
+            yield delay
+            delay = min(self.most, delay * self.factor)
+
+
+FAST = Backoff(0.1, 1.5, 1.0)  # things that happen within seconds (a file, a process exit)
+
+
+def wait_until(
+    check: Callable[[], T | None],
+    what: str,
+    timeout: float | None = None,
+    backoff: Backoff = Backoff(),
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """Call ``check`` until it returns something other than None/False; return that.
+
+    Raises TimeoutError naming ``what`` once ``timeout`` seconds have passed (None: wait forever).
+    """
+    deadline = None if timeout is None else clock() + timeout
+    for delay in backoff.delays():
+        result = check()
+        if result is not None and result is not False:
+            return result
+        if deadline is not None:
+            left = deadline - clock()
+            if left <= 0:
+                raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+            delay = min(delay, left)
+        sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover - delays() never ends

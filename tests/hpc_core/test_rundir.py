@@ -1,0 +1,88 @@
+"""hpc_core.rundir: the save-dir layout, the markers' schema, and atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from hpc_core import rundir
+from hpc_core.rundir import ResumeDecision, RunDir, StopMarker
+
+
+def test_layout_names_every_path_under_the_save_dir(tmp_path):
+    run = RunDir(tmp_path)
+    assert run.train_log == tmp_path / "train.log"
+    assert run.checkpoint_last == tmp_path / "checkpoint_last.pt"
+    assert run.slurm_logs == tmp_path / "slurm"
+    assert run.task_log("17", 1, "err") == tmp_path / "slurm" / "17_1_log.err"
+    assert run.stop_marker("12", 3) == tmp_path / ".hpc-train" / "stopped-12-3.json"
+    assert run.resume_decision("12", 3).name == "resume-12-3.json"
+    assert run.bad_last().name.startswith("checkpoint_last.pt.bad-")
+
+
+def test_stop_marker_round_trips_and_is_written_whole(tmp_path):
+    run = RunDir(tmp_path)
+    assert run.read_stop("12", 3) is None
+    run.write_stop(run.stop_marker("12", 3), StopMarker(57, "SIGUSR2", time=1.5))
+    assert run.read_stop("12", 3) == StopMarker(57, "SIGUSR2", 1.5)
+    assert json.loads(run.stop_marker("12", 3).read_text())["update"] == 57
+    assert [p.name for p in run.state.iterdir()] == ["stopped-12-3.json"]  # no temporaries
+
+
+def test_resume_decision_round_trips(tmp_path):
+    run = RunDir(tmp_path)
+    decision = ResumeDecision(["--continue-once", "/x/checkpoint_1_5.pt"], 5, "fallback")
+    run.write_decision("9", 0, decision)
+    assert run.read_decision("9", 0) == decision
+    assert run.read_decision("9", 1) is None
+
+
+def test_interval_checkpoints_newest_update_first(tmp_path):
+    for name in ("checkpoint_1_5.pt", "checkpoint_2_40.pt", "checkpoint_1_10.pt", "other_1_2.pt"):
+        (tmp_path / name).write_bytes(b"x")
+    names = [p.name for p in RunDir(tmp_path).interval_checkpoints()]
+    assert names == ["checkpoint_2_40.pt", "checkpoint_1_10.pt", "checkpoint_1_5.pt"]
+    assert RunDir(tmp_path / "missing").interval_checkpoints() == []
+
+
+def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "sub" / "result.json"
+    rundir.atomic_write(target, "old")
+    rundir.atomic_write(target, b"new")
+    assert target.read_text() == "new"
+    assert os.listdir(target.parent) == ["result.json"]
+    assert target.stat().st_mode & 0o777 == 0o644  # readable like any config (umask 022)
+
+
+def test_a_failed_write_leaves_the_old_file_untouched(tmp_path):
+    target = tmp_path / "result.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), rundir.atomic_writer(target) as fh:
+        fh.write(b"half")
+        raise RuntimeError("killed half-way")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["result.json"]
+
+
+def test_atomic_copy_links_then_refuses_to_overwrite_when_told(tmp_path):
+    src, dst = tmp_path / "a", tmp_path / "b"
+    src.write_bytes(b"whole")
+    assert rundir.atomic_copy(src, dst)
+    assert dst.read_bytes() == b"whole" and os.stat(dst).st_ino == os.stat(src).st_ino
+    assert not rundir.atomic_copy(src, dst, overwrite=False)
+
+
+def test_a_failed_rename_keeps_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    target = tmp_path / "cluster.yaml"
+    target.write_text("old: true\n")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        rundir.atomic_write(target, "new: true\n")
+    assert target.read_text() == "old: true\n"
+    assert os.listdir(tmp_path) == ["cluster.yaml"]

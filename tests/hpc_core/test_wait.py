@@ -1,0 +1,112 @@
+"""hpc_core.wait and the Slurm watcher on top of it, with a fake clock and a fake controller
+(``slurm.run`` replaced: no Slurm needed). The real cluster is in test_slurm.py's slurm tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpc_core import slurm
+from hpc_core.wait import Backoff, wait_until
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_backoff_grows_to_its_ceiling():
+    delays = Backoff(1.0, 2.0, 5.0).delays()
+    assert [next(delays) for _ in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_wait_until_returns_the_first_real_answer_and_backs_off():
+    clock = Clock()
+    answers = iter([None, False, None, "ready"])
+    got = wait_until(
+        lambda: next(answers), "x", 60, Backoff(1, 2, 3), clock.sleep, lambda: clock.now
+    )
+    assert got == "ready" and clock.slept == [1, 2, 3]
+
+
+def test_wait_until_times_out_naming_what_it_waited_for():
+    clock = Clock()
+    with pytest.raises(TimeoutError, match="waiting for the decision"):
+        wait_until(
+            lambda: None, "the decision", 10, Backoff(4, 1, 4), clock.sleep, lambda: clock.now
+        )
+    assert sum(clock.slept) == 10  # the last sleep is cut to the deadline
+
+
+def fake_controller(monkeypatch: pytest.MonkeyPatch, answers: list[object]) -> list[list[str]]:
+    """Replace slurm.run: each call pops an answer (an exception to raise, or stdout)."""
+    calls: list[list[str]] = []
+
+    def run(args, timeout=30.0, check=True):
+        calls.append(list(args))
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(slurm, "run", run)
+    return calls
+
+
+def test_a_forgotten_job_is_gone_but_a_silent_controller_is_an_error(monkeypatch):
+    fake_controller(
+        monkeypatch,
+        [
+            slurm.SlurmError(
+                "`scontrol show job` failed: slurm_load_jobs error: Invalid job id specified"
+            ),
+            slurm.SlurmUnreachable(
+                "`scontrol`: Unable to contact slurm controller (connect failure)"
+            ),
+        ],
+    )
+    assert slurm.job_state("5").state == "GONE"
+    with pytest.raises(slurm.SlurmUnreachable):
+        slurm.job_state("5")
+
+
+def test_wait_for_job_rides_out_a_controller_hiccup(monkeypatch):
+    """Before: any scontrol failure read as GONE and ended `--follow`. Now it is retried."""
+    running = "JobId=5 JobName=x JobState=RUNNING Restarts=0 NodeList=n[1-2] Reason=None\n"
+    done = running.replace("RUNNING", "COMPLETED")
+    hiccup = slurm.SlurmUnreachable("Unable to contact slurm controller")
+    calls = fake_controller(monkeypatch, [running, hiccup, hiccup, done])
+    seen: list[str] = []
+    state = slurm.wait_for_job(
+        "5", backoff=Backoff(0.001, 1, 0.001), on_poll=lambda s: seen.append(s.state)
+    )
+    assert state.state == "COMPLETED" and seen == ["RUNNING", "COMPLETED"]
+    assert len(calls) == 4
+
+
+def test_wait_for_job_gives_up_on_a_controller_gone_for_good(monkeypatch):
+    fake_controller(monkeypatch, [slurm.SlurmUnreachable("Socket timed out")] * 50)
+    with pytest.raises(slurm.SlurmUnreachable):
+        slurm.wait_for_job("5", backoff=Backoff(0.001, 1, 0.001), unreachable_for=0.01)
+
+
+def test_unreachable_is_told_from_a_refusal_by_slurms_own_words(monkeypatch, tmp_path):
+    """A fake `scontrol` on PATH prints what Slurm's client prints when slurmctld is down."""
+    fake = tmp_path / "scontrol"
+    fake.write_text(
+        "#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    with pytest.raises(slurm.SlurmUnreachable):
+        slurm.run(["scontrol", "show", "job", "5"])
+
+
+def test_rendezvous_ports_differ_between_jobs_and_stay_for_a_job():
+    assert slurm.rendezvous_port(101) != slurm.rendezvous_port(102)
+    assert slurm.rendezvous_port("101") == slurm.rendezvous_port(101)
+    assert 1024 < slurm.rendezvous_port(99999999) < 65536

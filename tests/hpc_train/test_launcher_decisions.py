@@ -1,0 +1,141 @@
+"""The launcher's decisions after torchrun exits, in milliseconds: the real ``Launcher.run``
+with a fake Slurm (records requeues instead of calling scontrol: no Slurm needed) and a fake
+torchrun (a Python one-liner that exits with a code and may write the stop marker, as the
+workers do after a save on notice). The real-Slurm tests in tests/integration cover the rest."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpc_core import slurm
+from hpc_core.rundir import ResumeDecision, RunDir, StopMarker
+from hpc_train import launch, restarts
+from hpc_train.restarts import Action
+from hpc_train.spec import JobSpec
+
+
+class FakeSlurm:
+    """Stands in for hpc_core.slurm inside the launcher: a fake, no Slurm here."""
+
+    SlurmError = slurm.SlurmError
+
+    def __init__(self, state: str = "RUNNING") -> None:
+        self.requeued: list[str] = []
+        self.state = state
+
+    def job_state(self, job_id: str) -> slurm.JobState:
+        return slurm.JobState(job_id, self.state, 0, "n[1-2]", "")
+
+    def requeue(self, job_id: str) -> None:
+        self.requeued.append(job_id)
+
+    def signal(self, job_id: str, name: str = "USR2") -> None:
+        raise AssertionError("no spot watcher in these tests")
+
+
+class FakeTorchrun(launch.Launcher):
+    """torchrun replaced by ``python -c``: exits ``code``; with ``save`` it first writes the
+    stop marker at the path the launcher passed (what preemption.install_save_on_notice does)."""
+
+    def __init__(self, spec: JobSpec, code: int, save: bool = False, term: bool = False) -> None:
+        super().__init__(spec)
+        self.code, self.save, self.term = code, save, term
+        self.argv: list[str] = []
+
+    def torchrun_command(self, start: launch.Start, nproc: int, args: list[str]) -> list[str]:
+        self.argv = args
+        body = "import json, os, sys\n"
+        if self.save:
+            body += "p = os.environ['HPC_TRAIN_STOP_MARKER']\n"
+            body += (
+                "open(p, 'w').write(json.dumps({'update': 7, 'signal': 'SIGUSR2', 'time': 1.0}))\n"
+            )
+        if self.term:  # what scancel does to the launcher: SIGTERM, with no notice before it
+            body += "import signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(0.2)\n"
+        return [sys.executable, "-c", body + f"sys.exit({self.code})"]
+
+
+@pytest.fixture
+def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    fake = FakeSlurm()
+    monkeypatch.setattr(launch, "slurm", fake)
+    monkeypatch.setattr(launch, "REQUEUE_GRACE_S", 0.0)
+    monkeypatch.setattr(launch, "endpoint_to_watch", lambda: None)
+    return fake
+
+
+def spec_in(tmp_path: Path, max_restarts: int = 3) -> JobSpec:
+    return JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, max_restarts=max_restarts)
+
+
+def start(task: int = 0, restart: int = 0) -> launch.Start:
+    return launch.Start("41", task, 2, "n1", restart)
+
+
+def test_clean_exit_finishes_without_requeue(tmp_path, fake_slurm):
+    assert FakeTorchrun(spec_in(tmp_path), 0).run(start(), gpus=0)["restarts"] == 0
+    assert fake_slurm.requeued == []
+
+
+def test_a_crash_on_task_0_requeues_once_and_the_task_fails(tmp_path, fake_slurm):
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(), gpus=0)
+    assert fake_slurm.requeued == ["41"]
+
+
+def test_a_crash_on_another_task_leaves_the_requeue_to_task_0(tmp_path, fake_slurm):
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))  # task 0 decided
+    with pytest.raises(RuntimeError, match="task 0 decides"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(task=1), gpus=0)
+    assert fake_slurm.requeued == []
+
+
+def test_save_on_notice_is_a_stop_not_a_finish(tmp_path, fake_slurm):
+    """Exit 0 with the marker on task 1: this task succeeds as stopped; task 0 requeues."""
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    out = FakeTorchrun(spec_in(tmp_path), 0, save=True).run(start(task=1), gpus=0)
+    assert out["stopped"] is True
+    assert RunDir(tmp_path).read_stop("41", 0) == StopMarker(7, "SIGUSR2", 1.0)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec_in(tmp_path), 0, save=True).run(start(task=0), gpus=0)
+    assert fake_slurm.requeued == ["41"]
+
+
+def test_the_last_allowed_restart_fails_instead_of_requeueing(tmp_path, fake_slurm):
+    spec = spec_in(tmp_path, max_restarts=2)
+    with pytest.raises(RuntimeError, match=r"no restarts left \(--max-restarts 2\)"):
+        FakeTorchrun(spec, 1).run(start(restart=2), gpus=0)
+    with pytest.raises(RuntimeError, match="restart budget exhausted"):
+        FakeTorchrun(spec, 0).run(start(restart=3), gpus=0)
+    assert fake_slurm.requeued == []
+
+
+def test_the_resume_decision_reaches_the_workers(tmp_path, fake_slurm):
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision(["--continue-once", "/c.pt"], 5))
+    launcher = FakeTorchrun(spec_in(tmp_path), 0)
+    launcher.run(start(task=1), gpus=0)
+    assert launcher.argv[-2:] == ["--continue-once", "/c.pt"]
+
+
+@pytest.mark.parametrize(
+    ("code", "saved", "task", "restart", "action"),
+    [
+        (0, False, 0, 0, Action.FINISHED),
+        (0, False, 1, 5, Action.FINISHED),
+        (0, True, 1, 0, Action.STOPPED),
+        (0, True, 0, 0, Action.REQUEUE),
+        (1, False, 0, 2, Action.REQUEUE),
+        (1, False, 0, 3, Action.FAIL),
+        (1, False, 1, 0, Action.FAIL),
+    ],
+)
+def test_after_exit_policy(code, saved, task, restart, action):
+    assert restarts.after_exit(code, saved, task, restart, max_restarts=3).action is action
+
+
+def test_restart_budget_counts_restarts_of_any_kind():
+    assert restarts.restart_allowed(3, 3) and not restarts.restart_allowed(4, 3)
+    assert not restarts.restart_allowed(1, 0)
