@@ -128,6 +128,7 @@ class Launcher:
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
         self._proc: subprocess.Popen[bytes] | None = None
+        self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec}  # never pickle a live process (submitit pickles us on requeue)
@@ -135,6 +136,31 @@ class Launcher:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.spec = state["spec"]
         self._proc = None
+        self._signals = []
+
+    def cancelled(self, job_id: str) -> bool:
+        """Did the user cancel the job (``scancel``)?
+
+        scancel sends SIGTERM to every task with no notice before it; a preemption or the time
+        limit sends the notice (USR2) first, and a node failure kills the peers' ranks, not this
+        task. Slurm's own word counts too, though while the steps are torn down it only says
+        COMPLETING. A cancel during a notice's save is taken for the notice (a requeue).
+        """
+        if self._signals[:1] == ["SIGTERM"]:
+            return True
+        try:
+            return slurm.job_state(job_id).state == "CANCELLED"
+        except slurm.SlurmError as err:
+            log(f"cannot tell a cancel from a crash ({err}): treating it as a crash")
+            return False
+
+    def _on_sigterm(self, previous: Any) -> Any:
+        def handler(signum: int, frame: Any) -> None:
+            self._signals.append("SIGTERM")
+            if callable(previous):  # submitit's own handler (it logs and carries on)
+                previous(signum, frame)
+
+        return handler
 
     def plan_node(self, nnodes: int, gpus: int) -> tuple[bool, int, list[str], str]:
         """(use_gpu, ranks on this node, fairseq args, batch description) for this start."""
@@ -182,15 +208,20 @@ class Launcher:
         argv = self.torchrun_command(start, nproc, args + decision.args)
         log(f"running: {commands.shell(argv)}")
         watcher = self._watch_spot(start.job_id)
-        self._proc = subprocess.Popen(argv, env=env, preexec_fn=_ignore_usr2)
-        returncode = self._proc.wait()
+        previous = signal.signal(signal.SIGTERM, self._on_sigterm(signal.getsignal(signal.SIGTERM)))
+        try:
+            self._proc = subprocess.Popen(argv, env=env, preexec_fn=_ignore_usr2)
+            returncode = self._proc.wait()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         if watcher:
             watcher.stop()
         saved = run.read_stop(*start_key(start)) is not None
+        cancelled = returncode != 0 and self.cancelled(start.job_id)
         outcome = restarts.after_exit(
-            returncode, saved, start.task, start.restart, spec.max_restarts
+            returncode, saved, start.task, start.restart, spec.max_restarts, cancelled
         )
-        if outcome.action is Action.FINISHED:
+        if outcome.action in (Action.FINISHED, Action.CANCELLED):
             log(outcome.why)
             return done
         if outcome.action is Action.STOPPED:
@@ -228,6 +259,7 @@ class Launcher:
         import submitit
 
         started = time.monotonic()
+        self._signals.append("notice")
         log("notice received: waiting for the workers to save checkpoint_last.pt")
         proc = self._proc
         try:

@@ -19,6 +19,7 @@ def restart_allowed(restart: int, max_restarts: int) -> bool:
 class Action(Enum):
     FINISHED = "finished"  # training reached max-update: the task succeeds
     STOPPED = "stopped"  # saved on notice; Slurm or task 0 requeues (this task succeeds)
+    CANCELLED = "cancelled"  # the user cancelled the job: never requeued
     REQUEUE = "requeue"  # task 0 asks Slurm to requeue the job
     FAIL = "fail"  # the task fails: no restarts left, or a peer task decides
 
@@ -30,13 +31,21 @@ class Decision:
 
 
 def after_exit(
-    returncode: int, saved_on_notice: bool, task: int, restart: int, max_restarts: int
+    returncode: int,
+    saved_on_notice: bool,
+    task: int,
+    restart: int,
+    max_restarts: int,
+    cancelled: bool = False,
 ) -> Decision:
     """The launcher's move once torchrun has exited on one node.
 
-    ``saved_on_notice``: the workers left a stop marker for this start. Only task 0 requeues, so
-    one job is requeued once however many nodes saw the failure.
+    ``saved_on_notice``: the workers left a stop marker for this start. ``cancelled``: Slurm says
+    the job was cancelled (``scancel``): a cancel is final, whatever the exit looked like. Only
+    task 0 requeues, so one job is requeued once however many nodes saw the failure.
     """
+    if cancelled:
+        return Decision(Action.CANCELLED, "the job was cancelled (scancel): not requeued")
     if returncode == 0 and not saved_on_notice:
         return Decision(Action.FINISHED, "training finished")
     why = "stopped on notice" if returncode == 0 else f"torchrun exited with {returncode}"

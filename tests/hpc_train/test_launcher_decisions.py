@@ -5,6 +5,7 @@ workers do after a save on notice). The real-Slurm tests in tests/integration co
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -104,6 +105,28 @@ def test_save_on_notice_is_a_stop_not_a_finish(tmp_path, fake_slurm):
     assert fake_slurm.requeued == ["41"]
 
 
+def test_a_cancelled_job_is_never_requeued(tmp_path, fake_slurm):
+    """scancel: SIGTERM to the launcher, torchrun exits non-zero; Slurm says COMPLETING."""
+    fake_slurm.state = "COMPLETING"
+    out = FakeTorchrun(spec_in(tmp_path), 1, term=True).run(start(task=0), gpus=0)
+    assert out["restarts"] == 0 and fake_slurm.requeued == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the launcher's handler is gone
+
+
+def test_slurms_cancelled_state_counts_as_a_cancel_too(tmp_path, fake_slurm):
+    fake_slurm.state = "CANCELLED"
+    FakeTorchrun(spec_in(tmp_path), 1).run(start(task=0), gpus=0)
+    assert fake_slurm.requeued == []
+
+
+def test_sigterm_after_a_notice_is_the_end_of_a_grace_time_not_a_cancel(tmp_path, fake_slurm):
+    launcher = FakeTorchrun(spec_in(tmp_path), 1, term=True)
+    launcher._signals.append("notice")  # USR2 came first (preemption, time limit)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        launcher.run(start(task=0), gpus=0)
+    assert fake_slurm.requeued == ["41"]
+
+
 def test_the_last_allowed_restart_fails_instead_of_requeueing(tmp_path, fake_slurm):
     spec = spec_in(tmp_path, max_restarts=2)
     with pytest.raises(RuntimeError, match=r"no restarts left \(--max-restarts 2\)"):
@@ -134,6 +157,8 @@ def test_the_resume_decision_reaches_the_workers(tmp_path, fake_slurm):
 )
 def test_after_exit_policy(code, saved, task, restart, action):
     assert restarts.after_exit(code, saved, task, restart, max_restarts=3).action is action
+    cancelled = restarts.after_exit(code, saved, task, restart, 3, cancelled=True)
+    assert cancelled.action is Action.CANCELLED  # a cancel is final, whatever the exit
 
 
 def test_restart_budget_counts_restarts_of_any_kind():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -18,6 +19,22 @@ PER_UPDATE = ("--log-interval", "1")
 def launcher_log(save, job) -> str:
     logs = RunDir(save).slurm_logs
     return "".join(p.read_text() for p in sorted(logs.glob(f"{job}_*_log.out")))
+
+
+def test_scancel_is_final(runs):
+    """A user's plain `scancel JOB` ends the run: the launcher sees Slurm's CANCELLED and does
+    not take the killed step for a crash (before: it requeued, and it took four scancels)."""
+    runs.wait_idle_nodes(2)
+    job, save = runs.submit("cancel", 2000, fairseq=PER_UPDATE)
+    runs.wait_for_update(save, 5)
+    slurm.cancel(job)
+    runs.wait_for(
+        "the launcher's word on the cancel", lambda: "not requeued" in launcher_log(save, job), 60
+    )
+    time.sleep(5)  # a requeue, had one been issued, would show by now
+    state = slurm.job_state(job)
+    assert state.state in {"CANCELLED", "GONE"} and state.restarts == 0, state
+    assert "requeueing" not in launcher_log(save, job)
 
 
 def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_cluster):
