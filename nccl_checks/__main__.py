@@ -137,7 +137,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
     except ParseError as err:
         raise UsageError(f"{args.file}: {err}") from None
     verdict = judge(table, args.instance_type, args.nodes, args.gpus_per_node, args.min_busbw)
-    code = EXIT_HEALTHY if verdict.healthy else EXIT_UNHEALTHY
+    code = verdict.exit_code  # 3 when no threshold covers this shape: not judged
     if args.json:
         print(json.dumps(verdict.to_dict() | {"exit_code": code}, indent=2))
     else:
@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
         "parse",
         help="judge an all_reduce_perf output saved by hand",
         description="Parse nccl-tests output (text in any known layout, or the -J JSON) and "
-        "give the same verdict as `allreduce`. Exit 0 healthy, 1 unhealthy, 2 unreadable.",
+        "give the same verdict as `allreduce`. Exit 0 healthy, 1 unhealthy, 2 unreadable, "
+        "3 not judged (no bandwidth threshold for this instance type and node count).",
     )
     pa.add_argument("file", help="saved output ('-' for stdin)")
     pa.add_argument("--instance-type", required=True, help="e.g. p3dn.24xlarge, or cpu")

@@ -9,7 +9,8 @@ loaded, retired pages pending (V100) or a row-remap failure/pending remap (A100+
 the slowdown threshold, hardware slowdown / thermal / power-brake throttling, fewer NVLinks up than
 the instance has, a GPU lost to NVML, and critical XIDs (48, 64, 74, 79, 95, 119, 120).
 Warn (reported, not drained): persistence mode off, software thermal slowdown, temperature within
-5 °C of slowdown, historic (aggregate) uncorrectable ECC, other XIDs, an unreadable kernel log.
+5 °C of slowdown, historic (aggregate) uncorrectable ECC, other XIDs, an unreadable kernel log,
+NVLink not checked because NVML does not report it (some virtualised GPUs).
 """
 
 from __future__ import annotations
@@ -176,6 +177,27 @@ def check_gpu(g: GpuState, nvlinks_expected: int) -> list[Finding]:
     return out
 
 
+def check_nvlink_unknown(state: NodeState, nvlinks_expected: int) -> list[Finding]:
+    """One warning when links are expected but NVML answered no NVLink query (NotSupported)."""
+    unknown = [g.index for g in state.gpus if g.nvlink_up is None]
+    if not nvlinks_expected or not unknown:
+        return []
+    which = "every GPU" if len(unknown) == len(state.gpus) else f"GPU {_ranges(unknown)}"
+    detail = f"NVLink: not checked (NVML: not supported) on {which}; {nvlinks_expected} expected"
+    return [Finding("nvlink", "warn", detail)]
+
+
+def _ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    spans: list[list[int]] = []
+    for i in sorted(indices):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
 def check_xids(state: NodeState) -> list[Finding]:
     if state.xid_events is None:
         return [Finding("xid", "warn", f"XIDs not checked: {state.xid_source}")]
@@ -226,6 +248,7 @@ def check_node(state: NodeState, itype_name: str) -> GpuReport:
     findings = [check_count(state, itype.gpus, itype.name)]
     for g in state.gpus:
         findings += check_gpu(g, itype.nvlink_links)
+    findings += check_nvlink_unknown(state, itype.nvlink_links)
     findings += check_xids(state)
     return GpuReport(state, itype.name, tuple(f for f in findings if f.severity != "ok"))
 

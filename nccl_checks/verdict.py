@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hpc_core.instances import INSTANCE_TYPES
+from nccl_checks import EXIT_CANNOT_RUN, EXIT_HEALTHY, EXIT_UNHEALTHY
 from nccl_checks.parse import Measurement, Table
 
 CPU = "cpu"  # gloo over loopback on the local emulated cluster: one rank per node, no GPU
@@ -129,7 +130,7 @@ class Check:
 
 @dataclass(frozen=True)
 class Verdict:
-    healthy: bool
+    healthy: bool  # no check failed
     reason: str  # one line
     instance_type: str
     nodes: int
@@ -138,9 +139,17 @@ class Verdict:
     large_size: int | None
     threshold: Threshold | None
     checks: tuple[Check, ...]
+    judged: bool = True  # False: no bandwidth threshold for this shape, the rest passed or not
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a check failed; else 3 when the bandwidth was not judged; else 0."""
+        if not self.healthy:
+            return EXIT_UNHEALTHY
+        return EXIT_HEALTHY if self.judged else EXIT_CANNOT_RUN
 
 
 def _human(size: int) -> str:
@@ -218,7 +227,8 @@ def _check_bandwidth(
     peak, at = large_message_busbw(table)
     where = f"{instance_type} x {nodes} node{'s' if nodes != 1 else ''}"
     if threshold is None:
-        return Check("bandwidth", True, f"not judged: no threshold for {where}"), peak, at
+        detail = f"bandwidth not judged: no threshold for {where} (--min-busbw GBPS sets one)"
+        return Check("bandwidth", True, detail), peak, at
     if table.max_size < threshold.min_size:
         return (
             Check(
@@ -295,4 +305,5 @@ def judge(
         large_size=at,
         threshold=threshold,
         checks=checks,
+        judged=threshold is not None,
     )

@@ -41,6 +41,16 @@ def test_parse_verdicts(fixture: str, itype: str, nodes: str, code: int, reason:
     assert last.startswith("HEALTHY: " if code == 0 else "UNHEALTHY: ") and reason in last
 
 
+def test_parse_without_a_threshold_for_the_shape_exits_3_not_judged() -> None:
+    table = str(FIXTURES / "table_only_16ranks.txt")
+    shape = ("--instance-type", "p4d.24xlarge", "--nodes", "1", "--gpus-per-node", "16")
+    proc = nccl_checks("parse", table, *shape)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith("NOT CHECKED: bandwidth not judged: no threshold for p4d.24xlarge x 1")
+    assert nccl_checks("parse", table, *shape, "--min-busbw", "1").returncode == 0
+
+
 def test_parse_json_output() -> None:
     proc = nccl_checks(
         "parse",

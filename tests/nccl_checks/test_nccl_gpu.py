@@ -105,12 +105,26 @@ def test_each_gpu_check(healthy: NodeState, changes: dict, check: str, severity:
     [
         {"throttle_reasons": 0x1 | 0x2 | 0x4 | 0x10},  # idle, app clocks, power cap, sync boost
         {"temperature_c": 81},  # more than 5 C below slowdown
-        {"nvlink_up": None},  # NVML could not tell: not judged
         {"slowdown_temp_c": None, "temperature_c": 95},  # no threshold known: not judged
     ],
 )
 def test_normal_conditions_are_not_findings(healthy: NodeState, changes: dict) -> None:
     assert check_node(with_gpu(healthy, 0, **changes), P3DN).findings == ()
+
+
+def test_nvlink_unknown_to_nvml_is_said_not_silently_skipped(healthy: NodeState) -> None:
+    # seen on a real H100: all 36 link queries answered NotSupported
+    unknown = dataclasses.replace(
+        healthy, gpus=tuple(dataclasses.replace(g, nvlink_up=None) for g in healthy.gpus)
+    )
+    report = check_node(unknown, "p5.48xlarge")
+    assert report.healthy
+    assert [(f.check, f.severity, f.gpu) for f in report.findings] == [("nvlink", "warn", None)]
+    assert "NVLink: not checked (NVML: not supported) on every GPU; 18 expected" in report.reason
+    some = with_gpu(
+        with_gpu(with_gpu(healthy, 0, nvlink_up=None), 1, nvlink_up=None), 5, nvlink_up=None
+    )
+    assert "on GPU 0-1, 5;" in check_node(some, P3DN).reason
 
 
 def test_nvlink_expectation_follows_the_instance_type(healthy: NodeState) -> None:

@@ -154,6 +154,11 @@ def test_sweep_must_reach_the_judged_size() -> None:
 def test_not_judged_without_a_threshold() -> None:
     v = judge(synthetic(24, 50.0, 1 * GiB), "p4d.24xlarge", 3)
     assert v.healthy and v.threshold is None and "not judged" in v.reason
+    assert not v.judged and v.exit_code == 3  # could not judge: exit 3, never "healthy" (0)
+    judged = judge(synthetic(24, 50.0, 1 * GiB), "p4d.24xlarge", 3, min_busbw=40.0)
+    assert judged.judged and judged.exit_code == 0
+    broken = judge(synthetic(24, 50.0, 1 * GiB), "p4d.24xlarge", 4)  # 24 ranks, 32 expected
+    assert not broken.healthy and broken.exit_code == 1  # a failed check still says unhealthy
 
 
 def test_min_busbw_override() -> None:
