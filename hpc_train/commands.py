@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpc_core.slurm import rendezvous_port
-from hpc_train import batch, presets
+from hpc_train import batch, devices, presets
 from hpc_train.spec import JobSpec
 
 TRAIN_MODULE = "hpc_train.train"  # the worker torchrun starts on every rank
@@ -45,7 +45,8 @@ def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], 
     """fairseq-train arguments for ``spec`` on ``world_size`` ranks; raises ValueError if the
     global batch cannot be kept (smaller than one step of this world)."""
     recipe: presets.Preset = spec.recipe
-    plan = batch.plan(spec.sequences_per_update, recipe.batch_per_device, world_size)
+    per_device = spec.device_batch(gpu, world_size)
+    plan = batch.plan(spec.sequences_per_update, per_device, world_size)
     save_dir = Path(spec.save_dir)
     args = [
         str(spec.data),
@@ -53,7 +54,8 @@ def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], 
         "--arch", recipe.arch,
         *recipe.arch_args,
         "--tokens-per-sample", str(recipe.tokens_per_sample),
-        "--batch-size", str(recipe.batch_per_device),
+        "--optimizer", presets.GPU_OPTIMIZER if gpu else presets.CPU_OPTIMIZER,
+        "--batch-size", str(per_device),
         "--update-freq", str(plan.update_freq),
         "--lr", str(recipe.peak_lr),
         "--warmup-updates", str(min(recipe.warmup_updates, spec.updates)),
@@ -69,9 +71,11 @@ def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], 
         "--seed", "1",
     ]  # fmt: skip
     if gpu:
-        args += ["--fp16", "--distributed-backend", "nccl", "--ddp-backend", "c10d"]
+        args += devices.precision_flags(spec.gpu_precision)
+        args += ["--distributed-backend", "nccl", "--ddp-backend", "c10d"]
+        args += ["--num-workers", str(devices.LOADER_WORKERS)]
     else:
-        # fp16 needs a GPU; gloo has no c10d-DDP bucket support in fairseq: legacy_ddp.
+        # fp16/bf16 need a GPU; gloo has no c10d-DDP bucket support in fairseq: legacy_ddp.
         args += ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
         args += ["--num-workers", "0"]
     args += list(spec.extra_args)

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field, replace
 class Preset:
     name: str
     arch: str
-    batch_per_device: int  # --batch-size (max sentences) on one GPU / CPU rank
+    # --batch-size on a CPU rank, and the seed recipe's per-GPU batch; GPUs take theirs from
+    # hpc_train.devices (by the instance type's GPU memory)
+    batch_per_device: int
     tokens_per_sample: int
     peak_lr: float
     warmup_updates: int
@@ -39,12 +41,16 @@ class Preset:
         )
 
 
-# The recipe shared by every preset (fairseq flags).
+# The optimizer: Adam with fairseq's semantics. On GPUs through torch's fused AdamW kernel
+# (hpc_train.optim registers it with fairseq); on CPU ranks fairseq's own.
+GPU_OPTIMIZER = "fused_adamw"
+CPU_OPTIMIZER = "adam"
+
+# The recipe shared by every preset (fairseq flags; the optimizer is chosen per device above).
 RECIPE: tuple[str, ...] = (
     "--task", "masked_lm",
     "--criterion", "masked_lm",
     "--sample-break-mode", "complete",
-    "--optimizer", "adam",
     "--adam-betas", "(0.9, 0.98)",
     "--adam-eps", "1e-6",
     "--clip-norm", "0.0",
@@ -76,7 +82,7 @@ ROBERTA_BASE = Preset(
     save_interval_updates=1000,
     log_interval=10,
 )
-# 355M parameters at 512 tokens in fp16: 8 sequences fit a 32 GB V100.
+# 355M parameters; the seed recipe's 8 sequences per GPU.
 ROBERTA_LARGE = replace(
     ROBERTA_BASE, name="roberta-large", arch="roberta_large", batch_per_device=8
 )

@@ -15,7 +15,7 @@ from typing import Any
 
 from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
 from hpc_core.rundir import RunDir
-from hpc_train import batch, presets
+from hpc_train import batch, devices, presets
 
 
 class SpecError(ValueError):
@@ -87,7 +87,7 @@ class JobSpec:
         default_text="the preset's", metavar="N",
     )  # fmt: skip
     instance_type: str = option(
-        "--instance-type", "EC2 type: EFA/NCCL settings and cores",
+        "--instance-type", "EC2 type: EFA/NCCL settings, cores, GPU batch and precision",
         default=DEFAULT_INSTANCE_TYPE, metavar="TYPE",
     )  # fmt: skip
     job_name: str = option("--job-name", "Slurm job name", default="hpc-train", metavar="NAME")
@@ -107,6 +107,14 @@ class JobSpec:
     preflight: bool = option(
         "--preflight", "all-reduce health check of the allocation before training", default=False
     )
+    precision: str | None = option(
+        "--precision", "GPU ranks' precision", default=None, choices=devices.PRECISIONS,
+        default_text="bf16 on A100/H100, fp16 on V100",
+    )  # fmt: skip
+    batch_per_device: int | None = option(
+        "--batch-per-device", "sequences per GPU", default=None, type=int, metavar="N",
+        default_text="by preset and GPU memory, see hpc_train/devices.py",
+    )  # fmt: skip
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
     @property
@@ -135,6 +143,21 @@ class JobSpec:
 
     def ranks_per_node(self, gpu: bool) -> int:
         return self.gpus_per_node if gpu and self.gpus_per_node > 0 else 1
+
+    def device_batch(self, gpu: bool, world_size: int) -> int:
+        """Sequences per rank in a world of ``world_size`` (``hpc_train.devices``)."""
+        return devices.batch_per_device(
+            self.preset,
+            self.instance_type if gpu else None,
+            self.recipe.batch_per_device,
+            self.sequences_per_update,
+            world_size,
+            self.batch_per_device,
+        )
+
+    @property
+    def gpu_precision(self) -> str:
+        return devices.precision(self.instance_type, self.precision)
 
 
 def parse_nodes(text: str) -> tuple[int, int]:
@@ -203,7 +226,7 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
     (``--dry-run`` on a machine without the data).
     """
     try:
-        recipe = presets.get(spec.preset)
+        presets.get(spec.preset)
     except ValueError as err:
         raise SpecError(str(err)) from None
     if spec.nodes_min < 1 or spec.nodes_max < spec.nodes_min:
@@ -219,9 +242,15 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
         raise SpecError("--global-batch must be >= 1")
     if spec.max_restarts < 0 or spec.keep_checkpoints < 1:
         raise SpecError("--max-restarts must be >= 0 and --keep-checkpoints >= 1")
-    world = spec.nodes_max * spec.ranks_per_node(gpu=True)
+    if spec.batch_per_device is not None and spec.batch_per_device < 1:
+        raise SpecError("--batch-per-device must be >= 1")
+    problem = devices.precision_problem(spec.instance_type, spec.gpu_precision)
+    if spec.gpus_per_node and problem:
+        raise SpecError(problem)
+    gpu = spec.gpus_per_node > 0
+    world = spec.nodes_max * spec.ranks_per_node(gpu)
     try:
-        plan = batch.plan(spec.sequences_per_update, recipe.batch_per_device, world)
+        plan = batch.plan(spec.sequences_per_update, spec.device_batch(gpu, world), world)
     except ValueError as err:
         raise SpecError(f"--global-batch: {err}") from None
     if check_paths:

@@ -20,11 +20,11 @@ def test_torchrun_uses_c10d_on_the_first_node_with_the_job_id():
 
 
 def test_gpu_args_use_fp16_nccl_and_the_computed_update_freq():
-    spec = JobSpec("roberta-large", Path("/d"), Path("/s"), 2, 2, 8)
+    spec = JobSpec("roberta-large", Path("/d"), Path("/s"), 2, 2, 8)  # p3dn: V100, fp16
     argv, plan = commands.fairseq_args(spec, world_size=16, gpu=True)
     assert argv[0] == "/d"
     assert "--fp16" in argv and arg(argv, "--distributed-backend") == "nccl"
-    assert arg(argv, "--update-freq") == "16" == str(plan.update_freq)
+    assert arg(argv, "--update-freq") == "4" == str(plan.update_freq)  # 2048 / (32 x 16)
     assert arg(argv, "--arch") == "roberta_large"
     assert arg(argv, "--total-num-update") == arg(argv, "--max-update") == "125000"
 

@@ -10,7 +10,7 @@ def test_gpu_node_runs_one_rank_per_gpu():
     launcher = Launcher(JobSpec("roberta-base", Path("/d"), Path("/s"), 2, 2, 8))
     use_gpu, nproc, args, described = launcher.plan_node(nnodes=2, gpus=8)
     assert use_gpu and nproc == 8
-    assert args[args.index("--update-freq") + 1] == "8"  # 2048 / (16 x 16)
+    assert args[args.index("--update-freq") + 1] == "2"  # 2048 / (64 per V100 x 16)
     assert "16 ranks" in described
 
 

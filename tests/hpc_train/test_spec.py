@@ -32,7 +32,7 @@ def test_parse_time_slurm_formats(text, minutes):
 
 def test_validate_accepts_a_good_spec(tmp_path):
     spec = JobSpec("roberta-base", make_corpus(tmp_path / "d"), tmp_path / "s", 2, 2, 8)
-    assert validate(spec).update_freq == 8
+    assert validate(spec).update_freq == 2  # 2048 / (64 per V100 (hpc_train.devices) x 16)
 
 
 def test_validate_uses_the_largest_world_of_an_elastic_range(tmp_path):
@@ -58,4 +58,4 @@ def test_save_dir_under_a_file_is_not_writable(tmp_path):
 
 def test_dry_run_validation_skips_paths(tmp_path):
     spec = JobSpec("roberta-large", tmp_path / "D", tmp_path / "S", 2, 2, 8)
-    assert validate(spec, check_paths=False).update_freq == 16
+    assert validate(spec, check_paths=False).update_freq == 4  # 2048 / (32 per V100 x 16)

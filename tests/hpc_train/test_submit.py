@@ -74,7 +74,7 @@ def test_issue_example_dry_run_needs_no_slurm(tmp_path):
     for needle in ("#SBATCH --nodes=2", "#SBATCH --requeue", "#SBATCH --ntasks-per-node=1"):
         assert needle in out
     assert "--nnodes=2" in out and "--nproc_per_node=8" in out and "--rdzv_backend=c10d" in out
-    assert "--arch roberta_large" in out and "--update-freq 16" in out
+    assert "--arch roberta_large" in out and "--update-freq 4" in out
     assert "--adam-betas '(0.9, 0.98)'" in out and "--fp16" in out
     assert not Path("S").exists()  # a dry run writes nothing
 

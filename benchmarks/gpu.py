@@ -1,0 +1,403 @@
+"""GPU benchmark (issue 12): ``make bench-gpu``. Needs one visible NVIDIA GPU; without one it
+says so and exits 0.
+
+    python -m benchmarks.gpu --data .local/data/demo-bin --out benchmarks/results/gpu.json
+    python -m benchmarks.gpu probe --data .local/data/demo-bin --out benchmarks/results/gpu-probe.json
+
+For each preset (roberta-base, roberta-large), four trainings on one GPU, one after the other in
+one run, all with the same global batch (``LENGTHS``) so every update sees as many sequences:
+
+1. **bare_seed** - bare ``fairseq-train`` (``python -m fairseq_cli.train``) with the seed
+   recipe's settings (``ray_train.sh``): ``--fp16``, ``--optimizer adam``, ``--ddp-backend
+   no_c10d``, ``--max-sentences`` 16 (base) / 8 (large: the preset's former value);
+2. **bare_same** - the same bare fairseq with the toolkit's per-GPU batch (fp16, adam);
+3. **toolkit_same** - the toolkit (``torchrun -m hpc_train.train`` with the arguments the
+   launcher builds) forced to bare_same's settings: ``--precision fp16``, ``--optimizer adam``;
+4. **toolkit** - the toolkit as it runs on a p5 (H100): its table's batch, bf16, ``fused_adamw``.
+
+Figures (ratios taken in the same run): ``speedup_vs_seed`` = toolkit / bare_seed words/s
+(goal >= 2); ``toolkit_over_bare`` = toolkit_same / bare_same (goal >= 0.98, the toolkit's own
+overhead); ``save_ratio`` = the toolkit's atomic checkpoint write / fairseq's own, in seconds.
+Words/s is fairseq's ``wps`` (non-padding tokens per second), the median over its log intervals
+after the first (warm-up). MFU = 6 x parameters x words/s / the GPU's dense bf16/fp16 peak
+(``PEAKS``, datasheet figures); the attention's own FLOPs are not counted, so MFU is a floor.
+
+The corpus is the offline demo corpus with its train split repeated ``--repeat`` times (the same
+sentences again: fine for throughput, meaningless for loss), so no run reaches an epoch's end.
+The train loss is recorded but not compared: the runs' batches differ in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import shutil
+import statistics
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import gpu_measure
+from hpc_core.rundir import atomic_write
+from hpc_train import batch, cli, commands, devices, logs
+from hpc_train.spec import JobSpec
+
+GOAL_SPEEDUP = 2.0
+GOAL_OVERHEAD = 0.98
+INSTANCE_TYPE = "p5.48xlarge"  # the toolkit's table row for one H100
+RUNS = ("bare_seed", "bare_same", "toolkit_same", "toolkit")
+SEED_BATCH = {"roberta-base": 16, "roberta-large": 8}  # ray_train.sh MAX_SENTENCES; large: former
+STAMP_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
+PARAMS_RE = re.compile(r"num\. shared model params: ([\d,]+)")
+SAVE_RE = re.compile(r"writing took ([\d.]+) seconds")
+DONE = "| done training in"
+
+
+@dataclass(frozen=True)
+class Peak:
+    gpu: str  # found in torch.cuda.get_device_name()
+    tflops: float  # dense bf16 = fp16 tensor-core peak
+    source: str
+
+
+# First match wins: "H100 PCIe" before "H100".
+PEAKS: tuple[Peak, ...] = (
+    Peak("H100 PCIe", 756.0, "NVIDIA H100 datasheet, PCIe: 1,513 TFLOPS bf16/fp16 with sparsity"),
+    Peak("H100", 989.4, "NVIDIA H100 datasheet, SXM5: 1,979 TFLOPS bf16/fp16 with sparsity"),
+    Peak("A100", 312.0, "NVIDIA A100 datasheet: 312 TFLOPS bf16/fp16 tensor core, dense"),
+    Peak("V100", 125.0, "NVIDIA V100 datasheet, SXM2: 125 TFLOPS fp16 tensor core"),
+)
+
+
+@dataclass(frozen=True)
+class Lengths:
+    global_batch: int  # sequences per update, every run
+    max_update: int
+    log_interval: int
+
+
+LENGTHS = {"roberta-base": Lengths(512, 30, 3), "roberta-large": Lengths(256, 20, 2)}
+WARMUP_INTERVALS = 2  # log intervals left out of words/s: CUDA start-up, allocator, loader fill
+
+
+# --- pure ---------------------------------------------------------------------------------------
+
+
+def peak_for(device_name: str) -> Peak | None:
+    return next((p for p in PEAKS if p.gpu in device_name), None)
+
+
+def mfu(params: int, words_per_s: float, peak_tflops: float) -> float:
+    """Model FLOPs utilisation: 6 FLOPs per parameter per token (forward 2, backward 4)."""
+    return 6.0 * params * words_per_s / (peak_tflops * 1e12)
+
+
+def steady(values: list[float], skip: int = WARMUP_INTERVALS) -> float:
+    """Median after the first ``skip`` values (warm-up); ValueError when nothing is left."""
+    if len(values) <= skip:
+        raise ValueError(f"{len(values)} log interval(s): need more than {skip}")
+    return statistics.median(values[skip:])
+
+
+def seed_argv(
+    preset: str, data: Path, save_dir: Path, per_gpu: int, lengths: Lengths, workers: int | None
+) -> list[str]:
+    """Bare fairseq-train as the seed's ray_train.sh runs it, on one GPU (``workers`` None:
+    fairseq's default data loader, as the seed)."""
+    arch = preset.replace("-", "_")
+    update_freq = batch.plan(lengths.global_batch, per_gpu, 1).update_freq
+    return [
+        str(data), "--fp16",
+        "--task", "masked_lm", "--criterion", "masked_lm",
+        "--arch", arch, "--sample-break-mode", "complete", "--tokens-per-sample", "512",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-6",
+        "--clip-norm", "0.0",
+        "--lr-scheduler", "polynomial_decay", "--lr", "0.0005", "--warmup-updates", "10000",
+        "--total-num-update", "125000",
+        "--dropout", "0.1", "--attention-dropout", "0.1", "--weight-decay", "0.01",
+        "--max-sentences", str(per_gpu), "--update-freq", str(update_freq),
+        "--max-update", str(lengths.max_update),
+        "--log-format", "json", "--log-interval", str(lengths.log_interval),
+        "--save-interval-updates", "1000", "--save-dir", str(save_dir), "--ddp-backend", "no_c10d",
+        *(["--num-workers", str(workers)] if workers is not None else []),
+    ]  # fmt: skip
+
+
+def toolkit_spec(
+    preset: str,
+    data: Path,
+    save_dir: Path,
+    lengths: Lengths,
+    precision: str | None = None,
+    per_gpu: int | None = None,
+    extra: tuple[str, ...] = (),
+) -> JobSpec:
+    """The job the toolkit would run on one GPU of a p5 (``per_gpu`` None: its table's)."""
+    return JobSpec(
+        preset,
+        data,
+        save_dir,
+        gpus_per_node=1,
+        instance_type=INSTANCE_TYPE,
+        global_batch=lengths.global_batch,
+        max_update=lengths.max_update,
+        precision=precision,
+        batch_per_device=per_gpu,
+        extra_args=("--log-interval", str(lengths.log_interval), *extra),
+    )
+
+
+def run_argvs(preset: str, data: Path, work: Path, python: str) -> dict[str, list[str]]:
+    """The command line of each run (``RUNS``), save dirs ``work/<preset>-<run>``."""
+    lengths = LENGTHS[preset]
+    per_gpu = toolkit_spec(preset, data, work, lengths).device_batch(True, 1)
+
+    def save(name: str) -> Path:
+        return work / f"{preset}-{name}"
+
+    def bare(name: str, batch_size: int, workers: int | None) -> list[str]:
+        argv = seed_argv(preset, data, save(name), batch_size, lengths, workers)
+        return [python, "-m", "fairseq_cli.train", *argv]
+
+    def toolkit(name: str, **kw: Any) -> list[str]:
+        spec = toolkit_spec(preset, data, save(name), lengths, **kw)
+        args, _ = commands.fairseq_args(spec, world_size=1, gpu=True)
+        argv = commands.torchrun_argv("torchrun", 1, 1, "127.0.0.1", "4242", args)
+        return [python, "-m", "torch.distributed.run", *argv[1:]]
+
+    same = {"precision": "fp16", "per_gpu": per_gpu, "extra": ("--optimizer", "adam")}
+    return {
+        "bare_seed": bare("bare_seed", SEED_BATCH[preset], None),
+        "bare_same": bare("bare_same", per_gpu, devices.LOADER_WORKERS),
+        "toolkit_same": toolkit("toolkit_same", **same),
+        "toolkit": toolkit("toolkit"),
+    }
+
+
+def parse_log(lines: Iterable[str]) -> dict[str, Any]:
+    """What a run printed: parameters, per-interval wps, peak memory, the last save, times."""
+    out: dict[str, Any] = {"params": None, "wps": [], "gb_free_min": None, "save_s": None}
+    out |= {"loss": None, "first_s": None, "last_s": None, "done_s": None}
+    for line in lines:
+        if m := PARAMS_RE.search(line):
+            out["params"] = int(m.group(1).replace(",", ""))
+        if m := SAVE_RE.search(line):
+            out["save_s"] = float(m.group(1))
+        if DONE in line and (stamp := STAMP_RE.match(line)):
+            out["done_s"] = _epoch(stamp.group(1))
+        if "| train_inner |" not in line or (metrics := logs.parse_metrics(line)) is None:
+            continue
+        out["wps"].append(metrics.get("wps", 0.0))
+        out["loss"] = metrics.get("loss")
+        if "gb_free" in metrics:
+            free = metrics["gb_free"]
+            out["gb_free_min"] = (
+                free if out["gb_free_min"] is None else min(out["gb_free_min"], free)
+            )
+        if stamp := STAMP_RE.match(line):
+            out["first_s"] = out["first_s"] or _epoch(stamp.group(1))
+            out["last_s"] = _epoch(stamp.group(1))
+    return out
+
+
+def _epoch(stamp: str) -> float:
+    """fairseq's log time (local, whole seconds) as epoch seconds."""
+    return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
+
+
+def figures(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The ratios of one preset's runs (see the module docstring)."""
+
+    def wps(name: str) -> float:
+        return float(runs[name]["words_per_s"])
+
+    return {
+        "speedup_vs_seed": round(wps("toolkit") / wps("bare_seed"), 3),
+        "toolkit_over_bare": round(wps("toolkit_same") / wps("bare_same"), 3),
+        "bf16_fused_over_fp16_adam": round(wps("toolkit") / wps("toolkit_same"), 3),
+        "save_ratio": round(runs["toolkit"]["save_s"] / runs["bare_same"]["save_s"], 3)
+        if runs["toolkit"]["save_s"] and runs["bare_same"]["save_s"]
+        else None,
+    }
+
+
+def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A results file with ``new``'s presets replacing (only) the same presets in ``old``."""
+    return {**old, **new, "presets": {**old.get("presets", {}), **new.get("presets", {})}}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The README's table: one row per preset and run."""
+    rows = [
+        "| preset | run | batch/GPU x update_freq | precision, optimizer | words/s | MFU | "
+        "peak GiB (torch / nvidia-smi) | checkpoint GB, save s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for preset, section in result["presets"].items():
+        for name in RUNS:
+            r = section["runs"][name]
+            rows.append(
+                f"| {preset} | {name} | {r['batch']} x {r['update_freq']} | {r['precision']}, "
+                f"{r['optimizer']} | {r['words_per_s']:,.0f} | {r['mfu']:.1%} | "
+                f"{r['peak_gib']} / {r['smi_peak_gib']} | "
+                f"{r['checkpoint_bytes'] / 1e9:.2f}, {r['save_s']:.1f} |"
+            )
+    return "\n".join(rows)
+
+
+def arg_after(argv: list[str], *flags: str) -> str | None:
+    """The value after the last of ``flags`` in an argument list."""
+    found = None
+    for i, a in enumerate(argv[:-1]):
+        if a in flags:
+            found = argv[i + 1]
+    return found
+
+
+def summarize_run(argv: list[str], raw: dict[str, Any], total_gib: float) -> dict[str, Any]:
+    """One run's figures from what ``gpu_measure.run_one`` recorded (its log lines, nvidia-smi
+    samples as (time, MiB used, % busy), checkpoint size, wall clock)."""
+    parsed = parse_log(raw["lines"])
+    samples = raw["samples"]
+    first, last = parsed["first_s"], parsed["last_s"]
+    window = [s for s in samples if first is not None and first <= s[0] <= last + 1]
+    free = parsed["gb_free_min"]
+    return {
+        "argv": argv,
+        "batch": int(arg_after(argv, "--batch-size", "--max-sentences") or 0),
+        "update_freq": int(arg_after(argv, "--update-freq") or 1),
+        "precision": "bf16" if "--bf16" in argv else "fp16" if "--fp16" in argv else "fp32",
+        "optimizer": arg_after(argv, "--optimizer"),
+        "words_per_s": steady(parsed["wps"]),
+        "wps_intervals": parsed["wps"],
+        "params": parsed["params"],
+        "peak_gib": round(total_gib - free, 1) if free is not None else None,
+        "smi_peak_gib": round(max(s[1] for s in samples) / 1024, 1) if samples else None,
+        "gpu_util_pct": round(statistics.mean(s[2] for s in window), 1) if window else None,
+        "checkpoint_bytes": raw["checkpoint_bytes"],
+        "save_s": parsed["save_s"],
+        "final_loss": parsed["loss"],
+        "wall_s": round(raw["wall_s"], 1),
+        # "done training" to the process's exit (whole-second log stamps: +-1 s)
+        "exit_s": round(raw["ended"] - parsed["done_s"], 1) if parsed["done_s"] else None,
+    }
+
+
+# --- measuring (one visible GPU; helpers in benchmarks.gpu_measure) -----------------------------
+
+
+def bench_preset(preset: str, data: Path, work: Path, total_gib: float, peak: Peak | None) -> dict:
+    """The four runs of one preset, one after the other; a failed run is recorded, not fatal."""
+    runs: dict[str, dict[str, Any]] = {}
+    for name, argv in run_argvs(preset, data, work, sys.executable).items():
+        save = work / f"{preset}-{name}"
+        try:
+            raw = gpu_measure.run_one(name, argv, save, work / f"{preset}-{name}.log")
+            runs[name] = summarize_run(argv, raw, total_gib)
+        except (RuntimeError, ValueError) as err:
+            runs[name] = {"error": str(err)}
+            print(f"[bench-gpu] {preset} {name}: FAILED: {err}", flush=True)
+            continue
+        finally:
+            shutil.rmtree(save, ignore_errors=True)  # checkpoints are GBs
+        r = runs[name]
+        r["mfu"] = round(mfu(r["params"], r["words_per_s"], peak.tflops), 4) if peak else None
+        print(f"[bench-gpu] {preset} {name}: {r['words_per_s']:,.0f} words/s", flush=True)
+    complete = all("error" not in r for r in runs.values())
+    return {
+        "lengths": LENGTHS[preset].__dict__,
+        "figures": figures(runs) if complete else None,
+        "runs": runs,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("bench-gpu: no GPU visible here: nothing measured (run it on a GPU node)")
+        return 0
+    env = gpu_measure.environment()
+    peak = peak_for(env["gpu"])
+    work = args.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    data = gpu_measure.build_corpus(args.data, work / f"corpus-x{args.repeat}", args.repeat)
+    result = {
+        "environment": env,
+        "peak": peak.__dict__ if peak else None,
+        "matmul_bf16_tflops": gpu_measure.matmul_tflops(),
+        "corpus": f"{args.data.name}: the offline demo corpus, train split repeated {args.repeat}x",
+        "goals": {"speedup_vs_seed": GOAL_SPEEDUP, "toolkit_over_bare": GOAL_OVERHEAD},
+        "presets": {
+            p: bench_preset(p, data, work, env["gpu_memory_gib"], peak) for p in args.preset
+        },
+    }
+    old = json.loads(args.out.read_text()) if args.out.exists() else {}
+    merged = merge(old, result)
+    atomic_write(args.out, json.dumps(merged, indent=2) + "\n")
+    print(markdown(merged))
+    for preset, section in result["presets"].items():
+        print(f"{preset}: {section['figures']}")
+    return 0
+
+
+def probe(args: argparse.Namespace) -> int:
+    import torch
+
+    from benchmarks import gpu_probe
+
+    if not torch.cuda.is_available():
+        print("bench-gpu probe: no GPU visible here: nothing measured")
+        return 0
+    sizes = {"roberta-base": [32, 64, 128, 256], "roberta-large": [16, 32, 64, 128]}
+    result = {
+        "environment": gpu_measure.environment(),
+        "presets": {p: gpu_probe.sweep(p, args.data, sizes[p]) for p in args.preset},
+    }
+    atomic_write(args.out, json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["presets"], indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cli.Parser(prog="python -m benchmarks.gpu", description=__doc__)
+    p.add_argument(
+        "what",
+        nargs="?",
+        choices=("run", "probe"),
+        default="run",
+        help="run: the benchmark; probe: memory and speed per batch size (default: run)",
+    )
+    p.add_argument(
+        "--data", type=Path, default=Path(".local/data/demo-bin"), help="binarized demo corpus"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="JSON; presets already in it are kept "
+        "(default: benchmarks/results/gpu.json, or gpu-probe.json for probe)",
+    )
+    p.add_argument(
+        "--preset", action="append", choices=tuple(LENGTHS), help="repeatable (default: both)"
+    )
+    p.add_argument("--repeat", type=int, default=100, help="train split repeats")
+    p.add_argument(
+        "--work-dir", type=Path, default=Path(".local/bench/gpu"), help="corpus, save dirs, logs"
+    )
+    args = p.parse_args(argv)
+    if not (args.data / "dict.txt").is_file():
+        p.error(f"--data {args.data}: not a binarized corpus (make demo-data)")
+    if args.repeat < 1:
+        p.error("--repeat must be >= 1")
+    args.preset = args.preset or list(LENGTHS)
+    name = "gpu-probe.json" if args.what == "probe" else "gpu.json"
+    args.out = args.out or Path("benchmarks/results") / name
+    return probe(args) if args.what == "probe" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
