@@ -128,6 +128,7 @@ class Launcher:
     def __init__(self, spec: JobSpec) -> None:
         self.spec = spec
         self._proc: subprocess.Popen[bytes] | None = None
+        self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
 
     def __getstate__(self) -> dict[str, Any]:
@@ -136,6 +137,7 @@ class Launcher:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.spec = state["spec"]
         self._proc = None
+        self._marker = None
         self._signals = []
 
     def cancelled(self, job_id: str) -> bool:
@@ -202,7 +204,8 @@ class Launcher:
             log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
             return done
         env = dict(os.environ)
-        env[STOP_MARKER_ENV] = str(run.stop_marker(*start_key(start)))
+        self._marker = run.stop_marker(*start_key(start))
+        env[STOP_MARKER_ENV] = str(self._marker)
         if not use_gpu:
             env.update(instances.plain(instances.cpu_env()))
         argv = self.torchrun_command(start, nproc, args + decision.args)
@@ -253,21 +256,31 @@ class Launcher:
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """submitit's hook on USR2 (task 0): wait for the workers' save, then requeue.
 
-        Runs inside a signal handler: a blocking wait here deadlocks on the lock the interrupted
-        ``wait()`` holds, and ``poll()`` cannot see the exit for the same reason: read /proc.
+        The save is durable once the stop marker exists (rank 0 writes it after the checkpoint);
+        the workers' exit can take much longer (DataLoader processes shutting down), so whichever
+        comes first ends the wait. Runs inside a signal handler: a blocking wait here deadlocks
+        on the lock the interrupted ``wait()`` holds, and ``poll()`` cannot see the exit for the
+        same reason: read /proc.
         """
         import submitit
 
         started = time.monotonic()
         self._signals.append("notice")
         log("notice received: waiting for the workers to save checkpoint_last.pt")
-        proc = self._proc
+        proc, marker = self._proc, self._marker
+
+        def saved_or_exited() -> str | None:
+            if marker is not None and marker.exists():
+                return "the save on notice is durable"
+            if proc is None or has_exited(proc.pid):
+                return "workers exited"
+            return None
+
         try:
-            if proc is not None:
-                wait_until(lambda: has_exited(proc.pid), "workers", SAVE_WAIT_S, FAST)
-            log(f"workers exited {time.monotonic() - started:.1f} s after the notice")
+            what = wait_until(saved_or_exited, "the save on notice", SAVE_WAIT_S, FAST)
+            log(f"{what} {time.monotonic() - started:.1f} s after the notice: requeueing")
         except TimeoutError:
-            log(f"workers still running after {SAVE_WAIT_S:.0f} s: requeueing anyway")
+            log(f"no save on notice after {SAVE_WAIT_S:.0f} s: requeueing anyway")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))
 
 

@@ -73,17 +73,18 @@ def install_save_on_notice(run: RunDir, marker: Path) -> None:
         started = time.monotonic()
         logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
         checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
-        if trainer.data_parallel_rank == 0:
-            run.write_stop(marker, StopMarker(update, _notice["why"]))
-        if dist_initialized():
-            import torch.distributed as dist
-
-            dist.barrier()  # every node's launcher sees the marker once its workers exit
         since = time.monotonic() - (_notice["at"] or started)
         logger.info(
             f"saved on notice at update {update} in {time.monotonic() - started:.1f} s "
             f"({since:.1f} s after the signal)"
         )
+        if trainer.data_parallel_rank == 0:
+            # last: once it exists the checkpoint is durable and task 0's launcher may requeue
+            run.write_stop(marker, StopMarker(update, _notice["why"]))
+        if dist_initialized():
+            import torch.distributed as dist
+
+            dist.barrier()  # every node's launcher sees the marker once its workers exit
         return [None], True
 
     fairseq_train.validate_and_save = validate_and_save

@@ -164,3 +164,26 @@ def test_after_exit_policy(code, saved, task, restart, action):
 def test_restart_budget_counts_restarts_of_any_kind():
     assert restarts.restart_allowed(3, 3) and not restarts.restart_allowed(4, 3)
     assert not restarts.restart_allowed(1, 0)
+
+
+def test_notice_wait_ends_when_the_save_is_durable_not_when_workers_exit(tmp_path, monkeypatch):
+    """The workers may take tens of seconds to exit after their save (DataLoader processes);
+    task 0 lets submitit requeue as soon as the stop marker says the checkpoint is on disk."""
+    import subprocess
+    import time
+
+    launcher = launch.Launcher(spec_in(tmp_path))
+    run = RunDir(tmp_path)
+    launcher._marker = run.stop_marker("41", 0)
+    launcher._proc = subprocess.Popen(["sleep", "30"])  # workers still tearing down
+    monkeypatch.setattr(launch, "SAVE_WAIT_S", 20.0)
+    try:
+        run.write_stop(launcher._marker, StopMarker(7, "SIGUSR2"))
+        started = time.monotonic()
+        resubmission = launcher.checkpoint()
+        assert time.monotonic() - started < 2  # not the workers' exit, not the 20 s bound
+        assert resubmission.function.spec == launcher.spec  # submitit requeues the same run
+        assert launcher._signals == ["notice"]
+    finally:
+        launcher._proc.kill()
+        launcher._proc.wait()
