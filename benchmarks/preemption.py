@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
-import json
 import logging
 import os
 import platform
@@ -63,8 +62,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from benchmarks.report import fmt, ratio, run_and_write
 from hpc_core import slurm, wait
-from hpc_core.rundir import RunDir, atomic_write
+from hpc_core.rundir import RunDir
 from hpc_train import chaos, checkpoints, logs
 
 T = TypeVar("T")
@@ -132,20 +132,10 @@ def first_after(times: Iterable[float], after: float) -> float | None:
     return min((t for t in times if t >= after), default=None)
 
 
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    if numerator is None or denominator is None or denominator <= 0:
-        return None
-    return numerator / denominator
-
-
 def phases(marks: Sequence[tuple[str, float | None]]) -> dict[str, float]:
     """Seconds between consecutive named moments (``"a->b"``); missing moments are skipped."""
     present = [(name, t) for name, t in marks if t is not None]
     return {f"{a}->{b}": round(tb - ta, 3) for (a, ta), (b, tb) in itertools.pairwise(present)}
-
-
-def fmt(value: float | None, spec: str = ".2f") -> str:
-    return "n/a" if value is None else format(value, spec)
 
 
 def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -166,22 +156,6 @@ def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("save: torch.save, median (s)", fmt(save["plain_median"], ".4f"), ""),
         ("save ratio atomic / plain", fmt(result["save_ratio"]), ""),
     ]  # fmt: skip
-
-
-def table(rows: Sequence[tuple[str, str, str]]) -> str:
-    header = ("figure", "measured", "goal")
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(3)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in (header, *rows)
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` whole or not at all (``hpc_core.rundir.atomic_write``)."""
-    atomic_write(path, json.dumps(data, indent=2) + "\n")
 
 
 # --- on the cluster ----------------------------------------------------------------------------
@@ -482,13 +456,10 @@ def main(argv: list[str] | None = None) -> int:
     args.data = args.data.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.work_dir = (args.work_dir or Path(".local/bench") / f"preemption-{stamp}").resolve()
-    try:
-        result = run(args)
-    except (BenchError, slurm.SlurmError) as err:
-        print(f"bench-preempt: error: {err}", file=sys.stderr)
+    errors = (BenchError, slurm.SlurmError)
+    result = run_and_write("bench-preempt", args.out, lambda: run(args), summary_rows, errors)
+    if result is None:
         return 1
-    write_json(args.out, result)
-    print(table(summary_rows(result)))
     if result["interference"]:
         print(f"warning: other jobs ran during the timed recoveries {result['interference']}: "
               "recovery figures are suspect, rerun on a quiet cluster", file=sys.stderr)  # fmt: skip

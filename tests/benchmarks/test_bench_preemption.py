@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks import preemption as bench
+from benchmarks import report
 
 
 def stamp(t: float) -> str:
@@ -83,9 +84,9 @@ def test_resumed_update_is_the_first_update_after_the_resume():
 def test_first_after_and_ratio():
     assert bench.first_after([10.0, 20.0, 30.0], 15) == 20.0
     assert bench.first_after([10.0], 15) is None
-    assert bench.ratio(3.0, 2.0) == 1.5
-    assert bench.ratio(None, 2.0) is None
-    assert bench.ratio(1.0, 0.0) is None
+    assert report.ratio(3.0, 2.0) == 1.5
+    assert report.ratio(None, 2.0) is None
+    assert report.ratio(1.0, 0.0) is None
 
 
 def test_phases_between_consecutive_moments_skip_missing_ones():
@@ -105,7 +106,7 @@ def test_table_has_aligned_columns_and_the_goals():
         "settings": {"save_interval_updates": 10},
         "runs": {"save_on_notice": {"restart_s": 12.0, "startup_s": 18.0}},
     }
-    text = bench.table(bench.summary_rows(result))
+    text = report.table(bench.summary_rows(result))
     lines = text.splitlines()
     assert lines[0].startswith("figure") and set(lines[1]) <= {"-", "+"}
     assert len({line.index("|") for line in lines if "|" in line}) == 1
@@ -115,7 +116,7 @@ def test_table_has_aligned_columns_and_the_goals():
 
 def test_write_json_replaces_the_file_whole(tmp_path):
     out = tmp_path / "results" / "preemption.json"
-    bench.write_json(out, {"a": 1})
-    bench.write_json(out, {"b": 2})
+    report.write_json(out, {"a": 1})
+    report.write_json(out, {"b": 2})
     assert json.loads(out.read_text()) == {"b": 2}
     assert [p.name for p in out.parent.iterdir()] == ["preemption.json"]  # no temporary left

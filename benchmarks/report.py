@@ -1,0 +1,59 @@
+"""What every benchmark shares: figures as text, the (figure, measured, goal) table, the JSON
+result written whole, and the run-report-write ending of each ``main``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpc_core.rundir import atomic_write
+
+Rows = list[tuple[str, str, str]]
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def fmt(value: float | None, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def table(rows: Sequence[tuple[str, str, str]]) -> str:
+    header = ("figure", "measured", "goal")
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(3)]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in (header, *rows)
+    ]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` whole or not at all (``hpc_core.rundir.atomic_write``)."""
+    atomic_write(path, json.dumps(data, indent=2) + "\n")
+
+
+def run_and_write(
+    name: str,
+    out: Path,
+    compute: Callable[[], dict[str, Any]],
+    rows: Callable[[dict[str, Any]], Rows],
+    errors: tuple[type[Exception], ...],
+) -> dict[str, Any] | None:
+    """Run the benchmark; on one of ``errors`` say it in one line and return None; else write
+    the JSON result, print the table and return the result."""
+    try:
+        result = compute()
+    except errors as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return None
+    write_json(out, result)
+    print(table(rows(result)))
+    return result
