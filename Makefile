@@ -11,7 +11,7 @@ STATE   := .local
 export HPC_TRAIN_CLUSTER_DIR ?= $(CURDIR)/$(STATE)/cluster
 export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 
-.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench-preempt bench-gpu clean
+.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench-preempt bench-gpu bench-data clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
@@ -76,6 +76,11 @@ lint: install-python
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
 bench-preempt: install cluster-up demo-data
 	$(PY) -m benchmarks.preemption --data $(STATE)/data/demo-bin --out benchmarks/results/preemption.json
+
+# Data benchmark (issue 13), not a test: ~3 min on 2 cores; GPT-2 BPE lines/s of this pipeline vs
+# fairseq's multiprocessing_bpe_encoder.py with the same workers, as ratios; outputs must be equal.
+bench-data: install-python
+	$(PY) -m benchmarks.data --out benchmarks/results/data.json
 
 # GPU benchmark (issue 12), not a test: words/s, MFU, memory, checkpoint save, toolkit vs bare
 # fairseq on one GPU (~13 min on an H100); says so and exits 0 where no GPU is visible.

@@ -1,0 +1,5 @@
+import sys
+
+from hpc_train.data.command import main
+
+sys.exit(main())
