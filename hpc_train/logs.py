@@ -68,6 +68,9 @@ class RunSummary:
         metrics = parse_metrics(line)
         if not metrics:
             return None
+        if "train_num_updates" in metrics:  # fairseq's end-of-epoch line: the update reached,
+            self.updates = max(self.updates, int(metrics["train_num_updates"]))  # logged or not
+            return None
         if "valid_loss" in metrics:
             self.valid_loss = metrics["valid_loss"]
             return None

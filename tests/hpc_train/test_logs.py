@@ -39,3 +39,15 @@ def test_report_names_updates_and_checkpoint(tmp_path):
     spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, max_update=15)
     text = logs.report(logs.summarize([train_line(15, 9.0)]), spec, "COMPLETED")
     assert "15/15 updates" in text and str(tmp_path / "checkpoint_last.pt") in text
+
+
+def test_the_end_of_epoch_line_counts_updates_no_interval_line_logged():
+    """max-update 8 with --log-interval 5: the last interval line says 5, fairseq's end-of-epoch
+    line says 8; --follow must report 8/8, not fail the run at 5/8."""
+    lines = [
+        train_line(5, 12.0, 900),
+        '2026-11-22 13:00:00 | INFO | train | {"epoch": 1, "train_loss": "11.5", '
+        '"train_num_updates": "8", "train_wps": "950"}',
+    ]
+    s = logs.summarize(lines)
+    assert s.updates == 8 and s.final_loss == 12.0 and s.wps == [900.0]
