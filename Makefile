@@ -11,7 +11,7 @@ STATE   := .local
 export HPC_TRAIN_CLUSTER_DIR ?= $(CURDIR)/$(STATE)/cluster
 export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 
-.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench-preempt bench-gpu bench-data clean
+.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-data clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
@@ -20,6 +20,7 @@ help:
 	@echo "make cluster-down  stop it (only the daemons it started)"
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
+	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu (JSON in benchmarks/results/)"
 
 install: install-system install-python
 
@@ -72,6 +73,9 @@ lint: install-python
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
+
+# Every benchmark (figures, never timed tests): results as JSON under benchmarks/results/.
+bench: bench-preempt bench-data bench-gpu
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
 bench-preempt: install cluster-up demo-data
