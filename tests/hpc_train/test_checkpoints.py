@@ -87,6 +87,9 @@ def test_atomic_copy_links_and_replaces_whole(save_dir):
 def _write_forever(mode: str, path: str, ready) -> None:
     import torch
 
+    # A forked child of a process whose OpenMP pool has run (earlier tests) can hang in its
+    # first parallel region: this child computes on one thread.
+    torch.set_num_threads(1)
     state = {"model": {"w": torch.zeros(512, 512)}, "optimizer_history": [{"num_updates": 0}]}
     n = 0
     while True:
