@@ -41,7 +41,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q cython numpy setuptools wheel $(QUIET_PIP)
 	MAX_JOBS=2 $(PY) -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1 $(QUIET_PIP)
 	$(PY) -m pip install -q -e '.[aws,data,dev]' $(QUIET_PIP)
-	$(PY) -c "import torch, fairseq, submitit; print('torch', torch.__version__, '| fairseq', fairseq.__version__, '| submitit', submitit.__version__)"
+	$(PY) -c "import hpc_train, torch, fairseq, submitit; print('torch', torch.__version__, '| fairseq', fairseq.__version__, '| submitit', submitit.__version__)"
 	@touch $@
 
 cluster-up: install-system
