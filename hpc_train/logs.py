@@ -135,30 +135,47 @@ class LogTail:
         return complete.decode("utf-8", errors="replace").splitlines()
 
 
+def follow_job(
+    job_id: str,
+    log: Path,
+    on_line: Callable[[str], None],
+    say: Callable[[str], None] = print,
+    poll: Backoff = Backoff(0.5, 1.5, 2.0),
+) -> slurm.JobState:
+    """Until the job ends: say each change of its state and hand every complete line appended
+    to ``log`` to ``on_line``; return the final state. A controller that stops answering for a
+    while is waited out, not taken for the job's end."""
+    tail = LogTail(log)
+    last_state = [""]
+
+    def on_poll(state: slurm.JobState) -> None:
+        if state.state != last_state[0]:
+            say(f"[{time.strftime('%H:%M:%S')}] job {job_id}: {state.state} {state.nodes}".rstrip())
+            last_state[0] = state.state
+        for line in tail.new_lines():
+            on_line(line)
+
+    state = slurm.wait_for_job(job_id, backoff=poll, on_poll=on_poll)
+    for line in tail.new_lines():  # what the job wrote after the last poll
+        on_line(line)
+    return state
+
+
 def follow(
     spec: JobSpec,
     job_id: str,
     poll: Backoff = Backoff(0.5, 1.5, 2.0),
     out: Callable[[str], None] = print,
 ) -> int:
-    """Print progress until the job ends; then the summary. 0 if it completed at max-update.
-
-    A controller that stops answering for a while is waited out, not taken for the job's end.
-    """
+    """Print progress until the job ends; then the summary. 0 if it completed at max-update."""
     summary = RunSummary()
-    tail = LogTail(spec.run_dir.train_log)
-    last_state = [""]
 
-    def on_poll(state: slurm.JobState) -> None:
-        if state.state != last_state[0]:
-            out(f"[{time.strftime('%H:%M:%S')}] job {job_id}: {state.state} {state.nodes}".rstrip())
-            last_state[0] = state.state
-        for line in tail.new_lines():
-            metrics = summary.feed(line)
-            if metrics:
-                out(progress_line(metrics, spec.updates))
+    def on_line(line: str) -> None:
+        metrics = summary.feed(line)
+        if metrics:
+            out(progress_line(metrics, spec.updates))
 
-    state = slurm.wait_for_job(job_id, backoff=poll, on_poll=on_poll)
+    state = follow_job(job_id, spec.run_dir.train_log, on_line, out, poll)
     out(report(summary, spec, state.state))
     ok = state.state in {"COMPLETED", "GONE"} and summary.updates >= spec.updates
     return 0 if ok else 1

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hpc_core import slurm
 from hpc_train.data import manifest
-from hpc_train.logs import LogTail
+from hpc_train.logs import follow_job
 
 JOB_NAME = "hpc-train-data"
 # options that only say how to submit (or to show what would be); the job runs without them
@@ -60,19 +58,8 @@ def command(argv: Sequence[str]) -> list[str]:
 
 def follow(job_id: str, out: Path, say: Callable[[str], None] = print) -> int:
     """Print the job's state changes and its log until it ends; 0 if it completed."""
-    tail = LogTail(Path(str(log_pattern(out)).replace("%j", job_id)))
-    last = [""]
-
-    def on_poll(state: slurm.JobState) -> None:
-        for line in tail.new_lines():
-            say(line)
-        if state.state != last[0]:
-            say(f"[{time.strftime('%H:%M:%S')}] job {job_id}: {state.state} {state.nodes}".rstrip())
-            last[0] = state.state
-
-    state = slurm.wait_for_job(job_id, on_poll=on_poll)
-    for line in tail.new_lines():
-        say(line)
+    log = Path(str(log_pattern(out)).replace("%j", job_id))
+    state = follow_job(job_id, log, say, say)
     ready = (out / manifest.NAME).is_file()
     ok = state.state == "COMPLETED" or (state.state == "GONE" and ready)
     say(f"job {job_id} {state.state}: " + (f"corpus ready in {out}" if ok else "no corpus"))

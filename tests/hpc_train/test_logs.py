@@ -51,3 +51,28 @@ def test_the_end_of_epoch_line_counts_updates_no_interval_line_logged():
     ]
     s = logs.summarize(lines)
     assert s.updates == 8 and s.final_loss == 12.0 and s.wps == [900.0]
+
+
+def test_follow_job_says_state_changes_and_hands_over_each_line_once(tmp_path, monkeypatch):
+    """A fake controller (slurm.job_state replaced: no Slurm here): RUNNING twice, then done;
+    a line appended after the last poll still arrives."""
+    from hpc_core import slurm
+    from hpc_core.wait import Backoff
+
+    log = tmp_path / "job.log"
+    log.write_text("one\ntwo\npart")
+    states = iter(["RUNNING", "RUNNING", "COMPLETED"])
+
+    def job_state(job_id):
+        state = next(states)
+        if state == "COMPLETED":
+            with log.open("a") as fh:
+                fh.write("ial\nlast\n")
+        return slurm.JobState(job_id, state, 0, "n1", "")
+
+    monkeypatch.setattr(slurm, "job_state", job_state)
+    said, lines = [], []
+    final = logs.follow_job("7", log, lines.append, said.append, Backoff(0.001, 1, 0.001))
+    assert final.state == "COMPLETED"
+    assert lines == ["one", "two", "partial", "last"]
+    assert [s.split("] ", 1)[1] for s in said] == ["job 7: RUNNING n1", "job 7: COMPLETED n1"]
