@@ -22,6 +22,39 @@ class SpecError(ValueError):
     """Bad input for a run; the message is one line meant for the user."""
 
 
+def parse_nodes(text: str) -> tuple[int, int]:
+    """``"2"`` → (2, 2); ``"1-4"`` → (1, 4). SpecError when malformed or below 1."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if not m:
+        raise SpecError(f"--nodes {text!r}: expected N or MIN-MAX, e.g. 2 or 1-4")
+    low = int(m.group(1))
+    high = int(m.group(2)) if m.group(2) else low
+    if low < 1:
+        raise SpecError(f"--nodes {text}: at least 1 node is needed")
+    if high < low:
+        raise SpecError(f"--nodes {text}: MAX is smaller than MIN")
+    return low, high
+
+
+def parse_time(text: str) -> int:
+    """Slurm time formats → minutes: ``90``, ``H:MM:SS``, ``D-HH[:MM[:SS]]``."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+    if not m:
+        raise SpecError(f"--time {text!r}: expected minutes, H:MM:SS or D-HH:MM:SS")
+    days, first, second, third = (int(g) if g else None for g in m.groups())
+    assert first is not None  # the pattern requires it
+    minutes: float
+    if days is None and second is None:
+        minutes = first  # plain minutes
+    elif days is None and third is None:
+        minutes = first + (second or 0) / 60  # MM:SS
+    elif days is None:
+        minutes = first * 60 + (second or 0) + (third or 0) / 60  # H:MM:SS
+    else:
+        minutes = days * 1440 + first * 60 + (second or 0) + (third or 0) / 60
+    return max(1, round(minutes))
+
+
 @dataclass(frozen=True)
 class Option:
     """How a spec field appears on the submit command line (``hpc_train.options`` builds it)."""
@@ -63,7 +96,7 @@ class JobSpec:
     )  # fmt: skip
     nodes_min: int = option(
         "--nodes", "N, or MIN-MAX to start with as many as are free (elastic)", default=1,
-        parse=lambda text: parse_nodes(text), fills=("nodes_min", "nodes_max"),
+        parse=parse_nodes, fills=("nodes_min", "nodes_max"),
         metavar="N|MIN-MAX",
     )  # fmt: skip
     nodes_max: int = 1
@@ -76,7 +109,7 @@ class JobSpec:
     )
     time_limit_min: int = option(
         "--time", "time limit: minutes, H:MM:SS or D-HH:MM:SS", default=24 * 60,
-        parse=lambda text: parse_time(text), default_text="24:00:00", metavar="LIMIT",
+        parse=parse_time, default_text="24:00:00", metavar="LIMIT",
     )  # fmt: skip
     global_batch: int | None = option(
         "--global-batch", "sequences per update, kept whatever the node count (via update_freq)",
@@ -158,39 +191,6 @@ class JobSpec:
     @property
     def gpu_precision(self) -> str:
         return devices.precision(self.instance_type, self.precision)
-
-
-def parse_nodes(text: str) -> tuple[int, int]:
-    """``"2"`` → (2, 2); ``"1-4"`` → (1, 4). SpecError when malformed or below 1."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
-    if not m:
-        raise SpecError(f"--nodes {text!r}: expected N or MIN-MAX, e.g. 2 or 1-4")
-    low = int(m.group(1))
-    high = int(m.group(2)) if m.group(2) else low
-    if low < 1:
-        raise SpecError(f"--nodes {text}: at least 1 node is needed")
-    if high < low:
-        raise SpecError(f"--nodes {text}: MAX is smaller than MIN")
-    return low, high
-
-
-def parse_time(text: str) -> int:
-    """Slurm time formats → minutes: ``90``, ``H:MM:SS``, ``D-HH[:MM[:SS]]``."""
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
-    if not m:
-        raise SpecError(f"--time {text!r}: expected minutes, H:MM:SS or D-HH:MM:SS")
-    days, first, second, third = (int(g) if g else None for g in m.groups())
-    assert first is not None  # the pattern requires it
-    minutes: float
-    if days is None and second is None:
-        minutes = first  # plain minutes
-    elif days is None and third is None:
-        minutes = first + (second or 0) / 60  # MM:SS
-    elif days is None:
-        minutes = first * 60 + (second or 0) + (third or 0) / 60  # H:MM:SS
-    else:
-        minutes = days * 1440 + first * 60 + (second or 0) + (third or 0) / 60
-    return max(1, round(minutes))
 
 
 def is_binarized(data: Path) -> bool:
