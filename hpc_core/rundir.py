@@ -123,6 +123,11 @@ def _write_json(path: Path, value: Any) -> None:
     atomic_write(path, json.dumps(asdict(value)))
 
 
+def write_stop(path: Path, marker: StopMarker) -> None:
+    """Record a save on notice at ``path`` (the worker gets the path from its launcher)."""
+    _write_json(path, marker)
+
+
 @dataclass(frozen=True)
 class RunDir:
     """The layout of one save dir; every path under it comes from here."""
@@ -175,9 +180,6 @@ class RunDir:
 
     def resume_decision(self, job_id: str, restart: int) -> Path:
         return self.state / f"resume-{job_id}-{restart}.json"
-
-    def write_stop(self, path: Path, marker: StopMarker) -> None:
-        _write_json(path, marker)
 
     def read_stop(self, job_id: str, restart: int) -> StopMarker | None:
         path = self.stop_marker(job_id, restart)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_core.rundir import RunDir, StopMarker
+from hpc_core.rundir import StopMarker, write_stop
 
 logger = logging.getLogger("hpc_train.preemption")
 
@@ -58,7 +58,7 @@ def agreed_notice(device: Any) -> bool:
     return bool(flag.item())
 
 
-def install_save_on_notice(run: RunDir, marker: Path) -> None:
+def install_save_on_notice(marker: Path) -> None:
     """Wrap fairseq's per-update validate-and-save step with the agreed notice check; the stop
     marker goes to ``marker`` (a path the launcher chose)."""
     import fairseq_cli.train as fairseq_train
@@ -80,7 +80,7 @@ def install_save_on_notice(run: RunDir, marker: Path) -> None:
         )
         if trainer.data_parallel_rank == 0:
             # last: once it exists the checkpoint is durable and task 0's launcher may requeue
-            run.write_stop(marker, StopMarker(update, _notice["why"]))
+            write_stop(marker, StopMarker(update, _notice["why"]))
         if dist_initialized():
             import torch.distributed as dist
 

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     run = RunDir(save_dir)
     log_to_file(run.train_log)
     checkpoints.install_atomic_writes()
-    preemption.install_save_on_notice(run, stop_marker(run, os.environ))
+    preemption.install_save_on_notice(stop_marker(run, os.environ))
     start_process_group(os.environ, args)
     sys.argv = ["fairseq-train", *args]
     run_fairseq(args)

@@ -25,7 +25,7 @@ def test_layout_names_every_path_under_the_save_dir(tmp_path):
 def test_stop_marker_round_trips_and_is_written_whole(tmp_path):
     run = RunDir(tmp_path)
     assert run.read_stop("12", 3) is None
-    run.write_stop(run.stop_marker("12", 3), StopMarker(57, "SIGUSR2", time=1.5))
+    rundir.write_stop(run.stop_marker("12", 3), StopMarker(57, "SIGUSR2", time=1.5))
     assert run.read_stop("12", 3) == StopMarker(57, "SIGUSR2", 1.5)
     assert json.loads(run.stop_marker("12", 3).read_text())["update"] == 57
     assert [p.name for p in run.state.iterdir()] == ["stopped-12-3.json"]  # no temporaries

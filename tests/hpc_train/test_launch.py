@@ -42,13 +42,13 @@ def test_has_exited_sees_a_zombie_without_reaping_it():
 
 
 def test_restart_reason_comes_from_the_stop_marker(tmp_path):
-    from hpc_core.rundir import RunDir, StopMarker
+    from hpc_core.rundir import RunDir, StopMarker, write_stop
     from hpc_train import launch
 
     run = RunDir(tmp_path)
     assert launch.previous_stop(run, "7", 0) == "first start"
     assert "no save on notice" in launch.previous_stop(run, "7", 1)
-    run.write_stop(run.stop_marker("7", 0), StopMarker(118, "SIGUSR2"))
+    write_stop(run.stop_marker("7", 0), StopMarker(118, "SIGUSR2"))
     assert launch.previous_stop(run, "7", 1) == "saved on notice (SIGUSR2) at update 118"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpc_core import slurm
-from hpc_core.rundir import ResumeDecision, RunDir, StopMarker
+from hpc_core.rundir import ResumeDecision, RunDir, StopMarker, write_stop
 from hpc_train import launch, restarts
 from hpc_train.restarts import Action
 from hpc_train.spec import JobSpec
@@ -178,7 +178,7 @@ def test_notice_wait_ends_when_the_save_is_durable_not_when_workers_exit(tmp_pat
     launcher._proc = subprocess.Popen(["sleep", "30"])  # workers still tearing down
     monkeypatch.setattr(launch, "SAVE_WAIT_S", 20.0)
     try:
-        run.write_stop(launcher._marker, StopMarker(7, "SIGUSR2"))
+        write_stop(launcher._marker, StopMarker(7, "SIGUSR2"))
         started = time.monotonic()
         resubmission = launcher.checkpoint()
         assert time.monotonic() - started < 2  # not the workers' exit, not the 20 s bound
