@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import gpu_measure
-from hpc_core.rundir import atomic_write
+from benchmarks.report import write_json
 from hpc_train import batch, cli, commands, devices, logs
 from hpc_train.spec import JobSpec
 
@@ -338,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
     }
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     merged = merge(old, result)
-    atomic_write(args.out, json.dumps(merged, indent=2) + "\n")
+    write_json(args.out, merged)
     print(markdown(merged))
     for preset, section in result["presets"].items():
         print(f"{preset}: {section['figures']}")
@@ -358,7 +358,7 @@ def probe(args: argparse.Namespace) -> int:
         "environment": gpu_measure.environment(),
         "presets": {p: gpu_probe.sweep(p, args.data, sizes[p]) for p in args.preset},
     }
-    atomic_write(args.out, json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result["presets"], indent=1))
     return 0
 
