@@ -220,7 +220,8 @@ class Launcher:
         if watcher:
             watcher.stop()
         saved = run.read_stop(*start_key(start)) is not None
-        cancelled = returncode != 0 and self.cancelled(start.job_id)
+        # a SIGTERM after the save on notice is the requeue ending the job, not a cancel
+        cancelled = returncode != 0 and not saved and self.cancelled(start.job_id)
         outcome = restarts.after_exit(
             returncode, saved, start.task, start.restart, spec.max_restarts, cancelled
         )
@@ -228,6 +229,7 @@ class Launcher:
             log(outcome.why)
             return done
         if outcome.action is Action.STOPPED:
+            log(outcome.why)
             return done | {"stopped": True}
         if outcome.action is Action.FAIL:
             raise RuntimeError(outcome.why)

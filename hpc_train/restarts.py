@@ -50,8 +50,8 @@ def after_exit(
         return Decision(Action.FINISHED, "training finished")
     why = "stopped on notice" if returncode == 0 else f"torchrun exited with {returncode}"
     if task != 0:
-        if returncode == 0:
-            return Decision(Action.STOPPED, why)
+        if saved_on_notice:  # durable; the requeue that follows may kill torchrun here first
+            return Decision(Action.STOPPED, f"{why} after the save on notice: task 0 requeues")
         return Decision(Action.FAIL, f"{why}; task 0 decides on a requeue")
     if not restart_allowed(restart + 1, max_restarts):
         return Decision(Action.FAIL, f"{why}; no restarts left (--max-restarts {max_restarts})")

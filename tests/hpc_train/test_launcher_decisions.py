@@ -127,6 +127,19 @@ def test_sigterm_after_a_notice_is_the_end_of_a_grace_time_not_a_cancel(tmp_path
     assert fake_slurm.requeued == ["41"]
 
 
+def test_the_requeue_after_a_save_on_notice_is_not_a_cancel_on_the_other_tasks(
+    tmp_path, fake_slurm, capsys
+):
+    """Task 0 requeues once the save is durable; Slurm's SIGTERM then reaches task 1's launcher
+    before its workers exit. That task stopped on notice: it was not cancelled."""
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    fake_slurm.state = "COMPLETING"
+    out = FakeTorchrun(spec_in(tmp_path), -15, save=True, term=True).run(start(task=1), gpus=0)
+    assert out["stopped"] is True and fake_slurm.requeued == []
+    said = capsys.readouterr().out
+    assert "after the save on notice" in said and "cancelled" not in said
+
+
 def test_the_last_allowed_restart_fails_instead_of_requeueing(tmp_path, fake_slurm):
     spec = spec_in(tmp_path, max_restarts=2)
     with pytest.raises(RuntimeError, match=r"no restarts left \(--max-restarts 2\)"):
@@ -149,6 +162,7 @@ def test_the_resume_decision_reaches_the_workers(tmp_path, fake_slurm):
         (0, False, 0, 0, Action.FINISHED),
         (0, False, 1, 5, Action.FINISHED),
         (0, True, 1, 0, Action.STOPPED),
+        (-15, True, 1, 0, Action.STOPPED),
         (0, True, 0, 0, Action.REQUEUE),
         (1, False, 0, 2, Action.REQUEUE),
         (1, False, 0, 3, Action.FAIL),

@@ -85,6 +85,20 @@ class Runs:
         return [n for n, _ in Runs.summary(save).losses]
 
     @staticmethod
+    def launcher_log(save: Path, job: str) -> str:
+        """Every task's launcher output for ``job`` (submitit's ``JOB_TASK_log.out``)."""
+        logs_dir = RunDir(save).slurm_logs
+        return "".join(p.read_text() for p in sorted(logs_dir.glob(f"{job}_*_log.out")))
+
+    @staticmethod
+    def explain(save: Path, job: str, lines: int = 40) -> str:
+        """What a failing test prints: the launchers' own lines and the train log's tail."""
+        ours = [ln for ln in Runs.launcher_log(save, job).splitlines() if "hpc-train" in ln]
+        path = RunDir(save).train_log
+        tail = path.read_text().splitlines()[-lines:] if path.exists() else ["(no train.log)"]
+        return "\n".join(["launcher:", *ours, "train.log tail:", *tail])
+
+    @staticmethod
     def notices(save: Path) -> list[int]:
         text = RunDir(save).train_log.read_text()
         return [int(m) for m in re.findall(r"saved on notice at update (\d+)", text)]

@@ -8,17 +8,11 @@ import time
 import pytest
 
 from hpc_core import slurm
-from hpc_core.rundir import RunDir
 from hpc_train import chaos
 
 pytestmark = pytest.mark.slurm
 
 PER_UPDATE = ("--log-interval", "1")
-
-
-def launcher_log(save, job) -> str:
-    logs = RunDir(save).slurm_logs
-    return "".join(p.read_text() for p in sorted(logs.glob(f"{job}_*_log.out")))
 
 
 def test_scancel_is_final(runs):
@@ -29,12 +23,14 @@ def test_scancel_is_final(runs):
     runs.wait_for_update(save, 5)
     slurm.cancel(job)
     runs.wait_for(
-        "the launcher's word on the cancel", lambda: "not requeued" in launcher_log(save, job), 60
+        "the launcher's word on the cancel",
+        lambda: "not requeued" in runs.launcher_log(save, job),
+        60,
     )
     time.sleep(5)  # a requeue, had one been issued, would show by now
     state = slurm.job_state(job)
     assert state.state in {"CANCELLED", "GONE"} and state.restarts == 0, state
-    assert "requeueing" not in launcher_log(save, job)
+    assert "requeueing" not in runs.launcher_log(save, job)
 
 
 def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_cluster):
@@ -50,7 +46,7 @@ def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_
     restart_local_cluster()
     assert final.state == "COMPLETED", final
     assert int(slurm.job_info(job)["Restarts"]) >= 1
-    log = launcher_log(save, job)
+    log = runs.launcher_log(save, job)
     assert "start #2: no save on notice" in log
     summary = runs.summary(save)
     assert summary.updates == max_update
@@ -70,12 +66,13 @@ def test_resume_on_a_different_node_count_keeps_the_global_batch(runs):
          "--wrap=sleep 600"]
     )  # fmt: skip
     try:
-        runs.wait_for("the restart on one node", lambda: "start #2" in launcher_log(save, job))
+        runs.wait_for("the restart on one node", lambda: "start #2" in runs.launcher_log(save, job))
+        assert runs.notices(save), f"preempted without a save on notice\n{runs.explain(save, job)}"
         runs.wait_for_update(save, runs.notices(save)[-1] + 1)
     finally:
         slurm.cancel(blocker)
     assert runs.wait_done(job).state == "COMPLETED"
-    log = launcher_log(save, job)
+    log = runs.launcher_log(save, job)
     plans = re.findall(
         r"node 1/(\d), 1 rank\(s\) here; update_freq=(\d+): \d+ sequences x (\d) ranks", log
     )
