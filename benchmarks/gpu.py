@@ -43,7 +43,7 @@ from typing import Any
 
 from benchmarks import gpu_measure
 from benchmarks.report import write_json
-from hpc_train import batch, cli, commands, devices, logs
+from hpc_train import batch, cli, commands, devices, logparse
 from hpc_train.spec import JobSpec
 
 GOAL_SPEEDUP = 2.0
@@ -189,7 +189,7 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
             out["save_s"] = float(m.group(1))
         if DONE in line and (stamp := STAMP_RE.match(line)):
             out["done_s"] = _epoch(stamp.group(1))
-        if "| train_inner |" not in line or (metrics := logs.parse_metrics(line)) is None:
+        if "| train_inner |" not in line or (metrics := logparse.parse_metrics(line)) is None:
             continue
         out["wps"].append(metrics.get("wps", 0.0))
         out["loss"] = metrics.get("loss")

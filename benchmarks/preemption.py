@@ -65,7 +65,7 @@ from typing import Any, TypeVar
 from benchmarks.report import fmt, ratio, run_and_write
 from hpc_core import slurm, wait
 from hpc_core.rundir import RunDir
-from hpc_train import chaos, checkpoints, logs
+from hpc_train import chaos, checkpoints, logparse
 
 T = TypeVar("T")
 GOAL_RECOMPUTED = 0
@@ -120,9 +120,9 @@ def resumed_update(lines: Iterable[str], after: float) -> tuple[float, int] | No
         if t is None or t < after:
             continue
         if not resumed:
-            resumed = logs.RESUME_RE.search(line) is not None
+            resumed = logparse.RESUME_RE.search(line) is not None
             continue
-        metrics = logs.parse_metrics(line)
+        metrics = logparse.parse_metrics(line)
         if metrics and "loss" in metrics and "num_updates" in metrics:
             return t, int(metrics["num_updates"])
     return None
@@ -191,7 +191,7 @@ def read_lines(path: Path) -> list[str]:
 
 def trained(save: Path) -> list[int]:
     """Update numbers of the per-update metrics lines, in log order."""
-    return [n for n, _ in logs.summarize(read_lines(RunDir(save).train_log)).losses]
+    return [n for n, _ in logparse.summarize(read_lines(RunDir(save).train_log)).losses]
 
 
 class Jobs:

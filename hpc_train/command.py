@@ -1,6 +1,9 @@
 """``hpc-train``: one command over everything the toolkit does.
 
     hpc-train submit --preset tiny --nodes 2 --gpus-per-node 0 --data DIR --save-dir DIR --follow
+    hpc-train status
+    hpc-train logs JOBID --follow
+    hpc-train plan --instance-type p4d.24xlarge --nodes 1,8,64 --mtbf-hours 2000
     hpc-train chaos JOBID notice
     hpc-train check allreduce --backend gloo --nodes 2 --instance-type cpu
     hpc-train data demo --out .local/data/demo-bin
@@ -19,7 +22,11 @@ from collections.abc import Sequence
 # verb: (module whose main(argv) runs it, one line of what it does)
 VERBS: dict[str, tuple[str, str]] = {
     "submit": ("hpc_train.submit", "submit a training run to Slurm (submitit, torchrun, fairseq)"),
-    "chaos": ("hpc_train.chaos", "preempt, signal, requeue or kill a node of a running job"),
+    "logs": ("hpc_train.logs_cli", "a run's logs across requeues; --follow re-attaches"),
+    "status": ("hpc_train.status", "where your runs stand: update, restarts, ETTR, ETA"),
+    "plan": ("hpc_train.plan", "save interval (Young/Daly), ETTR, wall time, cost per node count"),
+    "plot": ("hpc_train.plot", "plot a run's loss with each restart and its cause marked"),
+    "chaos": ("hpc_train.chaos", "preempt, requeue, kill a node or hang a rank of a running job"),
     "check": ("nccl_checks.__main__", "all-reduce bandwidth and GPU health checks (nccl_checks)"),
     "data": ("hpc_train.data.command", "prepare a binarized masked-LM corpus (GPT-2 BPE)"),
     "cluster": ("hpc_train.cluster.__main__", "render and validate ParallelCluster configs"),

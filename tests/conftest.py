@@ -35,6 +35,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="asserts the no-GPU path; a driver is here"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_run_index(tmp_path_factory) -> Path:
+    """Every test, and every command a test runs, records runs in a throwaway index, never in
+    the user's ~/.local/state/hpc-train (``submit`` appends to it)."""
+    from hpc_core import ledger
+
+    home = tmp_path_factory.mktemp("state-home")
+    os.environ[ledger.INDEX_ENV] = str(home)
+    return home
+
+
 def cluster_up() -> str:
     proc = subprocess.run(
         ["bash", str(CLUSTER_SH), "up"], capture_output=True, text=True, timeout=180

@@ -1,8 +1,8 @@
 import json
-from pathlib import Path
 
-from hpc_train import logs
-from hpc_train.spec import JobSpec
+from hpc_core import ledger
+from hpc_core.rundir import RunDir
+from hpc_train import logparse, logs
 
 
 def train_line(n, loss, wps=1000.0):
@@ -11,10 +11,10 @@ def train_line(n, loss, wps=1000.0):
 
 
 def test_parse_metrics_reads_json_after_any_prefix():
-    assert logs.parse_metrics(train_line(5, 9.5))["num_updates"] == 5.0
-    assert logs.parse_metrics('{"epoch": 1, "loss": "9.5"}')["loss"] == 9.5
-    assert logs.parse_metrics("no metrics here") is None
-    assert logs.parse_metrics("broken {json") is None
+    assert logparse.parse_metrics(train_line(5, 9.5))["num_updates"] == 5.0
+    assert logparse.parse_metrics('{"epoch": 1, "loss": "9.5"}')["loss"] == 9.5
+    assert logparse.parse_metrics("no metrics here") is None
+    assert logparse.parse_metrics("broken {json") is None
 
 
 def test_summary_tracks_updates_losses_resumes_and_validation():
@@ -26,7 +26,7 @@ def test_summary_tracks_updates_losses_resumes_and_validation():
         '{"epoch": 1, "valid_loss": "10.5", "valid_num_updates": "15"}',
         "done training in 3.1 seconds",
     ]
-    s = logs.summarize(lines)
+    s = logparse.summarize(lines)
     assert s.updates == 15
     assert (s.first_loss, s.final_loss) == (12.0, 10.0)
     assert s.mean_wps == 1000.0
@@ -34,11 +34,18 @@ def test_summary_tracks_updates_losses_resumes_and_validation():
     assert s.resumed_at == [10]
 
 
-def test_report_names_updates_and_checkpoint(tmp_path):
-    (tmp_path / "checkpoint_last.pt").write_bytes(b"x")
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, max_update=15)
-    text = logs.report(logs.summarize([train_line(15, 9.0)]), spec, "COMPLETED")
-    assert "15/15 updates" in text and str(tmp_path / "checkpoint_last.pt") in text
+def test_report_names_updates_checkpoint_and_goodput(tmp_path):
+    run = RunDir(tmp_path)
+    run.checkpoint_last.write_bytes(b"x")
+    text = logs.report(logparse.summarize([train_line(15, 9.0)]), run, 15, "COMPLETED")
+    assert "15/15 updates" in text and str(run.checkpoint_last) in text
+    assert "ETTR" not in text  # no ledger, no goodput line
+    ledger.record(run.ledger, "submitted", "3", 0, when=100.0)
+    ledger.record(run.ledger, "started", "3", 0, when=110.0)
+    ledger.record(run.ledger, "first_update", "3", 0, when=120.0, update=1)
+    ledger.record(run.ledger, "finished", "3", 0, when=150.0)
+    text = logs.report(logparse.summarize([train_line(15, 9.0)]), run, 15, "COMPLETED")
+    assert "ETTR 60% of 50 s: queue 10 s, start-up 10 s" in text
 
 
 def test_the_end_of_epoch_line_counts_updates_no_interval_line_logged():
@@ -49,7 +56,7 @@ def test_the_end_of_epoch_line_counts_updates_no_interval_line_logged():
         '2026-11-22 13:00:00 | INFO | train | {"epoch": 1, "train_loss": "11.5", '
         '"train_num_updates": "8", "train_wps": "950"}',
     ]
-    s = logs.summarize(lines)
+    s = logparse.summarize(lines)
     assert s.updates == 8 and s.final_loss == 12.0 and s.wps == [900.0]
 
 

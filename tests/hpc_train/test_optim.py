@@ -14,7 +14,7 @@ import pytest
 import torch
 from fairseq.optim.adam import Adam
 
-from hpc_train import logs
+from hpc_train import logparse
 from hpc_train.optim import FusedAdamW, torch_eps
 
 BETAS, EPS, WD, LR = (0.9, 0.98), 1e-6, 0.01, 1e-3
@@ -100,7 +100,7 @@ def train(run_tiny: Callable[..., None], corpus: Path, save: Path, *extra: str) 
     """Per-update training losses of a 50-update tiny run (one CPU process)."""
     run_tiny(corpus, save, UPDATES, "--log-interval", "1", "--save-interval-updates", "25", *extra)
     lines = (save / "train.log").read_text().splitlines()
-    found = [m for line in lines if "train_inner" in line and (m := logs.parse_metrics(line))]
+    found = [m for line in lines if "train_inner" in line and (m := logparse.parse_metrics(line))]
     return [m["loss"] for m in found]
 
 

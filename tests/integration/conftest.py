@@ -14,7 +14,7 @@ import pytest
 from hpc_core import slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
-from hpc_train import logs
+from hpc_train import logparse, logs
 
 STEADY = Backoff(0.5, 1.0, 0.5)  # tests poll at a steady 0.5 s
 
@@ -51,9 +51,8 @@ class Runs:
         return re.search(r"submitted job (\d+)", proc.stdout).group(1), save
 
     @staticmethod
-    def summary(save: Path) -> logs.RunSummary:
-        path = RunDir(save).train_log
-        return logs.summarize(path.read_text().splitlines() if path.exists() else [])
+    def summary(save: Path) -> logparse.RunSummary:
+        return logs.run_summary(RunDir(save))
 
     def wait_for_update(self, save: Path, update: int, timeout: float = 300) -> int:
         def reached() -> int | None:
@@ -87,8 +86,7 @@ class Runs:
     @staticmethod
     def launcher_log(save: Path, job: str) -> str:
         """Every task's launcher output for ``job`` (submitit's ``JOB_TASK_log.out``)."""
-        logs_dir = RunDir(save).slurm_logs
-        return "".join(p.read_text() for p in sorted(logs_dir.glob(f"{job}_*_log.out")))
+        return "".join(p.read_text() for p in RunDir(save).task_logs(job))
 
     @staticmethod
     def explain(save: Path, job: str, lines: int = 40) -> str:

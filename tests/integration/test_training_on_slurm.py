@@ -9,7 +9,7 @@ import pytest
 
 from hpc_core import slurm
 from hpc_core.rundir import RunDir
-from hpc_train import checkpoints, logs
+from hpc_train import checkpoints, logparse
 
 pytestmark = pytest.mark.slurm
 
@@ -52,7 +52,7 @@ def test_one_job_of_two_ranks_on_two_distinct_nodes(two_node_run):
 
 def test_loss_decreases(two_node_run):
     _, save = two_node_run
-    summary = logs.summarize((save / "train.log").read_text().splitlines())
+    summary = logparse.summarize((save / "train.log").read_text().splitlines())
     assert summary.updates == MAX_UPDATE
     n_lines = [n for n, _ in summary.losses]
     assert n_lines == sorted(set(n_lines)), "a metrics line is repeated"
@@ -85,7 +85,7 @@ def test_truncated_last_resumes_from_the_newest_interval_checkpoint(two_node_run
     saved_at = checkpoints.num_updates(checkpoints.load(newest))
     job, _ = runs.submit("fallback", MAX_UPDATE + 10, save=save)
     assert runs.wait_done(job).state == "COMPLETED"
-    summary = logs.summarize((save / "train.log").read_text().splitlines())
+    summary = logparse.summarize((save / "train.log").read_text().splitlines())
     assert summary.resumed_at[-1] == saved_at  # not a crash, not a fresh start
     assert summary.updates == MAX_UPDATE + 10
     kept = list(save.glob("checkpoint_last.pt.bad-*"))

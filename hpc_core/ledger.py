@@ -1,0 +1,151 @@
+"""A run's ledger, and the user's index of runs: JSON lines, appended, never rewritten.
+
+``<save-dir>/.hpc-train/ledger.jsonl`` (``RunDir.ledger``) gets one line per stage of a run, written
+by the one process that saw it happen:
+
+    submitted     the submit command     job, nodes, max_update, preset
+    started       the launcher, task 0   restart, nodes (hosts), world, update_freq, previous
+    first_update  the worker, rank 0     update (the first one trained in this start)
+    checkpoint    the worker, rank 0     update, seconds (the training stall), bytes, notice;
+                                         snapshot_s, write_s with async saves (once on disk)
+    notice        the launcher, task 0   signal (USR2 at preemption, time limit, spot)
+    stopped       the launcher, task 0   cause (a class: notice, crash, cancelled, hang ...), why
+    blamed        the launcher, task 0   node, rank, why, drained (after a hang: the suspect)
+    requeued      the launcher, task 0   by (task 0 after a crash, submitit after a notice)
+    finished      the launcher, task 0   why
+
+Each append is one ``write`` of one whole line on a file opened with ``O_APPEND``, then fsync: a
+reader sees whole lines or nothing of a line; a line cut short by a crash is skipped when read,
+with a warning, as is any line that is not a JSON object (the ledger is a record, never a
+reason to fail). The per-user index (``user_index()``) lists the runs ``submit`` recorded, so
+``hpc-train status`` finds them again after the terminal is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EVENTS = (
+    "submitted",
+    "started",
+    "first_update",
+    "checkpoint",
+    "notice",
+    "stopped",
+    "blamed",
+    "requeued",
+    "finished",
+)
+INDEX_ENV = "HPC_TRAIN_STATE_HOME"  # overrides where the user's index lives (tests, shared homes)
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    time: float  # seconds since the epoch
+    job: str
+    restart: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+
+def append_line(path: Path, record: dict[str, Any]) -> None:
+    """Append ``record`` as one JSON line: a single O_APPEND write, then fsync."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: Path, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Every whole JSON-object line of ``path`` (none if it does not exist); others skipped."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict):
+            records.append(value)
+        elif warn is not None:
+            warn(f"{path}:{number}: not a ledger record, skipped: {line[:80]!r}")
+    return records
+
+
+def record(
+    path: Path, kind: str, job: str, restart: int, when: float | None = None, **data: Any
+) -> Event:
+    """Append one event to the ledger at ``path`` (``when``: its time, now by default)."""
+    if kind not in EVENTS:
+        raise ValueError(f"unknown ledger event {kind!r} (one of {', '.join(EVENTS)})")
+    event = Event(kind, time.time() if when is None else when, str(job), int(restart), data)
+    append_line(
+        path, {"event": kind, "time": event.time, "job": event.job, "restart": restart, **data}
+    )
+    return event
+
+
+def read(path: Path, warn: Callable[[str], None] | None = None) -> list[Event]:
+    """The ledger's events in the order they were written; unreadable lines skipped."""
+    events = []
+    for raw in read_lines(path, warn):
+        kind, when = raw.pop("event", None), raw.pop("time", None)
+        if kind not in EVENTS or not isinstance(when, int | float):
+            if warn is not None:
+                warn(f"{path}: a record without a known event and time, skipped: {kind!r}")
+            continue
+        job, restart = str(raw.pop("job", "")), raw.pop("restart", 0)
+        events.append(Event(kind, float(when), job, int(restart or 0), raw))
+    return events
+
+
+def user_index() -> Path:
+    """The user's run index: $HPC_TRAIN_STATE_HOME, else $XDG_STATE_HOME/hpc-train, else
+    ~/.local/state/hpc-train; the file is ``runs.jsonl`` in it."""
+    base = os.environ.get(INDEX_ENV)
+    if not base:
+        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        base = str(Path(xdg) / "hpc-train")
+    return Path(base) / "runs.jsonl"
+
+
+def index_run(job: str, save_dir: Path, name: str, max_update: int) -> None:
+    """Remember a submitted run in the user's index (one line; the newest line for a job wins)."""
+    append_line(
+        user_index(),
+        {
+            "job": str(job),
+            "save_dir": str(save_dir),
+            "name": name,
+            "max_update": max_update,
+            "time": time.time(),
+        },
+    )
+
+
+def indexed_runs(warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The user's runs, oldest first, one per job id."""
+    runs: dict[str, dict[str, Any]] = {}
+    for entry in read_lines(user_index(), warn):
+        if "job" in entry and "save_dir" in entry:
+            runs.pop(str(entry["job"]), None)
+            runs[str(entry["job"])] = entry
+    return list(runs.values())

@@ -1,0 +1,90 @@
+"""The run ledger and the user's run index: appends, reads, bad lines."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from hpc_core import ledger
+
+
+def test_events_round_trip_in_order(tmp_path):
+    path = tmp_path / ".hpc-train" / "ledger.jsonl"
+    ledger.record(path, "submitted", "41", 0, nodes="2", max_update=60)
+    ledger.record(path, "started", "41", 1, nodes=["n1", "n2"], world=2)
+    events = ledger.read(path)
+    assert [(e.kind, e.job, e.restart) for e in events] == [
+        ("submitted", "41", 0),
+        ("started", "41", 1),
+    ]
+    assert events[0].get("max_update") == 60 and events[1].get("nodes") == ["n1", "n2"]
+    assert events[0].time <= events[1].time
+
+
+def test_an_unknown_event_is_refused_before_anything_is_written(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    with pytest.raises(ValueError, match="unknown ledger event 'exploded'"):
+        ledger.record(path, "exploded", "1", 0)
+    assert not path.exists()
+
+
+def test_bad_lines_are_skipped_with_a_warning_never_fatal(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    ledger.record(path, "submitted", "7", 0)
+    with path.open("a") as fh:
+        fh.write("not json\n")
+        fh.write(json.dumps({"event": "nonsense", "time": 1.0}) + "\n")
+        fh.write("[1, 2]\n")
+    ledger.record(path, "finished", "7", 0)
+    with path.open("a") as fh:
+        fh.write('{"event": "stopped", "ti')  # a line cut short by a crash
+    warned: list[str] = []
+    events = ledger.read(path, warned.append)
+    assert [e.kind for e in events] == ["submitted", "finished"]
+    assert len(warned) == 4 and ":2: not a ledger record" in warned[0]
+
+
+def _append_many(path: str, tag: str) -> None:
+    for i in range(200):
+        ledger.record(Path(path), "checkpoint", tag, 0, update=i, pad="x" * 300)
+
+
+def test_concurrent_writers_leave_only_whole_lines(tmp_path):
+    """Two processes appending at once (task 0's launcher and rank 0's worker do)."""
+    path = tmp_path / "ledger.jsonl"
+    procs = [
+        multiprocessing.get_context("spawn").Process(target=_append_many, args=(str(path), t))
+        for t in ("a", "b")
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    warned: list[str] = []
+    events = ledger.read(path, warned.append)
+    assert warned == [] and len(events) == 400
+    for tag in ("a", "b"):
+        assert [e.get("update") for e in events if e.job == tag] == list(range(200))
+
+
+def test_the_index_lives_where_the_environment_says(tmp_path, monkeypatch):
+    monkeypatch.delenv(ledger.INDEX_ENV, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert ledger.user_index() == tmp_path / "xdg" / "hpc-train" / "runs.jsonl"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert ledger.user_index() == tmp_path / "home" / ".local/state/hpc-train/runs.jsonl"
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "mine"))
+    assert ledger.user_index() == tmp_path / "mine" / "runs.jsonl"
+
+
+def test_the_index_keeps_one_entry_per_job_the_newest(tmp_path, monkeypatch):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path))
+    ledger.index_run("5", tmp_path / "a", "first", 10)
+    ledger.index_run("6", tmp_path / "b", "second", 20)
+    ledger.index_run("5", tmp_path / "a2", "again", 30)
+    runs = ledger.indexed_runs()
+    assert [(r["job"], r["name"]) for r in runs] == [("6", "second"), ("5", "again")]
