@@ -9,8 +9,16 @@ workers exchange, and the one way to write a file whole.
       slurm/                     submitit's per-task logs and pickles
       preflight/                 the all-reduce check's output (``--preflight``)
       .hpc-train/
-        resume-<job>-<restart>.json   task 0's resume decision for that start
+        resume-<job>-<restart>.json   task 0's decision for that start: resume, geometry
+        nodes/<job>-<restart>-task<t>.json  what each node's launcher found (GPUs), for task 0
         stopped-<job>-<restart>.json  a worker's stop marker: it saved on notice at an update
+        heartbeats/<job>-<restart>/<node>/  rank-<r>.json: each rank's last completed update
+                                      (every update); rank-<r>.stacks: its stacks on SIGUSR1
+        incidents/<job>-<restart>/    a hang's evidence: hang.json (who declared it), node-<n>.json
+                                      (each node's ranks), stacks-rank<r>.txt, suspect.json
+        ledger.jsonl                  one line per stage of the run (``hpc_core.ledger``)
+        failures/<job>-<restart>-rank<r>.json  the exception that ended a worker, at which update
+        chaos-crash.json              ``chaos JOB crash``: the update at which a worker raises
 
 Writes are atomic: a temporary sibling, fsync, rename, fsync of the directory. A reader sees the
 old file or the new one, whole, never a mix; a write killed half-way leaves only a ``.*.tmp``.
@@ -32,9 +40,16 @@ from typing import IO, Any
 TRAIN_LOG = "train.log"
 LAST = "checkpoint_last.pt"
 INTERVAL_RE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
+TASK_LOG_RE = re.compile(r"(\d+)_(\d+)_log\.(out|err)")
 STATE = ".hpc-train"
 # Set by the launcher in each worker's environment: the worker's stop marker, as a value.
 STOP_MARKER_ENV = "HPC_TRAIN_STOP_MARKER"
+# Set by the launcher in each worker's environment: where the worker's heartbeat goes.
+HEARTBEAT_DIR_ENV = "HPC_TRAIN_HEARTBEAT_DIR"
+HANG_DECLARED = "hang.json"  # in an incident dir: the first node that saw the hang
+SUSPECT = "suspect.json"  # in an incident dir: task 0's verdict (node, rank, why, drained)
+# ... and the (job, restart) this start is, for the worker's ledger events: "JOB:RESTART".
+START_ENV = "HPC_TRAIN_START"
 
 
 # --- atomic writes ----------------------------------------------------------------------------
@@ -54,9 +69,12 @@ def temp_sibling(path: Path) -> Path:
 
 
 @contextmanager
-def atomic_writer(path: Path | str, mode: str = "wb") -> Iterator[IO[Any]]:
+def atomic_writer(path: Path | str, mode: str = "wb", durable: bool = True) -> Iterator[IO[Any]]:
     """Open a temporary sibling for writing; on success fsync it, rename it over ``path`` and
-    fsync the directory. On an exception the temporary is removed and ``path`` is untouched."""
+    fsync the directory. On an exception the temporary is removed and ``path`` is untouched.
+
+    ``durable=False`` skips both fsyncs: still whole-or-nothing for a reader, but may be lost
+    in a crash of the machine (a heartbeat written every update, not a checkpoint)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(path)
@@ -64,16 +82,18 @@ def atomic_writer(path: Path | str, mode: str = "wb") -> Iterator[IO[Any]]:
         with open(tmp, mode) as fh:
             yield fh
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def atomic_write(path: Path | str, data: str | bytes) -> None:
+def atomic_write(path: Path | str, data: str | bytes, durable: bool = True) -> None:
     """Write ``data`` to ``path`` whole or not at all (see ``atomic_writer``)."""
-    with atomic_writer(path, "wb") as fh:
+    with atomic_writer(path, "wb", durable) as fh:
         fh.write(data.encode() if isinstance(data, str) else data)
 
 
@@ -117,6 +137,33 @@ class ResumeDecision:
     args: list[str]  # fairseq arguments (``--continue-once PATH`` for a fallback)
     at_update: int  # the update the resumed checkpoint was saved at (0: fresh start)
     reason: str = ""
+    ranks_per_node: int = 1  # the geometry every node uses (``hpc_train.geometry``)
+    use_gpu: bool = False
+    refused: str = ""  # non-empty: this start does not run (a node is short of GPUs)
+    bad_nodes: list[str] = field(default_factory=list)
+
+
+def heartbeat_file(directory: Path, rank: int) -> Path:
+    """A rank's heartbeat in the directory its launcher passed (``HEARTBEAT_DIR_ENV``)."""
+    return directory / f"rank-{rank}.json"
+
+
+def stacks_file(directory: Path, rank: int) -> Path:
+    """Where a rank's faulthandler writes its Python stacks when its launcher asks (SIGUSR1)."""
+    return directory / f"rank-{rank}.stacks"
+
+
+def incident_report(incident: Path, node: str) -> Path:
+    """One node's report in an incident dir: its ranks' heartbeats and which gave a stack."""
+    return incident / f"node-{node}.json"
+
+
+def incident_reports(incident: Path) -> list[Path]:
+    return sorted(incident.glob("node-*.json")) if incident.is_dir() else []
+
+
+def incident_stacks(incident: Path, rank: int) -> Path:
+    return incident / f"stacks-rank{rank}.txt"
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -155,9 +202,34 @@ class RunDir:
     def checkpoint_last(self) -> Path:
         return self.root / LAST
 
+    @property
+    def ledger(self) -> Path:
+        return self.state / "ledger.jsonl"
+
+    @property
+    def chaos_crash(self) -> Path:
+        """``chaos JOB crash``: the update (and rank) at which the workers are to raise."""
+        return self.state / "chaos-crash.json"
+
+    def failure_report(self, job_id: str, restart: int, rank: int) -> Path:
+        """A worker's last words: the exception that ended it, at which update."""
+        return self.state / "failures" / f"{job_id}-{restart}-rank{rank}.json"
+
+    def failure_reports(self, job_id: str, restart: int) -> list[Path]:
+        return sorted((self.state / "failures").glob(f"{job_id}-{restart}-rank*.json"))
+
     def task_log(self, job_id: str, task: int, stream: str = "out") -> Path:
         """submitit's log of one task (``stream``: out or err); requeues append to it."""
         return self.slurm_logs / f"{job_id}_{task}_log.{stream}"
+
+    def task_logs(self, job_id: str | None = None, stream: str = "out") -> list[Path]:
+        """Every task log (of ``job_id``, or of every job of this run), by job, then task."""
+        found = []
+        for path in self.slurm_logs.glob(f"*_log.{stream}"):
+            m = TASK_LOG_RE.fullmatch(path.name)
+            if m and (job_id is None or m.group(1) == str(job_id)):
+                found.append(((int(m.group(1)), int(m.group(2))), path))
+        return [path for _, path in sorted(found)]
 
     def interval_checkpoints(self) -> list[Path]:
         """``checkpoint_E_U.pt`` files, newest update first."""
@@ -177,6 +249,22 @@ class RunDir:
 
     def stop_marker(self, job_id: str, restart: int) -> Path:
         return self.state / f"stopped-{job_id}-{restart}.json"
+
+    def heartbeats(self, job_id: str, restart: int, node: str) -> Path:
+        """One node's heartbeat directory in this start (``heartbeat_file``, ``stacks_file``):
+        each launcher reads its own ranks' files only."""
+        return self.state / "heartbeats" / f"{job_id}-{restart}" / node
+
+    def heartbeat(self, job_id: str, restart: int, node: str, rank: int) -> Path:
+        return heartbeat_file(self.heartbeats(job_id, restart, node), rank)
+
+    def incident(self, job_id: str, restart: int) -> Path:
+        """The evidence of a hang in this start: stacks, node reports, the suspect."""
+        return self.state / "incidents" / f"{job_id}-{restart}"
+
+    def node_report(self, job_id: str, restart: int, task: int) -> Path:
+        """What one node's launcher found at a start (its GPUs), for task 0's decision."""
+        return self.state / "nodes" / f"{job_id}-{restart}-task{task}.json"
 
     def resume_decision(self, job_id: str, restart: int) -> Path:
         return self.state / f"resume-{job_id}-{restart}.json"

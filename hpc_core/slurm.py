@@ -10,6 +10,7 @@ commands are in ``/opt/slurm/bin``). Two kinds of failure are kept apart: ``Slur
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -128,6 +129,39 @@ def drain(node: str, reason: str) -> None:
 
 def resume(node: str) -> None:
     run(["scontrol", "update", f"nodename={node}", "state=resume"])
+
+
+NOT_PENDING_MARK = "no longer pending"
+KILLED_RE = re.compile(r"exit -\d+$")  # what run() says of a client that a signal ended
+
+
+def exclude(job_id: str | int, nodes: Sequence[str], timeout: float = 8.0) -> list[str]:
+    """Keep ``nodes`` out of the job's next starts (``ExcNodeList``, added to the one it has).
+
+    Slurm takes it only once the job is pending again: call it right after ``requeue``, while
+    the job's old steps are still ending (state COMPLETING), before KillWait's SIGKILL ends the
+    caller. Retries for ``timeout`` seconds the "no longer pending" refusal and a client killed
+    by a signal (the requeue's SIGTERM reaches every process of the caller's step, scontrol
+    too); returns the list.
+    """
+
+    def update() -> list[str] | None:
+        try:
+            info = job_info(job_id) or {}
+            current = info.get("ExcNodeList", "(null)")
+            excluded = [] if current in ("", "(null)") else hostnames(current)
+            wanted = sorted(set(excluded) | set(nodes))
+            run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(wanted)}"])
+        except SlurmUnreachable:
+            return None
+        except SlurmError as err:
+            if NOT_PENDING_MARK in str(err) or KILLED_RE.search(str(err)):
+                return None
+            raise
+        return wanted
+
+    return wait_until(update, f"job {job_id} pending to exclude {list(nodes)}", timeout,
+                      Backoff(0.1, 1.5, 1.0))  # fmt: skip
 
 
 # --- state ------------------------------------------------------------------------------------

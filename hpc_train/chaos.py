@@ -5,9 +5,12 @@
     python -m hpc_train.chaos JOBID requeue                # scontrol requeue: no notice at all
     python -m hpc_train.chaos JOBID kill-node [--node N]   # SIGKILL the ranks on one (random) node
     python -m hpc_train.chaos JOBID kill-node --stop-slurmd  # local cluster: the node fails too
+    python -m hpc_train.chaos JOBID hang [--node N]        # SIGSTOP one rank: the job hangs
+    python -m hpc_train.chaos JOBID crash --at-update 30   # rank 0 raises there, every start
 
 Every action is real Slurm: preemption through the higher-priority partition, signals through
-scancel, a node's processes killed on that node through ``srun --overlap``.
+scancel, a node's processes killed on that node through ``srun --overlap``; an injected crash
+is a file in the run's state dir the workers look for at every update (``hpc_train.failures``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hpc_core import slurm
-from hpc_train import cli
+from hpc_train import cli, failures, runs
 
 # Processes of a training job on a node: the torchrun agent and the workers.
 TARGETS = ("hpc_train.train", "torch.distributed.run", "bin/torchrun")
@@ -80,7 +83,38 @@ def kill_here(job_id: str, node: str) -> int:
     return killed
 
 
-def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
+def ranks_here(job_id: str, node: str) -> list[int]:
+    """The job's training ranks on this host for ``node`` (not the torchrun agent, whose command
+    line names the module too, nor their DataLoader workers, which run the same command line as
+    children of a rank), lowest pid first."""
+    agents = ("torch.distributed.run", "bin/torchrun")
+    found = {
+        pid: cmd
+        for pid, cmd in _processes(job_id, node)
+        if "hpc_train.train" in cmd and not any(a in cmd for a in agents)
+    }
+    return sorted(pid for pid in found if _parent(pid) not in found)
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def stop_here(job_id: str, node: str) -> int | None:
+    """SIGSTOP one of the job's ranks on this host: it stops mid-update and its peers wait for
+    it in the next collective. Returns its pid (None: no rank here)."""
+    ranks = ranks_here(job_id, node)
+    if not ranks:
+        return None
+    os.kill(ranks[0], signal.SIGSTOP)
+    return ranks[0]
+
+
+def _on_node(job_id: str, node: str | None, action: str) -> str:
+    """Run ``action`` (KILL_HERE, STOP_HERE) on one of the job's nodes; returns the node."""
     nodes = running_nodes(job_id)
     target = node or random.choice(nodes)
     if target not in nodes:
@@ -88,10 +122,20 @@ def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
     slurm.run(
         [
             "srun", f"--jobid={job_id}", "--overlap", f"--nodelist={target}", "-N1", "-n1",
-            sys.executable, "-m", "hpc_train.chaos", job_id, KILL_HERE, "--node", target,
+            sys.executable, "-m", "hpc_train.chaos", job_id, action, "--node", target,
         ],
         timeout=60,
     )  # fmt: skip
+    return target
+
+
+def hang(job_id: str, node: str | None) -> str:
+    """SIGSTOP one rank on ``node`` (default: a random node of the job); returns the node."""
+    return _on_node(job_id, node, STOP_HERE)
+
+
+def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
+    target = _on_node(job_id, node, KILL_HERE)
     if stop_slurmd:
         stop_local_slurmd(target)
     return target
@@ -109,6 +153,7 @@ def stop_local_slurmd(node: str) -> None:
 
 
 KILL_HERE = "_kill-here"  # the step kill-node runs on the target node (not for users)
+STOP_HERE = "_stop-here"  # the step hang runs on the target node (not for users)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     kill = sub.add_parser("kill-node", help="SIGKILL the ranks on one node")
     kill.add_argument("--node", help="node name (default: a random node of the job)")
     kill.add_argument("--stop-slurmd", action="store_true", help="local cluster: fail the node")
+    stop = sub.add_parser("hang", help="SIGSTOP one rank on one node (the watchdog's rehearsal)")
+    stop.add_argument("--node", help="node name (default: a random node of the job)")
+    crash = sub.add_parser(
+        "crash", help="make a rank raise at an update, in this start and every later one"
+    )
+    crash.add_argument("--at-update", type=int, required=True, metavar="N", help="the update")
+    crash.add_argument("--rank", type=int, default=0, help="the rank that raises (default: 0)")
     return parser
 
 
@@ -136,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) == 4 and argv[1] == KILL_HERE and argv[2] == "--node":
             print(f"killed {kill_here(argv[0], argv[3])} process(es)")
             return 0
+        if len(argv) == 4 and argv[1] == STOP_HERE and argv[2] == "--node":
+            pid = stop_here(argv[0], argv[3])
+            print(f"stopped rank pid {pid}" if pid else "no rank of the job here")
+            return 0 if pid else 1
         args = build_parser().parse_args(argv)
         if args.action == "preempt":
             print(f"preemptor job {preempt(args.job_id, args.partition, args.hold)} submitted")
@@ -145,10 +201,17 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "requeue":
             slurm.requeue(args.job_id)
             print(f"job {args.job_id} requeued")
+        elif args.action == "crash":
+            run = runs.resolve(args.job_id).dir
+            failures.inject(run, args.at_update, args.rank)
+            print(f"rank {args.rank} of job {args.job_id} will raise at update {args.at_update}")
+        elif args.action == "hang":
+            node = hang(args.job_id, args.node)
+            print(f"stopped one of job {args.job_id}'s ranks on {node} (SIGSTOP)")
         else:
             node = kill_node(args.job_id, args.node, args.stop_slurmd)
             print(f"killed job {args.job_id}'s ranks on {node}")
-    except slurm.SlurmError as err:
+    except (slurm.SlurmError, runs.RunNotFound) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -11,31 +11,58 @@ Interruptions:
   submitit calls ``checkpoint()`` on task 0, which waits for that save, then submitit requeues.
 - torchrun fails (a rank or a node died): task 0 requeues the job while restarts remain
   (``hpc_train.restarts`` decides).
+- no progress (a hang): each node's watchdog thread (``hpc_train.incidents``) saves its ranks'
+  stacks and stops them; task 0 names the suspect node, drains it (unless ``--no-drain``),
+  requeues the job and excludes the node from it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_core import instances, slurm
-from hpc_core.rundir import STOP_MARKER_ENV, ResumeDecision, RunDir
+from hpc_core import instances, ledger, slurm
+from hpc_core.rundir import (
+    HEARTBEAT_DIR_ENV,
+    START_ENV,
+    STOP_MARKER_ENV,
+    ResumeDecision,
+    RunDir,
+    atomic_write,
+)
 from hpc_core.wait import FAST, wait_until
-from hpc_train import checkpoints, commands, restarts
+from hpc_train import (
+    async_save,
+    checkpoints,
+    commands,
+    costs,
+    failures,
+    geometry,
+    incidents,
+    notify,
+    restarts,
+    worker_events,
+)
+from hpc_train.batch import BatchPlan
+from hpc_train.geometry import NodeReport
+from hpc_train.heartbeat import node_name
 from hpc_train.restarts import Action
-from hpc_train.spec import JobSpec
+from hpc_train.spec import SIGNAL_DELAY_S, JobSpec
 from hpc_train.spot import SpotWatcher, endpoint_to_watch
 
-# checkpoint() waits this long for the save: inside the local cluster's GraceTime (30 s) and
-# submitit's USR2@90 before the time limit. Set HPC_TRAIN_SAVE_WAIT_S for a longer grace time.
-SAVE_WAIT_S = float(os.environ.get("HPC_TRAIN_SAVE_WAIT_S", "25"))
+# checkpoint() waits for the save on notice at most this long: HPC_TRAIN_SAVE_WAIT_S if set,
+# else the preset's estimated notice save (hpc_train.costs.notice_wait_s: >= 25 s, <= the 90 s of
+# submitit's USR2 before the time limit). The wait ends as soon as the save is durable.
+SAVE_WAIT_ENV = "HPC_TRAIN_SAVE_WAIT_S"
 DECISION_WAIT_S = 300.0
 REQUEUE_GRACE_S = 60.0  # after `scontrol requeue` Slurm ends this task; never succeed meanwhile
 
@@ -89,6 +116,7 @@ class Start:
     num_nodes: int
     first_host: str  # hosts the c10d rendezvous
     restart: int  # SLURM_RESTART_COUNT: 0 on the first start
+    hosts: tuple[str, ...] = ()  # every node of this start, in task order
 
 
 def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
@@ -98,28 +126,60 @@ def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
     marker = run.read_stop(job_id, restart - 1)
     if marker is not None:
         return f"saved on notice ({marker.signal or 'peer'}) at update {marker.update}"
+    for event in reversed(ledger.read(run.ledger)):  # task 0 said why it stopped (a hang ...)
+        if event.kind == "stopped" and (event.job, event.restart) == (job_id, restart - 1):
+            detail = event.get("error") or event.get("why")
+            return f"{event.get('cause')} ({detail}): last periodic checkpoint"
     return "no save on notice (node failure, requeue or crash): last periodic checkpoint"
 
 
-def decide_resume(run: RunDir, job_id: str, restart: int, task: int) -> ResumeDecision:
-    """Task 0 verifies the checkpoints and decides; the other tasks wait for its decision."""
-    if task == 0:
+def node_reports(run: RunDir, job_id: str, restart: int, nodes: int) -> list[NodeReport] | None:
+    """Every node's report for this start, or None while one is missing."""
+    reports = []
+    for task in range(nodes):
+        path = run.node_report(job_id, restart, task)
+        if not path.exists():
+            return None
+        reports.append(NodeReport(**json.loads(path.read_text())))
+    return reports
+
+
+def decide_start(run: RunDir, start: Start, gpus_per_node: int, gpus: int) -> ResumeDecision:
+    """Every node reports its GPUs; task 0 decides the geometry (``hpc_train.geometry``) and
+    what to resume from (verifying the checkpoints), the other tasks wait for its decision."""
+    job_id, restart = start_key(start)
+    report = NodeReport(start.task, node_name(), gpus)
+    atomic_write(run.node_report(job_id, restart, start.task), json.dumps(asdict(report)))
+    if start.task == 0:
+        reports = wait_until(
+            lambda: node_reports(run, job_id, restart, start.num_nodes),
+            "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
+        )  # fmt: skip
+        shape = geometry.decide(gpus_per_node, reports)
+        if shape.refused:
+            decision = ResumeDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
+                                      shape.refused, list(shape.bad_nodes))  # fmt: skip
+            run.write_decision(job_id, restart, decision)
+            return decision
         resume = checkpoints.choose_resume(run.root)
         log(f"resume: {resume.reason}")
         if resume.moved_aside:
             log(f"kept the bad checkpoint as {resume.moved_aside}")
-        decision = ResumeDecision(resume.fairseq_args(), resume.at_update, resume.reason)
+        decision = ResumeDecision(
+            resume.fairseq_args(), resume.at_update, resume.reason,
+            shape.ranks_per_node, shape.use_gpu,
+        )  # fmt: skip
         run.write_decision(job_id, restart, decision)
         return decision
     try:
         return wait_until(
             lambda: run.read_decision(job_id, restart),
-            "task 0's resume decision",
+            "task 0's decision",
             timeout=DECISION_WAIT_S,
             backoff=FAST,
         )
     except TimeoutError:
-        raise RuntimeError(f"task 0 wrote no resume decision in {DECISION_WAIT_S:.0f} s") from None
+        raise RuntimeError(f"task 0 wrote no decision in {DECISION_WAIT_S:.0f} s") from None
 
 
 class Launcher:
@@ -130,6 +190,22 @@ class Launcher:
         self._proc: subprocess.Popen[bytes] | None = None
         self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
+        self._start: Start | None = None
+
+    def note(self, kind: str, **data: Any) -> None:
+        """Task 0 records a stage of this start in the run's ledger (the others never do)."""
+        start = self._start
+        if start is None or start.task != 0:
+            return
+        try:
+            event = ledger.record(
+                self.spec.run_dir.ledger, kind, start.job_id, start.restart, **data
+            )
+        except OSError as err:  # the ledger is a record: never a reason to stop training
+            log(f"could not write the ledger ({err})")
+            event = ledger.Event(kind, time.time(), start.job_id, start.restart, data)
+        if self.spec.notify:
+            notify.notify(self.spec.notify, event, self.spec.save_dir, log)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec}  # never pickle a live process (submitit pickles us on requeue)
@@ -139,6 +215,7 @@ class Launcher:
         self._proc = None
         self._marker = None
         self._signals = []
+        self._start = None
 
     def cancelled(self, job_id: str) -> bool:
         """Did the user cancel the job (``scancel``)?
@@ -164,13 +241,13 @@ class Launcher:
 
         return handler
 
-    def plan_node(self, nnodes: int, gpus: int) -> tuple[bool, int, list[str], str]:
-        """(use_gpu, ranks on this node, fairseq args, batch description) for this start."""
+    def plan_node(self, nnodes: int, gpus: int) -> tuple[bool, int, list[str], BatchPlan]:
+        """(use_gpu, ranks on this node, fairseq args, batch plan) for this start."""
         spec = self.spec
         use_gpu = spec.gpus_per_node > 0 and gpus > 0
         nproc = min(spec.gpus_per_node, gpus) if use_gpu else 1
         args, plan = commands.fairseq_args(spec, nnodes * nproc, use_gpu)
-        return use_gpu, nproc, args, plan.describe()
+        return use_gpu, nproc, args, plan
 
     def torchrun_command(self, start: Start, nproc: int, args: list[str]) -> list[str]:
         return commands.torchrun_argv(
@@ -182,61 +259,166 @@ class Launcher:
 
         job = submitit.JobEnvironment()
         restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-        start = Start(job.job_id, job.global_rank, job.num_nodes, job.hostnames[0], restart)
+        hosts = tuple(job.hostnames)
+        start = Start(job.job_id, job.global_rank, job.num_nodes, hosts[0], restart, hosts)
         return self.run(start, visible_gpus())
 
     def run(self, start: Start, gpus: int) -> dict[str, Any]:
         """One start on this node: plan, resume decision, torchrun, then the restart policy."""
         spec, run = self.spec, self.spec.run_dir
+        self._start = start
         done = {"node": socket.gethostname(), "restarts": start.restart}
-        log(
-            f"job {start.job_id} start #{start.restart + 1}: {previous_stop(run, *start_key(start))}"
-        )
+        previous_end = previous_stop(run, *start_key(start))
+        log(f"job {start.job_id} start #{start.restart + 1}: {previous_end}")
         if not restarts.restart_allowed(start.restart, spec.max_restarts):
             raise RuntimeError(f"restart budget exhausted (--max-restarts {spec.max_restarts})")
-        use_gpu, nproc, args, described = self.plan_node(start.num_nodes, gpus)
+        spec.save_dir.mkdir(parents=True, exist_ok=True)
+        decision = decide_start(run, start, spec.gpus_per_node, gpus)
+        if decision.refused:
+            self.refuse(start, decision)
+        decided = decision.ranks_per_node if decision.use_gpu else 0
+        use_gpu, nproc, args, plan = self.plan_node(start.num_nodes, decided)
         if spec.gpus_per_node > 0 and not use_gpu:
             log(f"no GPU visible: falling back to CPU ranks (gloo, legacy_ddp), {nproc} per node")
-        log(f"node {start.task + 1}/{start.num_nodes}, {nproc} rank(s) here; {described}")
-        spec.save_dir.mkdir(parents=True, exist_ok=True)
-        decision = decide_resume(run, start.job_id, start.restart, start.task)
+        log(f"node {start.task + 1}/{start.num_nodes}, {nproc} rank(s) here; {plan.describe()}")
+        self.note(
+            "started",
+            nodes=list(start.hosts),
+            world=plan.world_size,
+            update_freq=plan.update_freq,
+            resume_at=decision.at_update,
+            previous=previous_end,
+        )
         if decision.at_update >= spec.updates:
             log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
+            self.note("finished", why="max-update reached before this start")
             return done
         env = dict(os.environ)
         self._marker = run.stop_marker(*start_key(start))
         env[STOP_MARKER_ENV] = str(self._marker)
+        env[START_ENV] = worker_events.start_value(*start_key(start))
+        env[async_save.SYNC_SAVE_ENV] = "1" if spec.sync_save else "0"
+        if not spec.no_watchdog:
+            env[HEARTBEAT_DIR_ENV] = str(run.heartbeats(*start_key(start), node_name()))
         if not use_gpu:
             env.update(instances.plain(instances.cpu_env()))
         argv = self.torchrun_command(start, nproc, args + decision.args)
         log(f"running: {commands.shell(argv)}")
         watcher = self._watch_spot(start.job_id)
         previous = signal.signal(signal.SIGTERM, self._on_sigterm(signal.getsignal(signal.SIGTERM)))
+        monitor = None
         try:
             self._proc = subprocess.Popen(argv, env=env, preexec_fn=_ignore_usr2)
+            monitor = self._watch_hangs(start, nproc, self._proc.pid)
             returncode = self._proc.wait()
         finally:
             signal.signal(signal.SIGTERM, previous)
+            hang = monitor.stop() if monitor else None  # the hang it stopped the ranks for
         if watcher:
             watcher.stop()
         saved = run.read_stop(*start_key(start)) is not None
         # a SIGTERM after the save on notice is the requeue ending the job, not a cancel
         cancelled = returncode != 0 and not saved and self.cancelled(start.job_id)
+        # the watchdog's kill makes the peers report lost connections: that is not the cause
+        crash, repeated = (None, False) if returncode == 0 or hang else self.crash_report(start)
         outcome = restarts.after_exit(
-            returncode, saved, start.task, start.restart, spec.max_restarts, cancelled
-        )
-        if outcome.action in (Action.FINISHED, Action.CANCELLED):
+            returncode, saved, start.task, start.restart, spec.max_restarts, cancelled, hang,
+            crash, repeated,
+        )  # fmt: skip
+        suspect = self._blame(start) if outcome.blame else None
+        if outcome.action is Action.FINISHED:
+            log(outcome.why)
+            self.note("finished", why=outcome.why)
+            return done
+        error = {"error": crash[1]} if crash else {}
+        self.note("stopped", cause=outcome.cause, why=outcome.why, returncode=returncode, **error)
+        if outcome.action is Action.CANCELLED:
             log(outcome.why)
             return done
         if outcome.action is Action.STOPPED:
             log(outcome.why)
             return done | {"stopped": True}
         if outcome.action is Action.FAIL:
+            log(outcome.why)
             raise RuntimeError(outcome.why)
         log(f"job {start.job_id}: {outcome.why}")
+        self.note("requeued", by="task 0")
         slurm.requeue(start.job_id)
+        if suspect is not None:
+            self._exclude(start.job_id, [suspect.node])
         time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
         raise RuntimeError("requeue did not take effect")
+
+    def refuse(self, start: Start, decision: ResumeDecision) -> None:
+        """The start cannot run (a node short of GPUs): task 0 blames those nodes, drains them
+        (unless --no-drain), requeues without them; every task fails this start."""
+        why = f"start refused: {decision.refused}"
+        log(why)
+        if start.task != 0:
+            raise RuntimeError(f"{why}; task 0 requeues")
+        self.note("stopped", cause="bad node", why=decision.refused)
+        for node in decision.bad_nodes:
+            if not self.spec.no_drain:
+                slurm.drain(node, f"hpc-train: {decision.refused}"[:200])
+            self.note("blamed", node=node, why=decision.refused, drained=not self.spec.no_drain)
+        if not restarts.restart_allowed(start.restart + 1, self.spec.max_restarts):
+            raise RuntimeError(f"{why}; no restarts left (--max-restarts {self.spec.max_restarts})")
+        self.note("requeued", by="task 0")
+        slurm.requeue(start.job_id)
+        self._exclude(start.job_id, decision.bad_nodes)
+        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task
+        raise RuntimeError(f"{why}: requeued without {', '.join(decision.bad_nodes)}")
+
+    def save_wait_s(self) -> float:
+        """The longest checkpoint() waits for the save on notice (see ``SAVE_WAIT_ENV``)."""
+        if os.environ.get(SAVE_WAIT_ENV):
+            return float(os.environ[SAVE_WAIT_ENV])
+        spec = self.spec
+        return costs.notice_wait_s(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S)
+
+    def crash_report(self, start: Start) -> tuple[tuple[str, str] | None, bool]:
+        """(class, description) of the exception that ended this start's workers, if any said,
+        and whether the start before died of the same user error at the same update."""
+        run, (job, restart) = self.spec.run_dir, start_key(start)
+        now = failures.read(run, job, restart)
+        cause = failures.first(now)
+        if cause is None:
+            return None, False
+        before = failures.read(run, job, restart - 1) if restart > 0 else []
+        return (cause.cause, cause.describe()), failures.repeated(now, before) is not None
+
+    def _watch_hangs(self, start: Start, nproc: int, pid: int) -> incidents.Monitor | None:
+        """This node's hang watchdog (``hpc_train.incidents``), unless ``--no-watchdog``."""
+        spec = self.spec
+        if spec.no_watchdog:
+            return None
+        run, node = spec.run_dir, node_name()
+        limits = spec.hang_limits
+        return incidents.Monitor(
+            run, start.job_id, start.restart, node, nproc, start.num_nodes, limits, pid,
+            lambda: has_exited(pid), log,
+        ).start()  # fmt: skip
+
+    def _blame(self, start: Start) -> incidents.Suspect | None:
+        """Task 0 after a hang: name the suspect node and drain it (unless ``--no-drain``)."""
+        drain = None if self.spec.no_drain else slurm.drain
+        suspect = incidents.blame(
+            self.spec.run_dir, start.job_id, start.restart, start.hosts, drain, log
+        )
+        if suspect is not None:
+            self.note(
+                "blamed", node=suspect.node, rank=suspect.rank, why=suspect.why,
+                drained=not self.spec.no_drain,
+            )  # fmt: skip
+        return suspect
+
+    def _exclude(self, job_id: str, nodes: Sequence[str]) -> None:
+        """Keep ``nodes`` out of the requeued job (Slurm takes it once the job is pending)."""
+        try:
+            excluded = slurm.exclude(job_id, list(nodes))
+            log(f"job {job_id} excludes {','.join(excluded)} from now on")
+        except (slurm.SlurmError, TimeoutError) as err:
+            log(f"could not exclude {', '.join(nodes)} from job {job_id}: {err}")
 
     def _watch_spot(self, job_id: str) -> SpotWatcher | None:
         endpoint = endpoint_to_watch()
@@ -269,7 +451,9 @@ class Launcher:
         started = time.monotonic()
         self._signals.append("notice")
         log("notice received: waiting for the workers to save checkpoint_last.pt")
+        self.note("notice", signal="USR2")
         proc, marker = self._proc, self._marker
+        wait_s = self.save_wait_s()
 
         def saved_or_exited() -> str | None:
             if marker is not None and marker.exists():
@@ -279,10 +463,15 @@ class Launcher:
             return None
 
         try:
-            what = wait_until(saved_or_exited, "the save on notice", SAVE_WAIT_S, FAST)
+            what = wait_until(saved_or_exited, "the save on notice", wait_s, FAST)
             log(f"{what} {time.monotonic() - started:.1f} s after the notice: requeueing")
+            saved = marker is not None and marker.exists()
         except TimeoutError:
-            log(f"no save on notice after {SAVE_WAIT_S:.0f} s: requeueing anyway")
+            log(f"no save on notice after {wait_s:.0f} s: requeueing anyway")
+            saved = False
+        why = "saved on notice" if saved else "notice, but no save on notice in time"
+        self.note("stopped", cause="notice", why=why, saved=saved)
+        self.note("requeued", by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))
 
 

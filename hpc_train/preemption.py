@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import StopMarker, write_stop
+from hpc_train import async_save
+from hpc_train.heartbeat import Heartbeat
 
 logger = logging.getLogger("hpc_train.preemption")
 
@@ -58,21 +60,31 @@ def agreed_notice(device: Any) -> bool:
     return bool(flag.item())
 
 
-def install_save_on_notice(marker: Path) -> None:
+def install_save_on_notice(marker: Path, heartbeat: Heartbeat | None = None) -> None:
     """Wrap fairseq's per-update validate-and-save step with the agreed notice check; the stop
-    marker goes to ``marker`` (a path the launcher chose)."""
+    marker goes to ``marker`` (a path the launcher chose). ``heartbeat``: told when each update
+    completed and when validate-and-save returned (fairseq calls it once per update, with
+    ``end_of_epoch`` on the epoch's last one)."""
     import fairseq_cli.train as fairseq_train
     from fairseq import checkpoint_utils
 
     original = fairseq_train.validate_and_save
 
     def validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
+        if heartbeat is not None:
+            heartbeat.completed(trainer.get_num_updates())
         if not agreed_notice(trainer.device):
-            return original(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
+            valid_losses, should_stop = original(
+                cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch
+            )
+            if heartbeat is not None:
+                heartbeat.training(end_of_epoch, stopping=should_stop)
+            return valid_losses, should_stop
         update = trainer.get_num_updates()
         started = time.monotonic()
         logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
         checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
+        async_save.flush()  # durable before the stop marker says so
         since = time.monotonic() - (_notice["at"] or started)
         logger.info(
             f"saved on notice at update {update} in {time.monotonic() - started:.1f} s "

@@ -15,7 +15,7 @@ from typing import Any
 
 from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
 from hpc_core.rundir import RunDir
-from hpc_train import batch, devices, presets
+from hpc_train import batch, devices, presets, watchdog
 
 
 class SpecError(ValueError):
@@ -53,6 +53,25 @@ def parse_time(text: str) -> int:
     else:
         minutes = days * 1440 + first * 60 + (second or 0) + (third or 0) / 60
     return max(1, round(minutes))
+
+
+SIGNAL_DELAY_S = 90  # submitit sends USR2 this long before the time limit (the notice)
+
+MAIL_TYPES = frozenset({
+    "NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
+    "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS",
+})  # fmt: skip
+
+
+def parse_mail_type(text: str) -> str:
+    """sbatch's --mail-type: a comma list of Slurm's event names (checked here, not by sbatch)."""
+    types = [t.strip().upper() for t in text.split(",") if t.strip()]
+    unknown = [t for t in types if t not in MAIL_TYPES]
+    if not types or unknown:
+        raise SpecError(
+            f"--mail-type {text!r}: expected a comma list of {', '.join(sorted(MAIL_TYPES))}"
+        )
+    return ",".join(types)
 
 
 @dataclass(frozen=True)
@@ -133,6 +152,10 @@ class JobSpec:
         "--keep-checkpoints", "interval checkpoints kept (checkpoint_last.pt always)",
         default=3, type=int, metavar="N",
     )  # fmt: skip
+    sync_save: bool = option(
+        "--sync-save", "save checkpoints inside the training loop (default: snapshot to host "
+        "memory, write in the background, see hpc_train/async_save.py)", default=False,
+    )  # fmt: skip
     cpus_per_task: int | None = option(
         "--cpus-per-task", "CPUs for each node's task", default=None, type=int, metavar="N",
         default_text="all cores of the instance type on GPU nodes, Slurm's default on CPU nodes",
@@ -140,6 +163,18 @@ class JobSpec:
     preflight: bool = option(
         "--preflight", "all-reduce health check of the allocation before training", default=False
     )
+    mail_user: str | None = option(
+        "--mail-user", "Slurm mails this address on the --mail-type events", default=None,
+        metavar="ADDR",
+    )  # fmt: skip
+    mail_type: str | None = option(
+        "--mail-type", "Slurm's mail events, e.g. END,FAIL,REQUEUE", default=None,
+        parse=parse_mail_type, metavar="TYPES", default_text="Slurm's (none)",
+    )  # fmt: skip
+    notify: str | None = option(
+        "--notify", "a command (sh -c) run on the node on finish, failure and each requeue, "
+        "the ledger event as JSON on its stdin", default=None, metavar="CMD",
+    )  # fmt: skip
     precision: str | None = option(
         "--precision", "GPU ranks' precision", default=None, choices=devices.PRECISIONS,
         default_text="bf16 on A100/H100, fp16 on V100",
@@ -147,6 +182,30 @@ class JobSpec:
     batch_per_device: int | None = option(
         "--batch-per-device", "sequences per GPU", default=None, type=int, metavar="N",
         default_text="by preset and GPU memory, see hpc_train/devices.py",
+    )  # fmt: skip
+    no_watchdog: bool = option(
+        "--no-watchdog", "no hang detection (a stuck job then holds its nodes until --time)",
+        default=False,
+    )  # fmt: skip
+    hang_factor: float = option(
+        "--hang-factor", "a hang: no update for this many times the slowest recent update…",
+        default=watchdog.Limits.factor, type=float, metavar="K",
+    )  # fmt: skip
+    hang_timeout_floor: float = option(
+        "--hang-timeout-floor", "…or for this many seconds, whichever is longer",
+        default=watchdog.Limits.floor_s, type=float, metavar="S",
+    )  # fmt: skip
+    hang_save_timeout: float = option(
+        "--hang-save-timeout", "seconds allowed for validation, a checkpoint save, an epoch change",
+        default=watchdog.Limits.save_s, type=float, metavar="S",
+    )  # fmt: skip
+    hang_startup_timeout: float = option(
+        "--hang-startup-timeout", "seconds allowed from torchrun's start to the first update",
+        default=watchdog.Limits.startup_s, type=float, metavar="S",
+    )  # fmt: skip
+    no_drain: bool = option(
+        "--no-drain", "never drain the node blamed for a hang (it is still excluded)",
+        default=False,
     )  # fmt: skip
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
@@ -166,6 +225,16 @@ class JobSpec:
     def run_dir(self) -> RunDir:
         """The save dir's layout: logs, checkpoints, markers (``hpc_core.rundir``)."""
         return RunDir(self.save_dir)
+
+    @property
+    def hang_limits(self) -> watchdog.Limits:
+        """The watchdog's allowances (``hpc_train.watchdog``)."""
+        return watchdog.Limits(
+            self.hang_factor,
+            self.hang_timeout_floor,
+            self.hang_save_timeout,
+            self.hang_startup_timeout,
+        )
 
     @property
     def nodes_arg(self) -> str:
@@ -242,6 +311,9 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
         raise SpecError("--global-batch must be >= 1")
     if spec.max_restarts < 0 or spec.keep_checkpoints < 1:
         raise SpecError("--max-restarts must be >= 0 and --keep-checkpoints >= 1")
+    if spec.hang_factor < 1 or min(spec.hang_limits.floor_s, spec.hang_limits.save_s,
+                                   spec.hang_limits.startup_s) <= 0:  # fmt: skip
+        raise SpecError("--hang-factor must be >= 1 and the --hang-*-timeout* values > 0")
     if spec.batch_per_device is not None and spec.batch_per_device < 1:
         raise SpecError("--batch-per-device must be >= 1")
     problem = devices.precision_problem(spec.instance_type, spec.gpu_precision)

@@ -7,7 +7,10 @@ It runs fairseq's own training entry with the few fixes this stack needs:
 - checkpoint loading under torch's weights_only default through an explicit allow-list
   (see ``hpc_train.checkpoints``), instead of switching the safety off;
 - atomic checkpoint files (write, fsync, rename) instead of fairseq's in-place copies;
+- async saves: a host-memory snapshot written in the background (``hpc_train.async_save``);
 - save on notice: SIGUSR2 → all ranks save at the same update and stop (``hpc_train.preemption``);
+- a heartbeat every update for the launcher's hang watchdog, and SIGUSR1 → Python stacks
+  (``hpc_train.heartbeat``);
 - on GPUs: the process bound to LOCAL_RANK's GPU before NCCL starts (bound to it), the group torn
   down at exit, bf16 without fairseq's implied ``--tpu``, ``--optimizer fused_adamw`` registered;
 - fairseq's timestamped log format on stdout, and its known warnings silenced one by one.
@@ -24,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_core.rundir import STOP_MARKER_ENV, RunDir
-from hpc_train import checkpoints, preemption
+from hpc_core.rundir import HEARTBEAT_DIR_ENV, STOP_MARKER_ENV, RunDir
+from hpc_train import async_save, checkpoints, failures, preemption, worker_events
+from hpc_train.heartbeat import Heartbeat
 
 
 def distributed_args(env: Mapping[str, str]) -> list[str]:
@@ -90,6 +94,16 @@ def stop_marker(run: RunDir, env: Mapping[str, str]) -> Path:
     """Where to record a save on notice: the path the launcher chose for this start, or (a
     worker run by hand, outside the launcher) the run directory's marker for a local run."""
     return Path(env[STOP_MARKER_ENV]) if STOP_MARKER_ENV in env else run.stop_marker("local", 0)
+
+
+def heartbeat_of(env: Mapping[str, str]) -> Heartbeat | None:
+    """This rank's heartbeat, with its stacks armed, when its launcher asked for one."""
+    if HEARTBEAT_DIR_ENV not in env:
+        return None
+    directory = Path(env[HEARTBEAT_DIR_ENV])
+    beat = Heartbeat(directory, int(env.get("RANK", "0")))
+    beat.arm_stacks(directory)
+    return beat
 
 
 def save_dir_of(args: Sequence[str]) -> Path:
@@ -157,10 +171,19 @@ def main(argv: list[str] | None = None) -> None:
     run = RunDir(save_dir)
     log_to_file(run.train_log)
     checkpoints.install_atomic_writes()
-    preemption.install_save_on_notice(stop_marker(run, os.environ))
+    async_save.install(os.environ)  # after: its deferred copies are the atomic ones
+    preemption.install_save_on_notice(stop_marker(run, os.environ), heartbeat_of(os.environ))
+    worker_events.install(run, os.environ)  # after: its save hook also times the notice save
+    progress = {"update": 0}
+    failures.install(run, os.environ, progress)
     start_process_group(os.environ, args)
     sys.argv = ["fairseq-train", *args]
-    run_fairseq(args)
+    try:
+        run_fairseq(args)
+    except BaseException as err:  # the launcher reads why (and at which update) this rank died
+        failures.report_crash(run, os.environ, err, progress["update"])
+        raise
+    async_save.flush()  # the last save is durable before the worker exits
     stop_process_group()
 
 

@@ -27,3 +27,47 @@ def test_real_cluster_answers_and_expands_hostnames(slurm_cluster):
     assert slurm.hostnames("n[1-3]") == ["n1", "n2", "n3"]
     assert slurm.node_info("n1")["NodeName"] == "n1"
     assert slurm.job_state("999999999").state == "GONE"
+
+
+def test_exclude_retries_until_the_requeued_job_is_pending_and_keeps_earlier_exclusions(
+    monkeypatch,
+):
+    """A fake scontrol (the moments right after a requeue cannot be timed on a real cluster):
+    refused while the job runs, killed once by the requeue's SIGTERM, then accepted."""
+    answers = [
+        slurm.SlurmError("`scontrol update` failed: Job is no longer pending execution for job 7"),
+        slurm.SlurmError("`scontrol update` failed: exit -15"),
+        "",
+    ]
+    calls: list[list[str]] = []
+
+    def fake_run(args, timeout=30.0, check=True):
+        calls.append(list(args))
+        if args[:2] == ["scontrol", "update"]:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+        return ""
+
+    monkeypatch.setattr(slurm, "run", fake_run)
+    monkeypatch.setattr(slurm, "job_info", lambda job: {"ExcNodeList": "n4"})
+    monkeypatch.setattr(slurm, "hostnames", lambda nodes: nodes.split(","))
+    assert slurm.exclude("7", ["n2"], timeout=5) == ["n2", "n4"]
+    assert calls[-1] == ["scontrol", "update", "JobId=7", "ExcNodeList=n2,n4"] and not answers
+    answers[:] = [slurm.SlurmError("`scontrol update` failed: Invalid node name specified")]
+    with pytest.raises(slurm.SlurmError, match="Invalid node name"):
+        slurm.exclude("7", ["nX"], timeout=5)
+
+
+def test_exclude_survives_the_requeues_sigterm_killing_its_first_look_at_the_job(monkeypatch):
+    """A fake scontrol: `show job` killed by the SIGTERM once (seen in a real hang test)."""
+    looks = [slurm.SlurmError("`scontrol show job -o 76` failed: exit -15")]
+
+    def job_info(job):
+        if looks:
+            raise looks.pop()
+        return {"ExcNodeList": "(null)"}
+
+    monkeypatch.setattr(slurm, "job_info", job_info)
+    monkeypatch.setattr(slurm, "run", lambda args, timeout=30.0, check=True: "")
+    assert slurm.exclude("76", ["n2"], timeout=5) == ["n2"] and not looks

@@ -8,10 +8,10 @@ from hpc_train.spec import JobSpec
 
 def test_gpu_node_runs_one_rank_per_gpu():
     launcher = Launcher(JobSpec("roberta-base", Path("/d"), Path("/s"), 2, 2, 8))
-    use_gpu, nproc, args, described = launcher.plan_node(nnodes=2, gpus=8)
+    use_gpu, nproc, args, plan = launcher.plan_node(nnodes=2, gpus=8)
     assert use_gpu and nproc == 8
     assert args[args.index("--update-freq") + 1] == "2"  # 2048 / (64 per V100 x 16)
-    assert "16 ranks" in described
+    assert "16 ranks" in plan.describe()
 
 
 def test_no_gpu_falls_back_to_one_cpu_rank_per_node_and_keeps_the_global_batch():
@@ -58,10 +58,11 @@ def test_other_tasks_follow_task_0s_resume_decision(tmp_path):
 
     run = RunDir(tmp_path)
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # bad, and no interval checkpoint
-    decided = launch.decide_resume(run, "9", 0, task=0)
+    decided = launch.decide_start(run, launch.Start("9", 0, 1, "n1", 0), 0, gpus=0)
     assert (decided.args, decided.at_update) == ([], 0)
     assert list(tmp_path.glob("checkpoint_last.pt.bad-*"))  # moved aside by task 0 only
-    assert launch.decide_resume(run, "9", 0, task=1) == decided  # read, not decided again
+    other = launch.decide_start(run, launch.Start("9", 1, 2, "n1", 0), 0, gpus=0)
+    assert other == decided  # read, not decided again
 
 
 @pytest.mark.fairseq
@@ -74,4 +75,5 @@ def test_a_run_already_at_max_update_is_not_trained_further(trained_save_dir, tm
 
     save = tmp_path / "run"
     shutil.copytree(trained_save_dir, save)
-    assert launch.decide_resume(RunDir(save), "5", 1, task=0).at_update == 12
+    start = launch.Start("5", 0, 1, "n1", 1)
+    assert launch.decide_start(RunDir(save), start, 0, gpus=0).at_update == 12

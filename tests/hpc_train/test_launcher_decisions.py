@@ -5,36 +5,19 @@ workers do after a save on notice). The real-Slurm tests in tests/integration co
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import signal
 import sys
 from pathlib import Path
 
 import pytest
 
-from hpc_core import slurm
+from hpc_core import ledger
 from hpc_core.rundir import ResumeDecision, RunDir, StopMarker, write_stop
-from hpc_train import launch, restarts
+from hpc_train import failures, launch, restarts
 from hpc_train.restarts import Action
 from hpc_train.spec import JobSpec
-
-
-class FakeSlurm:
-    """Stands in for hpc_core.slurm inside the launcher: a fake, no Slurm here."""
-
-    SlurmError = slurm.SlurmError
-
-    def __init__(self, state: str = "RUNNING") -> None:
-        self.requeued: list[str] = []
-        self.state = state
-
-    def job_state(self, job_id: str) -> slurm.JobState:
-        return slurm.JobState(job_id, self.state, 0, "n[1-2]", "")
-
-    def requeue(self, job_id: str) -> None:
-        self.requeued.append(job_id)
-
-    def signal(self, job_id: str, name: str = "USR2") -> None:
-        raise AssertionError("no spot watcher in these tests")
 
 
 class FakeTorchrun(launch.Launcher):
@@ -59,21 +42,14 @@ class FakeTorchrun(launch.Launcher):
         return [sys.executable, "-c", body + f"sys.exit({self.code})"]
 
 
-@pytest.fixture
-def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
-    fake = FakeSlurm()
-    monkeypatch.setattr(launch, "slurm", fake)
-    monkeypatch.setattr(launch, "REQUEUE_GRACE_S", 0.0)
-    monkeypatch.setattr(launch, "endpoint_to_watch", lambda: None)
-    return fake
-
-
 def spec_in(tmp_path: Path, max_restarts: int = 3) -> JobSpec:
     return JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, max_restarts=max_restarts)
 
 
 def start(task: int = 0, restart: int = 0) -> launch.Start:
-    return launch.Start("41", task, 2, "n1", restart)
+    """Task 0 of a one-node start (it decides at once), or task 1 of two (it waits for the
+    decision the test wrote for task 0)."""
+    return launch.Start("41", task, 1 if task == 0 else 2, "n1", restart)
 
 
 def test_clean_exit_finishes_without_requeue(tmp_path, fake_slurm):
@@ -190,7 +166,7 @@ def test_notice_wait_ends_when_the_save_is_durable_not_when_workers_exit(tmp_pat
     run = RunDir(tmp_path)
     launcher._marker = run.stop_marker("41", 0)
     launcher._proc = subprocess.Popen(["sleep", "30"])  # workers still tearing down
-    monkeypatch.setattr(launch, "SAVE_WAIT_S", 20.0)
+    monkeypatch.setenv(launch.SAVE_WAIT_ENV, "20")
     try:
         write_stop(launcher._marker, StopMarker(7, "SIGUSR2"))
         started = time.monotonic()
@@ -201,3 +177,78 @@ def test_notice_wait_ends_when_the_save_is_durable_not_when_workers_exit(tmp_pat
     finally:
         launcher._proc.kill()
         launcher._proc.wait()
+
+
+def kinds(tmp_path: Path) -> list[tuple[str, int]]:
+    return [(e.kind, e.restart) for e in ledger.read(RunDir(tmp_path).ledger)]
+
+
+def test_task_0_records_each_stage_in_the_ledger(tmp_path, fake_slurm):
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(restart=1), gpus=0)
+    assert kinds(tmp_path) == [("started", 1), ("stopped", 1), ("requeued", 1)]
+    started, stopped, _ = ledger.read(RunDir(tmp_path).ledger)
+    assert started.get("world") == 1 and started.get("update_freq") == 2
+    assert started.get("previous").startswith("no save on notice")
+    assert (stopped.get("cause"), stopped.get("returncode")) == ("crash", 1)
+    FakeTorchrun(spec_in(tmp_path), 0).run(start(restart=2), gpus=0)
+    assert kinds(tmp_path)[-2:] == [("started", 2), ("finished", 2)]
+
+
+def test_other_tasks_write_no_ledger_events(tmp_path, fake_slurm):
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    FakeTorchrun(spec_in(tmp_path), 0).run(start(task=1), gpus=0)
+    assert kinds(tmp_path) == []
+
+
+def test_a_cancel_is_recorded_as_its_own_cause(tmp_path, fake_slurm):
+    fake_slurm.state = "CANCELLED"
+    FakeTorchrun(spec_in(tmp_path), 1).run(start(task=0), gpus=0)
+    assert [e.get("cause") for e in ledger.read(RunDir(tmp_path).ledger)] == [None, "cancelled"]
+
+
+def test_notify_runs_the_users_command_on_stop_and_requeue_and_finish(tmp_path, fake_slurm):
+    """--notify: `sh -c CMD` on task 0, the ledger event as JSON on stdin."""
+    got = tmp_path / "events.jsonl"
+    spec = dataclasses.replace(spec_in(tmp_path), notify=f"cat >> {got}; echo >> {got}")
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec, 1).run(start(), gpus=0)
+    FakeTorchrun(spec, 0).run(start(restart=1), gpus=0)
+    events = [json.loads(line) for line in got.read_text().splitlines()]
+    assert [(e["event"], e["restart"]) for e in events] == [
+        ("stopped", 0),
+        ("requeued", 0),
+        ("finished", 1),
+    ]  # never "started": only what a human needs to hear
+    assert events[0]["cause"] == "crash" and events[0]["save_dir"] == str(tmp_path)
+
+
+def test_a_failing_notify_command_is_logged_and_training_goes_on(tmp_path, fake_slurm, capsys):
+    spec = dataclasses.replace(spec_in(tmp_path), notify="echo mail server down >&2; exit 3")
+    assert FakeTorchrun(spec, 0).run(start(), gpus=0)["restarts"] == 0
+    assert "--notify command exited 3 on finished: mail server down" in capsys.readouterr().out
+
+
+def test_the_next_start_says_why_the_previous_one_stopped(tmp_path):
+    run = RunDir(tmp_path)
+    assert launch.previous_stop(run, "41", 1).startswith("no save on notice (node failure")
+    ledger.record(run.ledger, "stopped", "41", 0, cause="hang", why="no update for 31 s")
+    assert launch.previous_stop(run, "41", 1) == (
+        "hang (no update for 31 s): last periodic checkpoint"
+    )
+    write_stop(run.stop_marker("41", 1), StopMarker(7, "SIGUSR2"))
+    assert launch.previous_stop(run, "41", 2) == "saved on notice (SIGUSR2) at update 7"
+
+
+def test_the_same_user_error_in_two_starts_in_a_row_stops_the_run(tmp_path, fake_slurm):
+    """The workers' reports (hpc_train.failures) written as a crashing rank would."""
+    run = RunDir(tmp_path)
+    bug = failures.Failure(0, 30, "ValueError", "bad batch")
+    failures.write(run, "41", 0, bug)
+    failures.write(run, "41", 1, bug)
+    with pytest.raises(RuntimeError, match="same error at the same update"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(restart=1), gpus=0)
+    assert fake_slurm.requeued == []
+    stopped = [e for e in ledger.read(run.ledger) if e.kind == "stopped"]
+    assert [e.get("cause") for e in stopped] == ["user error"]
+    assert "ValueError: bad batch (rank 0, update 30)" in stopped[0].get("why")

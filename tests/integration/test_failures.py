@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 
-from hpc_core import slurm
+from hpc_core import ledger, slurm
+from hpc_core.rundir import RunDir
 from hpc_train import chaos
 
 pytestmark = pytest.mark.slurm
@@ -47,11 +50,17 @@ def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_
     assert final.state == "COMPLETED", final
     assert int(slurm.job_info(job)["Restarts"]) >= 1
     log = runs.launcher_log(save, job)
-    assert "start #2: no save on notice" in log
+    # Slurm's NODE_FAIL requeue, or task 0's after torchrun lost the node's ranks: no notice
+    assert re.search(r"start #2: (no save on notice|crash|infrastructure) \(", log), log
     summary = runs.summary(save)
     assert summary.updates == max_update
     assert summary.resumed_at and summary.resumed_at[0] % 10 == 0  # from a periodic checkpoint
-    assert runs.trained_updates(save)[-1] == max_update
+    trained = runs.trained_updates(save)
+    assert trained[-1] == max_update
+    # what the logs show trained twice (resumed from the periodic checkpoint) is what is reported
+    assert summary.recomputed_updates == len(trained) - len(set(trained))
+    starts = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "started"]
+    assert len(starts) >= 2 and "on notice at update" not in starts[1].get("previous")
 
 
 def test_resume_on_a_different_node_count_keeps_the_global_batch(runs):
@@ -80,3 +89,29 @@ def test_resume_on_a_different_node_count_keeps_the_global_batch(runs):
     train_log = (save / "train.log").read_text()
     assert "training on 2 devices" in train_log and "training on 1 devices" in train_log
     assert runs.trained_updates(save) == list(range(1, 61))  # num_updates continues, none redone
+
+
+def test_the_same_user_error_twice_stops_the_run_instead_of_requeueing(runs):
+    """`chaos JOB crash --at-update 25`: rank 0 raises there in every start. The first crash is
+    requeued (it might be a fluke); the second, the same error at the same update, ends the run:
+    FAILED, one restart, the error in the ledger, the restart budget (20) left alone."""
+    runs.wait_idle_nodes(2)
+    job, save = runs.submit("crash", 60, fairseq=(*PER_UPDATE, "--save-interval-updates", "10"))
+    runs.wait_for_update(save, 5)
+    said = subprocess.run(
+        [sys.executable, "-m", "hpc_train.command", "chaos", job, "crash", "--at-update", "25"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert "will raise at update 25" in said
+    final = runs.wait_done(job)
+    assert final.state == "FAILED", f"{final}\n{runs.explain(save, job)}"
+    assert int(slurm.job_info(job)["Restarts"]) == 1
+    events = ledger.read(RunDir(save).ledger)
+    stopped = [e for e in events if e.kind == "stopped"]
+    assert [e.get("cause") for e in stopped] == ["user error", "user error"], stopped
+    assert "InjectedCrash: chaos: crash injected at update 25" in stopped[-1].get("why")
+    assert "same error at the same update" in stopped[-1].get("why")
+    assert sum(e.kind == "requeued" for e in events) == 1
+    summary = runs.summary(save)  # update 25 is logged, then its save step raises
+    assert summary.updates == 25 and summary.resumed_at == [20]
+    assert summary.recomputed_updates == 5  # 21-25 trained twice: the periodic save was at 20

@@ -1,0 +1,47 @@
+"""The fake Slurm the launcher tests run against (no Slurm in the fast tier): it records what
+the launcher asked of Slurm (requeues, drains, exclusions) and answers a job state the test sets.
+The real-Slurm versions of these tests are in tests/integration."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpc_core import slurm
+from hpc_train import launch
+
+
+class FakeSlurm:
+    """Stands in for hpc_core.slurm inside the launcher: a fake, no Slurm here."""
+
+    SlurmError = slurm.SlurmError
+
+    def __init__(self, state: str = "RUNNING") -> None:
+        self.state = state
+        self.requeued: list[str] = []
+        self.drained: list[tuple[str, str]] = []
+        self.excluded: list[tuple[str, list[str]]] = []
+
+    def job_state(self, job_id: str) -> slurm.JobState:
+        return slurm.JobState(job_id, self.state, 0, "n[1-2]", "")
+
+    def requeue(self, job_id: str) -> None:
+        self.requeued.append(job_id)
+
+    def drain(self, node: str, reason: str) -> None:
+        self.drained.append((node, reason))
+
+    def exclude(self, job_id: str, nodes: list[str]) -> list[str]:
+        self.excluded.append((job_id, list(nodes)))
+        return list(nodes)
+
+    def signal(self, job_id: str, name: str = "USR2") -> None:
+        raise AssertionError("no spot watcher in these tests")
+
+
+@pytest.fixture
+def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    fake = FakeSlurm()
+    monkeypatch.setattr(launch, "slurm", fake)
+    monkeypatch.setattr(launch, "REQUEUE_GRACE_S", 0.0)
+    monkeypatch.setattr(launch, "endpoint_to_watch", lambda: None)
+    return fake

@@ -1,0 +1,90 @@
+"""Hangs on the local Slurm (tiny preset, 2 emulated nodes): the watchdog, the evidence, the
+blame (drain + exclude) and the restart; and no false positive on a run that saves often."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from hpc_core import ledger, slurm
+from hpc_core.rundir import SUSPECT, RunDir, incident_reports
+from hpc_train import chaos
+
+pytestmark = pytest.mark.slurm
+
+PER_UPDATE = ("--log-interval", "1")
+# small allowances, so a hang shows in seconds: 10 s without an update (factor 10 x ~0.3 s)
+WATCHDOG = (
+    "--hang-timeout-floor", "10", "--hang-factor", "10",
+    "--hang-save-timeout", "60", "--hang-startup-timeout", "180",
+)  # fmt: skip
+
+
+def test_a_stopped_rank_is_a_hang_its_node_is_drained_and_excluded_and_the_run_completes(runs):
+    """SIGSTOP one rank at ~update 25 (chaos hang): the watchdog sees no progress, saves the
+    stacks (the stopped rank gives none: it is the suspect), drains and excludes its node, and
+    task 0 requeues; the run resumes from the last periodic checkpoint elsewhere and completes."""
+    runs.wait_idle_nodes(2)
+    max_update = 200
+    job, save = runs.submit(
+        "hang", max_update, nodes="1-2",
+        fairseq=(*PER_UPDATE, "--save-interval-updates", "10"), extra_cli=WATCHDOG,
+    )  # fmt: skip
+    nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    assert len(nodes) == 2, nodes
+    runs.wait_for_update(save, 25)
+    victim = nodes[-1]
+    try:
+        stopped = time.monotonic()
+        assert chaos.hang(job, victim) == victim
+        runs.wait_for(
+            "the restart after the hang",
+            lambda: "start #2" in runs.launcher_log(save, job),
+            timeout=180,
+        )
+        detected = time.monotonic() - stopped
+        final = runs.wait_done(job)
+        info = slurm.node_info(victim)
+        excluded = slurm.job_info(job)["ExcNodeList"]
+    finally:
+        slurm.resume(victim)
+    log = runs.launcher_log(save, job)
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    assert detected < 120, detected  # 10 s allowance + poll + evidence + requeue
+    incident = RunDir(save).incident(job, 0)
+    verdict = json.loads((incident / SUSPECT).read_text())
+    assert verdict["suspect"]["node"] == victim and verdict["drained"], verdict
+    assert "gave no Python stack" in verdict["suspect"]["why"]
+    assert len(incident_reports(incident)) == 2  # both nodes reported
+    stacks = sorted(incident.glob("stacks-rank*.txt"))
+    assert len(stacks) == 1 and "File " in stacks[0].read_text()  # the live rank's, not the stopped
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: hang"), info
+    assert victim in slurm.hostnames(excluded)
+    second = re.findall(r"node (\d)/(\d), 1 rank\(s\) here", log.split("start #2")[1])
+    assert second, log
+    restarted_on = slurm.job_info(job)["NodeList"]
+    assert victim not in slurm.hostnames(restarted_on)
+    summary = runs.summary(save)
+    assert summary.updates == max_update
+    assert summary.resumed_at and summary.resumed_at[0] % 10 == 0  # lost: < one save interval
+    assert summary.resumed_at[0] >= 20
+    events = ledger.read(RunDir(save).ledger)
+    assert [e.get("cause") for e in events if e.kind == "stopped"] == ["hang"]
+    assert [e.get("node") for e in events if e.kind == "blamed"] == [victim]
+
+
+def test_no_false_positive_with_a_save_every_update(runs):
+    """Validation and a checkpoint at every update, with the small allowances: no hang."""
+    runs.wait_idle_nodes(2)
+    job, save = runs.submit(
+        "nohang", 40, fairseq=(*PER_UPDATE, "--save-interval-updates", "1"), extra_cli=WATCHDOG
+    )
+    final = runs.wait_done(job)
+    assert final.state == "COMPLETED", runs.explain(save, job)
+    assert final.restarts == 0
+    assert not RunDir(save).incident(job, 0).exists()
+    assert "hang: " not in runs.launcher_log(save, job)
+    assert runs.summary(save).updates == 40
