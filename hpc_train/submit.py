@@ -18,14 +18,13 @@ import contextlib
 import io
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from hpc_core import instances, slurm
-from hpc_train import cli, commands, options, presets
-from hpc_train.spec import JobSpec, SpecError, validate
-
-SIGNAL_DELAY_S = 90  # submitit sends USR2 this long before the time limit
+from hpc_core import instances, ledger, slurm
+from hpc_train import cli, commands, costs, options, presets
+from hpc_train.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
 
 
 def setup_lines(spec: JobSpec) -> list[str]:
@@ -78,6 +77,10 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         del params["ntasks_per_node"]
     if spec.partition:
         params["partition"] = spec.partition
+    if spec.mail_user:
+        params["mail_user"] = spec.mail_user
+    if spec.mail_type:
+        params["mail_type"] = spec.mail_type
     if spec.gpus_per_node > 0:
         params["gpus_per_node"] = spec.gpus_per_node
     if spec.cpus_per_task:
@@ -145,6 +148,17 @@ def submit(spec: JobSpec) -> Any:
         raise slurm.SlurmError(f"sbatch refused the job: {slurm.last_line(str(err))}") from None
 
 
+def record_submission(spec: JobSpec, job_id: str, when: float) -> None:
+    """The run's first ledger line (``when``: just before sbatch, so it precedes the start),
+    and its line in the user's index (``hpc-train status``)."""
+    run = spec.run_dir
+    ledger.record(
+        run.ledger, "submitted", job_id, 0, when,
+        nodes=spec.nodes_arg, max_update=spec.updates, preset=spec.preset, name=spec.job_name,
+    )  # fmt: skip
+    ledger.index_run(job_id, run.root.resolve(), spec.job_name, spec.updates)
+
+
 def preset_lines() -> list[str]:
     return [f"  {name:14s} {recipe.describe()}" for name, recipe in presets.PRESETS.items()]
 
@@ -175,24 +189,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = options.spec_from_options(args, extra)
+        validate(spec, check_paths=not args.dry_run)  # submit() checks again, just before sbatch
+        for warning in costs.submit_warnings(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S):
+            print(warning, file=sys.stderr)
         if args.dry_run:
-            validate(spec, check_paths=False)
             print(render_sbatch(spec))
             line, plan = training_command(spec)
             print(f"# training command on each node ({plan}):\n{line}")
             return 0
+        submitted_at = time.time()
         job = submit(spec)
     except (SpecError, slurm.SlurmError) as err:
         parser.error(str(err))
     print(f"submitted job {job.job_id}: {spec.nodes_arg} node(s), preset {spec.preset}")
     run = spec.run_dir
+    record_submission(spec, job.job_id, submitted_at)
     print(f"  task logs: {run.task_log(job.job_id, 0)} … (one per node, and .err)")
     print(f"  train log: {run.train_log}")
     print(f"  checkpoints: {run.checkpoint_last}")
     if args.follow:
         from hpc_train import logs
 
-        return logs.follow(spec, job.job_id)
+        return logs.follow(run, job.job_id, spec.updates, bar=sys.stdout.isatty())
     return 0
 
 

@@ -158,3 +158,26 @@ def test_a_partition_sbatch_refuses_is_one_line_and_exit_2(tmp_path, corpus, slu
     assert proc.returncode == 2, proc.stderr
     assert "sbatch refused the job" in proc.stderr and "invalid partition" in proc.stderr.lower()
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_mail_options_pass_through_to_sbatch():
+    spec = JobSpec(
+        "tiny",
+        Path("/d"),
+        Path("/s"),
+        gpus_per_node=0,
+        mail_user="me@lab.org",
+        mail_type="END,FAIL",
+    )
+    script = submit.render_sbatch(spec)
+    assert "#SBATCH --mail-user=me@lab.org" in script and "#SBATCH --mail-type=END,FAIL" in script
+    assert "--mail" not in submit.render_sbatch(JobSpec("tiny", Path("/d"), Path("/s")))
+
+
+def test_an_unknown_mail_type_is_one_line_and_exit_2(tmp_path, capsys):
+    argv = ["--preset", "tiny", "--data", str(tmp_path), "--save-dir", str(tmp_path), "--dry-run"]
+    with pytest.raises(SystemExit) as exit_:
+        submit.main([*argv, "--mail-type", "end,sometimes"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--mail-type 'end,sometimes'" in err
+    assert len(err.strip().splitlines()) == 1
