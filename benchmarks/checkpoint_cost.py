@@ -245,10 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.updates < 4 or args.every < 1:
         p.error("--updates must be >= 4 and --every >= 1")
     result = run_and_write("bench-ckpt", args.out, lambda: run(args), summary_rows, (BenchError,))
-    if result is None:
-        return 1
-    print(f"written {args.out} ({result['duration_s']} s)")
-    return 0
+    return 0 if result is not None else 1
 
 
 if __name__ == "__main__":

@@ -339,10 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work_dir.mkdir(parents=True, exist_ok=True)
     errors = (BenchError, data.DataError)
     result = run_and_write("bench-data", args.out, lambda: run(args), summary_rows, errors)
-    if result is None:
-        return 1
-    print(f"written {args.out} ({result['duration_s']} s)")
-    return 0
+    return 0 if result is not None else 1
 
 
 if __name__ == "__main__":

@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     if result["interference"]:
         print(f"warning: other jobs ran during the timed recoveries {result['interference']}: "
               "recovery figures are suspect, rerun on a quiet cluster", file=sys.stderr)  # fmt: skip
-    print(f"written {args.out} ({result['duration_s']} s; runs in {args.work_dir})")
+    print(f"its runs: {args.work_dir}")
     return 0
 
 

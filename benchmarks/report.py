@@ -48,7 +48,7 @@ def run_and_write(
     errors: tuple[type[Exception], ...],
 ) -> dict[str, Any] | None:
     """Run the benchmark; on one of ``errors`` say it in one line and return None; else write
-    the JSON result, print the table and return the result."""
+    the JSON result, print the table and where it went, and return the result."""
     try:
         result = compute()
     except errors as err:
@@ -56,4 +56,5 @@ def run_and_write(
         return None
     write_json(out, result)
     print(table(rows(result)))
+    print(f"written {out} ({result.get('duration_s', '?')} s)")
     return result
