@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hpc_core.rundir import RunDir
 from hpc_train import commands
 
 
@@ -72,7 +73,7 @@ def run_one(name: str, argv: list[str], save_dir: Path, log: Path) -> dict[str, 
     samples = smi.stop()
     if proc.returncode != 0:
         raise RuntimeError(f"{name} exited {proc.returncode}; see {log}")
-    ckpt = save_dir / "checkpoint_last.pt"
+    ckpt = RunDir(save_dir).checkpoint_last
     return {
         "lines": log.read_text().splitlines(),
         "samples": samples,
