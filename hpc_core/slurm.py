@@ -213,7 +213,9 @@ def hostnames(nodelist: str) -> list[str]:
 
 
 def idle_nodes(partition: str) -> int:
-    out = run(["sinfo", "-h", "-p", partition, "-t", "idle", "-o", "%D"])
+    """Idle nodes of ``partition`` that answer (``-r``): a node whose slurmd was just restarted
+    shows "idle*" until it registers, and a job started on it then may fail with NODE_FAIL."""
+    out = run(["sinfo", "-h", "-r", "-p", partition, "-t", "idle", "-o", "%D"])
     return sum(int(n) for n in out.split())
 
 
