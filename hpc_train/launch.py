@@ -233,10 +233,13 @@ class Launcher:
             log(f"cannot tell a cancel from a crash ({err}): treating it as a crash")
             return False
 
-    def _on_sigterm(self, previous: Any) -> Any:
+    def _recording(self, name: str, previous: Any) -> Any:
+        """A handler that notes ``name`` in the order signals came, then runs ``previous``
+        (submitit's own: it logs SIGTERM and carries on; on USR2 task 0's calls checkpoint())."""
+
         def handler(signum: int, frame: Any) -> None:
-            self._signals.append("SIGTERM")
-            if callable(previous):  # submitit's own handler (it logs and carries on)
+            self._signals.append(name)
+            if callable(previous):
                 previous(signum, frame)
 
         return handler
@@ -305,14 +308,19 @@ class Launcher:
         argv = self.torchrun_command(start, nproc, args + decision.args)
         log(f"running: {commands.shell(argv)}")
         watcher = self._watch_spot(start.job_id)
-        previous = signal.signal(signal.SIGTERM, self._on_sigterm(signal.getsignal(signal.SIGTERM)))
+        # every task notes a notice (USR2) before the requeue's SIGTERM: then it is no cancel
+        noted = {signal.SIGTERM: "SIGTERM", signal.SIGUSR2: "notice"}
+        previous = {sig: signal.getsignal(sig) for sig in noted}
+        for sig, name in noted.items():
+            signal.signal(sig, self._recording(name, previous[sig]))
         monitor = None
         try:
             self._proc = subprocess.Popen(argv, env=env, preexec_fn=_ignore_usr2)
             monitor = self._watch_hangs(start, nproc, self._proc.pid)
             returncode = self._proc.wait()
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             hang = monitor.stop() if monitor else None  # the hang it stopped the ranks for
         if watcher:
             watcher.stop()

@@ -24,9 +24,11 @@ class FakeTorchrun(launch.Launcher):
     """torchrun replaced by ``python -c``: exits ``code``; with ``save`` it first writes the
     stop marker at the path the launcher passed (what preemption.install_save_on_notice does)."""
 
-    def __init__(self, spec: JobSpec, code: int, save: bool = False, term: bool = False) -> None:
+    def __init__(
+        self, spec: JobSpec, code: int, save: bool = False, term: bool = False, notice: bool = False
+    ) -> None:
         super().__init__(spec)
-        self.code, self.save, self.term = code, save, term
+        self.code, self.save, self.term, self.notice = code, save, term, notice
         self.argv: list[str] = []
 
     def torchrun_command(self, start: launch.Start, nproc: int, args: list[str]) -> list[str]:
@@ -37,6 +39,8 @@ class FakeTorchrun(launch.Launcher):
             body += (
                 "open(p, 'w').write(json.dumps({'update': 7, 'signal': 'SIGUSR2', 'time': 1.0}))\n"
             )
+        if self.notice:  # a preemption's USR2 reaches every task's launcher first
+            body += "import signal, time; os.kill(os.getppid(), signal.SIGUSR2); time.sleep(0.2)\n"
         if self.term:  # what scancel does to the launcher: SIGTERM, with no notice before it
             body += "import signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(0.2)\n"
         return [sys.executable, "-c", body + f"sys.exit({self.code})"]
@@ -252,3 +256,18 @@ def test_the_same_user_error_in_two_starts_in_a_row_stops_the_run(tmp_path, fake
     stopped = [e for e in ledger.read(run.ledger) if e.kind == "stopped"]
     assert [e.get("cause") for e in stopped] == ["user error"]
     assert "ValueError: bad batch (rank 0, update 30)" in stopped[0].get("why")
+
+
+def test_a_notice_then_the_requeues_sigterm_is_not_a_cancel_even_without_a_save(
+    tmp_path, fake_slurm, capsys
+):
+    """Preempted as training ended: no save on notice, task 0 requeued, Slurm's SIGTERM killed
+    torchrun on task 1. Its launcher saw USR2 first (seen on the real cluster): no cancel."""
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    fake_slurm.state = "COMPLETING"
+    launcher = FakeTorchrun(spec_in(tmp_path), 1, notice=True, term=True)
+    with pytest.raises(RuntimeError, match="task 0 decides on a requeue"):
+        launcher.run(start(task=1), gpus=0)
+    assert launcher._signals == ["notice", "SIGTERM"]
+    assert "cancelled" not in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # handlers restored
