@@ -24,7 +24,7 @@ from hpc_train.heartbeat import Heartbeat
 logger = logging.getLogger("hpc_train.preemption")
 
 NOTICE_SIGNAL = signal.SIGUSR2
-_notice: dict[str, Any] = {"at": None, "why": None}
+_notice: dict[str, Any] = {"at": None, "why": None, "saving": False}
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
@@ -39,6 +39,12 @@ def install_handler() -> None:
 
 def notice_received() -> bool:
     return _notice["at"] is not None
+
+
+def saving_on_notice() -> bool:
+    """True while the save that a notice triggered runs: a periodic or end-of-epoch save the
+    signal merely landed in is not the save on notice."""
+    return bool(_notice["saving"])
 
 
 def dist_initialized() -> bool:
@@ -83,7 +89,11 @@ def install_save_on_notice(marker: Path, heartbeat: Heartbeat | None = None) -> 
         update = trainer.get_num_updates()
         started = time.monotonic()
         logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
-        checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
+        _notice["saving"] = True
+        try:
+            checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
+        finally:
+            _notice["saving"] = False
         async_save.flush()  # durable before the stop marker says so
         since = time.monotonic() - (_notice["at"] or started)
         logger.info(

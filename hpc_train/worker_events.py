@@ -56,10 +56,11 @@ def install(run: RunDir, env: Mapping[str, str]) -> bool:
 
     @functools.wraps(save)
     def save_checkpoint(cfg: Any, trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        notice = preemption.saving_on_notice()  # not notice_received(): one may land mid-save
         began = time.monotonic()
         out = save(cfg, trainer, *args, **kwargs)
         seconds = time.monotonic() - began  # the training stall (async: wait + snapshot)
-        update, notice = trainer.get_num_updates(), preemption.notice_received()
+        update = trainer.get_num_updates()
 
         def record() -> None:  # once the save is durable (async: on the writer thread)
             last = run.checkpoint_last
