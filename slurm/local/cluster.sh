@@ -158,8 +158,19 @@ wait_ready() {
   done
 }
 
+close_inherited_fds() {
+  # The daemons must not inherit our caller's descriptors: `flock LOCK make cluster-up` would
+  # otherwise leave the lock held by munged for as long as the cluster runs. 255: bash's own.
+  local fd
+  for fd in "/proc/$$/fd/"*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ] && [ "$fd" -ne 255 ]; then eval "exec $fd>&-"; fi
+  done
+}
+
 cmd_up() {
   command -v slurmctld >/dev/null || die "Slurm is not installed: run 'make install-system'"
+  close_inherited_fds
   mkdir -p "$dir/run"
   export SLURM_CONF=$conf
   if ! pid_alive "$(pid_of "$dir/run/slurmctld.pid")"; then write_config; fi
