@@ -76,6 +76,38 @@ def efa_nccl_env(name: str, debug: bool = False) -> dict[str, Setting]:
     return env
 
 
+FLIGHT_RECORDER_ENTRIES = 2000
+
+
+def flight_recorder_env(
+    dump_prefix: str, pipe_prefix: str, entries: int = FLIGHT_RECORDER_ENTRIES
+) -> dict[str, Setting]:
+    """PyTorch's NCCL flight recorder for GPU ranks (ProcessGroupNCCL; gloo ignores all of it).
+
+    Each rank keeps its last ``entries`` collectives and dumps them to ``<dump_prefix><rank>``
+    when one times out, or when anything is written to the FIFO ``<pipe_prefix><rank>.pipe``
+    that the rank makes at start (read about once a second by its NCCL monitor thread, which
+    ``TORCH_NCCL_ENABLE_MONITORING``, on by default, runs). torch 2.13 reads the newer
+    ``TORCH_FR_*`` names first, older code paths only the ``TORCH_NCCL_*`` ones: both are set.
+    """
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": Setting(
+            str(entries), "NCCL flight recorder: each rank keeps its last N collectives (0: off)"
+        ),
+        "TORCH_FR_BUFFER_SIZE": Setting(str(entries), "the same, torch's newer name"),
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": Setting(
+            "1", "a collective that times out dumps the flight recorder before the abort"
+        ),
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": Setting(
+            dump_prefix, "where a rank's dump goes: this prefix + its global rank"
+        ),
+        "TORCH_FR_DUMP_TEMP_FILE": Setting(dump_prefix, "the same, torch's newer name"),
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": Setting(
+            pipe_prefix, "each rank makes the FIFO <prefix><rank>.pipe: a write to it dumps now"
+        ),
+    }
+
+
 def cpu_env(threads: int = 1) -> dict[str, Setting]:
     """CPU ranks (gloo): one BLAS/OpenMP thread per rank so co-located ranks don't oversubscribe."""
     return {

@@ -11,6 +11,7 @@ by the one process that saw it happen:
     notice        the launcher, task 0   signal (USR2 at preemption, time limit, spot)
     stopped       the launcher, task 0   cause (a class: notice, crash, cancelled, hang ...), why
     blamed        the launcher, task 0   node, rank, why, drained (after a hang: the suspect)
+    straggler     the launcher, task 0   node, ratio, seconds, compute_s, median_s (a slow node)
     requeued      the launcher, task 0   by (task 0 after a crash, submitit after a notice)
     finished      the launcher, task 0   why
 
@@ -39,6 +40,7 @@ EVENTS = (
     "notice",
     "stopped",
     "blamed",
+    "straggler",
     "requeued",
     "finished",
 )

@@ -11,14 +11,24 @@ workers exchange, and the one way to write a file whole.
       .hpc-train/
         resume-<job>-<restart>.json   task 0's decision for that start: resume, geometry
         nodes/<job>-<restart>-task<t>.json  what each node's launcher found (GPUs), for task 0
+        nodes/<job>-<restart>-task<t>.exit.json  how torchrun ended there (status, root cause)
         stopped-<job>-<restart>.json  a worker's stop marker: it saved on notice at an update
         heartbeats/<job>-<restart>/<node>/  rank-<r>.json: each rank's last completed update
-                                      (every update); rank-<r>.stacks: its stacks on SIGUSR1
+                                      (every update); rank-<r>.stacks: its stacks on SIGUSR1;
+                                      GPU ranks: nccl_trace_rank_<r> (the NCCL flight recorder's
+                                      dump), nccl_trace_pipe_rank_<r>.pipe (a write: dump now)
         incidents/<job>-<restart>/    a hang's evidence: hang.json (who declared it), node-<n>.json
-                                      (each node's ranks), stacks-rank<r>.txt, suspect.json
+                                      (each node's ranks), stacks-rank<r>.txt, suspect.json,
+                                      nccl_trace_rank_<r> (GPU ranks)
         ledger.jsonl                  one line per stage of the run (``hpc_core.ledger``)
         failures/<job>-<restart>-rank<r>.json  the exception that ended a worker, at which update
         chaos-crash.json              ``chaos JOB crash``: the update at which a worker raises
+        chaos-slow-save.json          ``chaos JOB slow-save``: seconds every checkpoint write sleeps
+        quarantine.json               nodes blamed twice within a day: kept out of this run
+
+With ``--local-save-dir ROOT`` (tiered saves, ``hpc_train.local_tier``) each node also keeps
+the newest checkpoint it wrote in ``RunDir.local_tier(ROOT)``: ``ROOT/<save-dir name>-<hash>/``,
+same file names, never read at resume.
 
 Writes are atomic: a temporary sibling, fsync, rename, fsync of the directory. A reader sees the
 old file or the new one, whole, never a mix; a write killed half-way leaves only a ``.*.tmp``.
@@ -26,6 +36,7 @@ old file or the new one, whole, never a mix; a write killed half-way leaves only
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -153,6 +164,33 @@ def stacks_file(directory: Path, rank: int) -> Path:
     return directory / f"rank-{rank}.stacks"
 
 
+NCCL_TRACE_PREFIX = "nccl_trace_rank_"  # PyTorch's flight recorder appends the global rank
+NCCL_PIPE_PREFIX = "nccl_trace_pipe_rank_"  # ... and "<rank>.pipe" to the FIFO it makes
+
+
+def nccl_trace_prefix(directory: Path) -> Path:
+    """GPU ranks: where PyTorch's NCCL flight recorder dumps (this + the rank), in a heartbeat
+    directory; copied into the incident dir on a hang."""
+    return directory / NCCL_TRACE_PREFIX
+
+
+def nccl_pipe_prefix(directory: Path) -> Path:
+    return directory / NCCL_PIPE_PREFIX
+
+
+def nccl_pipe(directory: Path, rank: int) -> Path:
+    """The FIFO a GPU rank makes (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``): a write to it dumps."""
+    return directory / f"{NCCL_PIPE_PREFIX}{rank}.pipe"
+
+
+def nccl_traces(directory: Path) -> list[Path]:
+    """The flight-recorder dumps in a heartbeat directory (none on CPU ranks)."""
+    if not directory.is_dir():
+        return []
+    found = directory.glob(f"{NCCL_TRACE_PREFIX}*")
+    return sorted(p for p in found if p.name.removeprefix(NCCL_TRACE_PREFIX).isdigit())
+
+
 def incident_report(incident: Path, node: str) -> Path:
     """One node's report in an incident dir: its ranks' heartbeats and which gave a stack."""
     return incident / f"node-{node}.json"
@@ -207,9 +245,19 @@ class RunDir:
         return self.state / "ledger.jsonl"
 
     @property
+    def quarantine(self) -> Path:
+        """Nodes blamed twice within the quarantine window (``hpc_train.quarantine``)."""
+        return self.state / "quarantine.json"
+
+    @property
     def chaos_crash(self) -> Path:
         """``chaos JOB crash``: the update (and rank) at which the workers are to raise."""
         return self.state / "chaos-crash.json"
+
+    @property
+    def chaos_slow_save(self) -> Path:
+        """``chaos JOB slow-save``: the seconds each background checkpoint write sleeps first."""
+        return self.state / "chaos-slow-save.json"
 
     def failure_report(self, job_id: str, restart: int, rank: int) -> Path:
         """A worker's last words: the exception that ended it, at which update."""
@@ -239,6 +287,16 @@ class RunDir:
                  if (m := INTERVAL_RE.fullmatch(p.name))]  # fmt: skip
         return [p for _, p in sorted(found, key=lambda t: t[0], reverse=True)]
 
+    def checkpoint_files(self) -> list[Path]:
+        """Every whole checkpoint file here (``checkpoint*.pt``), by name."""
+        return sorted(self.root.glob("checkpoint*.pt")) if self.root.is_dir() else []
+
+    def local_tier(self, local_root: Path) -> Path:
+        """This run's directory on node-local disk under ``local_root`` (tiered saves): the save
+        dir's name plus a hash of its path, so two runs never share one."""
+        digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:8]
+        return local_root / f"{self.root.name}-{digest}"
+
     def bad_last(self) -> Path:
         """Where a checkpoint_last.pt that failed verification is moved (never deleted)."""
         return self.root / f"{LAST}.bad-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
@@ -265,6 +323,10 @@ class RunDir:
     def node_report(self, job_id: str, restart: int, task: int) -> Path:
         """What one node's launcher found at a start (its GPUs), for task 0's decision."""
         return self.state / "nodes" / f"{job_id}-{restart}-task{task}.json"
+
+    def node_exit(self, job_id: str, restart: int, task: int) -> Path:
+        """How torchrun ended on one node in a start (``hpc_train.agent_exit``)."""
+        return self.state / "nodes" / f"{job_id}-{restart}-task{task}.exit.json"
 
     def resume_decision(self, job_id: str, restart: int) -> Path:
         return self.state / f"resume-{job_id}-{restart}.json"

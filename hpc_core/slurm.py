@@ -207,6 +207,26 @@ def node_info(node: str) -> dict[str, str]:
     return parse_record(out.strip())
 
 
+def partition_info(partition: str | None) -> dict[str, str]:
+    """``scontrol show partition -o`` of ``partition``, or of the cluster's default one."""
+    out = run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])])
+    records = [parse_record(line) for line in out.splitlines() if line.strip()]
+    if partition is None:
+        records = [r for r in records if r.get("Default") == "YES"]
+    if not records:
+        raise SlurmError(f"no partition {partition or '(default)'} in this cluster")
+    return records[0]
+
+
+def grace_time_s(partition: str | None) -> float | None:
+    """Seconds a job of ``partition`` gets between the preemption signal and its kill (Slurm's
+    GraceTime); None when the partition is never preempted (PreemptMode=OFF)."""
+    info = partition_info(partition)
+    if info.get("PreemptMode", "OFF").upper().startswith("OFF"):
+        return None
+    return float(info.get("GraceTime", "0") or 0)
+
+
 def hostnames(nodelist: str) -> list[str]:
     """Expand a Slurm node list (``n[1-3]``) into host names."""
     return run(["scontrol", "show", "hostnames", nodelist]).split()

@@ -17,12 +17,23 @@ previous save plus the snapshot.
   changing and skips the copy to ``checkpoint_last.pt``; it is not used.
 - ``--sync-save`` (``SYNC_SAVE_ENV`` in the workers' environment) keeps fairseq's synchronous save.
 
+Tiered saves (``--local-save-dir``): with a local tier the writer thread hands a periodic save
+to ``hpc_train.local_tier`` (written to node-local disk, then copied to the save dir, older local
+files pruned; a failing local disk falls back to direct saves); "durable" still means the save
+dir's copy, and a save on notice (``direct``) skips the tier. See that module for the trade-off.
+
+Rehearsal of a slow FSx (``chaos JOB slow-save --seconds S``: ``ask_slow_saves``): every
+background write of that run first sleeps S seconds (counted in its write seconds, as a slow
+file system's would be), so a preemption can be made to land while a write is in flight. The
+writer looks for ``RunDir.chaos_slow_save`` once per save: one stat() when it is absent.
+
 Nothing here imports torch or fairseq at module level (the launcher imports ``SYNC_SAVE_ENV``).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import threading
@@ -32,6 +43,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hpc_core.rundir import RunDir, atomic_write
+from hpc_train import local_tier
 
 logger = logging.getLogger("hpc_train.async_save")
 
@@ -45,16 +59,38 @@ class CheckpointWriteError(RuntimeError):
 
 @dataclass(frozen=True)
 class SaveStats:
-    """One async save: the file, its bytes, the snapshot (training stall) and write seconds."""
+    """One async save: the file, its bytes, the snapshot (training stall) and write seconds;
+    tiered: ``write_s`` is the local write and ``copy_s`` the copy to the save dir."""
 
     path: str
     bytes: int
     snapshot_s: float
     write_s: float
+    copy_s: float | None = None
 
 
 def sync_requested(env: Mapping[str, str]) -> bool:
     return env.get(SYNC_SAVE_ENV, "") not in ("", "0")
+
+
+def ask_slow_saves(run: RunDir, seconds: float) -> None:
+    """``chaos JOB slow-save``: every background checkpoint write of this run (this start and
+    later ones) sleeps ``seconds`` first; 0 ends the rehearsal."""
+    if seconds > 0:
+        atomic_write(run.chaos_slow_save, json.dumps({"seconds": seconds}))
+    else:
+        run.chaos_slow_save.unlink(missing_ok=True)
+
+
+def slow_save_s(run: RunDir | None) -> float:
+    """The seconds ``ask_slow_saves`` asked for (0: none); one stat() when nothing was asked."""
+    path = None if run is None else run.chaos_slow_save
+    if path is None or not path.exists():
+        return 0.0
+    try:
+        return max(0.0, float(json.loads(path.read_text())["seconds"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0.0
 
 
 # --- the snapshot -----------------------------------------------------------------------------
@@ -177,8 +213,15 @@ def _default_write(state: Any, path: str) -> None:
 class AsyncSaver:
     """One background writer thread; at most one save in flight (see the module docstring)."""
 
-    def __init__(self, write: Callable[[Any, str], None] = _default_write) -> None:
+    def __init__(
+        self,
+        write: Callable[[Any, str], None] = _default_write,
+        local_dir: Path | None = None,
+        run: RunDir | None = None,
+    ) -> None:
         self._write = write
+        self.local_dir = local_dir  # the local tier (tiered saves); None: straight to the save dir
+        self.run = run  # whose ``chaos JOB slow-save`` applies (None: not looked for)
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="checkpoint-writer", initializer=_lower_priority
         )
@@ -233,9 +276,16 @@ class AsyncSaver:
                 f"a background checkpoint write failed: {type(err).__name__}: {err}"
             ) from err
 
-    def save(self, state: Any, path: str, extra_state: Mapping[str, Any] | None = None) -> float:
+    def save(
+        self,
+        state: Any,
+        path: str,
+        extra_state: Mapping[str, Any] | None = None,
+        direct: bool = False,
+    ) -> float:
         """Wait for the previous save, snapshot ``state`` (plus ``extra_state`` into its
-        ``extra_state``), queue the write; returns the snapshot seconds."""
+        ``extra_state``), queue the write; returns the snapshot seconds. ``direct``: straight
+        to ``path`` even with a local tier (the save on notice)."""
         self.flush()
         began = time.monotonic()
         snap = snapshot(state, self._pool)
@@ -244,24 +294,49 @@ class AsyncSaver:
         snapshot_s = time.monotonic() - began
         target = os.path.abspath(path)
         self._writing.add(target)
+        held = [snap]  # dropped once written (locally or not): its memory goes back sooner
+        del snap
 
         def write() -> None:
             started = time.monotonic()
-            self._write(snap, target)
+            delay = slow_save_s(self.run)
+            if delay:  # the rehearsal of a slow FSx
+                logger.info(f"chaos slow-save: writing {target} after {delay:g} s")
+                time.sleep(delay)
+            local = None if direct or self.local_dir is None else self.local_dir / Path(target).name
+            tiered = None
+            if local is not None:
+                tiered = local_tier.write_then_copy(self._write, held, local, Path(target))
+                if tiered is None:  # the local write failed: direct saves from now on
+                    self.local_dir = None
+            copy_s: float | None
+            if tiered is not None:
+                write_s, copy_s = tiered[0] + delay, tiered[1]
+            else:
+                self._write(held.pop(), target)
+                copy_s, write_s = None, time.monotonic() - started
             self._writing.discard(
                 target
             )  # a failed write stays "writing": its copies wait, skipped
             size = Path(target).stat().st_size
-            self.last = SaveStats(target, size, snapshot_s, time.monotonic() - started)
-            logger.info(f"wrote {target} in the background in {self.last.write_s:.2f} s")
+            self.last = SaveStats(target, size, snapshot_s, write_s, copy_s)
+            if copy_s is None:
+                logger.info(f"wrote {target} in the background in {write_s:.2f} s")
+            else:
+                logger.info(
+                    f"wrote {local} in {write_s:.2f} s, copied it to {target} in {copy_s:.2f} s"
+                )
 
         self._enqueue(write, f"write {target}")
         return snapshot_s
 
     def after_writes(self, task: Callable[[], None], what: str, critical: bool = True) -> None:
-        """Run ``task`` behind the queued writes (on the writer thread), or now when idle."""
+        """Run ``task`` behind the queued writes (on the writer thread), or now when idle;
+        never behind a write that failed (idle because it has already failed, too)."""
         if self.busy():
             self._enqueue(task, what, critical)
+        elif self._error is not None:
+            logger.error(f"skipped {what}: an earlier background checkpoint write failed")
         elif critical:
             task()
         else:
@@ -291,10 +366,12 @@ def when_durable(task: Callable[[], None], what: str = "a record") -> None:
         _saver.after_writes(task, what, critical=False)
 
 
-def install(env: Mapping[str, str]) -> AsyncSaver | None:
-    """Route fairseq's Trainer.save_checkpoint through an AsyncSaver, unless ``--sync-save``.
+def install(env: Mapping[str, str], run: RunDir | None = None) -> AsyncSaver | None:
+    """Route fairseq's Trainer.save_checkpoint through an AsyncSaver, unless ``--sync-save``;
+    with ``local_tier.LOCAL_SAVE_ENV``, through the local tier (``local_tier.from_env``).
 
-    Call after ``checkpoints.install_atomic_writes`` (the deferred copies are its atomic ones)."""
+    ``run``: the run whose ``chaos JOB slow-save`` the writer obeys. Call after
+    ``checkpoints.install_atomic_writes`` (the deferred copies are its atomic ones)."""
     global _saver
     if sync_requested(env):
         logger.info("synchronous checkpoint saves (--sync-save)")
@@ -302,14 +379,17 @@ def install(env: Mapping[str, str]) -> AsyncSaver | None:
     from fairseq import checkpoint_utils
     from fairseq.trainer import Trainer
 
-    saver = AsyncSaver()
+    from hpc_train import preemption  # imports this module: not at the top
+
+    saver = AsyncSaver(local_dir=local_tier.from_env(env), run=run)
     copy_now = checkpoint_utils.PathManager.copy
     ls_now = checkpoint_utils.PathManager.ls
 
     def save_checkpoint(self: Any, filename: str, extra_state: dict[str, Any]) -> str | None:
         if not self.should_save_checkpoint_on_current_rank:
             return None
-        snapshot_s = saver.save(self.state_dict(), filename, extra_state)
+        direct = preemption.saving_on_notice()  # the notice's save skips the local tier
+        snapshot_s = saver.save(self.state_dict(), filename, extra_state, direct=direct)
         logger.info(f"snapshot for {filename} in {snapshot_s:.2f} s; writing in the background")
         return os.path.abspath(filename)
 

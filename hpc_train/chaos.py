@@ -7,24 +7,30 @@
     python -m hpc_train.chaos JOBID kill-node --stop-slurmd  # local cluster: the node fails too
     python -m hpc_train.chaos JOBID hang [--node N]        # SIGSTOP one rank: the job hangs
     python -m hpc_train.chaos JOBID crash --at-update 30   # rank 0 raises there, every start
+    python -m hpc_train.chaos JOBID slow --node n2 --factor 0.5  # one node's ranks at half speed
+    python -m hpc_train.chaos JOBID slow-save --seconds 8  # every checkpoint write 8 s slower
 
 Every action is real Slurm: preemption through the higher-priority partition, signals through
 scancel, a node's processes killed on that node through ``srun --overlap``; an injected crash
-is a file in the run's state dir the workers look for at every update (``hpc_train.failures``).
+is a file in the run's state dir the workers look for at every update (``hpc_train.failures``);
+a slow save (the rehearsal of a slow FSx) one the checkpoint writer looks for at every save
+(``hpc_train.async_save``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from hpc_core import slurm
-from hpc_train import cli, failures, runs
+from hpc_train import async_save, cli, failures, runs
 
 # Processes of a training job on a node: the torchrun agent and the workers.
 TARGETS = ("hpc_train.train", "torch.distributed.run", "bin/torchrun")
@@ -113,8 +119,11 @@ def stop_here(job_id: str, node: str) -> int | None:
     return ranks[0]
 
 
-def _on_node(job_id: str, node: str | None, action: str) -> str:
-    """Run ``action`` (KILL_HERE, STOP_HERE) on one of the job's nodes; returns the node."""
+def _on_node(
+    job_id: str, node: str | None, action: str, extra: list[str] | None = None, timeout: float = 60
+) -> str:
+    """Run ``action`` (KILL_HERE, STOP_HERE, SLOW_HERE) on one of the job's nodes; returns the
+    node."""
     nodes = running_nodes(job_id)
     target = node or random.choice(nodes)
     if target not in nodes:
@@ -123,8 +132,9 @@ def _on_node(job_id: str, node: str | None, action: str) -> str:
         [
             "srun", f"--jobid={job_id}", "--overlap", f"--nodelist={target}", "-N1", "-n1",
             sys.executable, "-m", "hpc_train.chaos", job_id, action, "--node", target,
+            *(extra or []),
         ],
-        timeout=60,
+        timeout=timeout,
     )  # fmt: skip
     return target
 
@@ -154,6 +164,76 @@ def stop_local_slurmd(node: str) -> None:
 
 KILL_HERE = "_kill-here"  # the step kill-node runs on the target node (not for users)
 STOP_HERE = "_stop-here"  # the step hang runs on the target node (not for users)
+SLOW_HERE = "_slow-here"  # the step slow runs on the target node (not for users)
+SLOW_PERIOD_S = 0.02  # one stop-and-continue cycle: shorter than an update's compute
+SLOW_REFRESH_S = 5.0  # how often the throttle looks for the job's ranks again
+
+
+def throttle_here(
+    job_id: str, node: str, factor: float, seconds: float | None, period: float = SLOW_PERIOD_S
+) -> int:
+    """Throttle the job's ranks on this host: in every ``period`` they run ``factor`` of the
+    time and are stopped (SIGSTOP) the rest, until ``seconds`` (None: as long as the job has
+    ranks here; the step ends with the job) or SIGTERM. The ranks always get SIGCONT at the
+    end. Returns the cycles done (0: no rank of the job here)."""
+    end = time.monotonic() + seconds if seconds else float("inf")
+    ranks: list[int] = []
+    looked = -SLOW_REFRESH_S
+    cycles = 0
+
+    def resume(*_: object) -> None:
+        for pid in ranks:
+            _signal(pid, signal.SIGCONT)
+
+    def stop(signum: int, _frame: object) -> None:
+        resume()
+        raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        while time.monotonic() < end:
+            if time.monotonic() - looked >= SLOW_REFRESH_S:
+                ranks, looked = ranks_here(job_id, node), time.monotonic()
+                if not ranks:
+                    break
+            for pid in ranks:
+                _signal(pid, signal.SIGSTOP)
+            time.sleep(period * (1 - factor))
+            resume()
+            time.sleep(period * factor)
+            cycles += 1
+    finally:
+        resume()
+        signal.signal(signal.SIGTERM, previous)
+    return cycles
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def slow(job_id: str, node: str | None, factor: float, seconds: float | None) -> str:
+    """Throttle ``node``'s ranks (default: a random node of the job) to ``factor`` of the
+    time, on that node (``srun --overlap``); returns when done: after ``seconds``, or when the
+    job ends or is requeued (None)."""
+    extra = ["--factor", str(factor)] + (["--seconds", str(seconds)] if seconds else [])
+    timeout = seconds + 60 if seconds else 7 * 86400.0  # (subprocess: < 2**31 ms)
+    return _on_node(job_id, node, SLOW_HERE, extra, timeout)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 3600:
+        raise argparse.ArgumentTypeError(f"{text}: expected seconds, 0 to 3600")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected a fraction between 0 and 1")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,11 +254,28 @@ def build_parser() -> argparse.ArgumentParser:
     kill.add_argument("--stop-slurmd", action="store_true", help="local cluster: fail the node")
     stop = sub.add_parser("hang", help="SIGSTOP one rank on one node (the watchdog's rehearsal)")
     stop.add_argument("--node", help="node name (default: a random node of the job)")
+    slow = sub.add_parser(
+        "slow", help="throttle one node's ranks (SIGSTOP/SIGCONT): the straggler check's rehearsal"
+    )
+    slow.add_argument("--node", help="node name (default: a random node of the job)")
+    slow.add_argument(
+        "--factor", type=_fraction, default=0.5,
+        help="the share of time its ranks run (0.5: half speed)",
+    )  # fmt: skip
+    slow.add_argument(
+        "--seconds", type=float, default=None, help="stop after this long (default: job's end)"
+    )
     crash = sub.add_parser(
         "crash", help="make a rank raise at an update, in this start and every later one"
     )
     crash.add_argument("--at-update", type=int, required=True, metavar="N", help="the update")
     crash.add_argument("--rank", type=int, default=0, help="the rank that raises (default: 0)")
+    slow_save = sub.add_parser(
+        "slow-save", help="every background checkpoint write sleeps first (a slow FSx's rehearsal)"
+    )
+    slow_save.add_argument(
+        "--seconds", type=_seconds, required=True, metavar="S", help="the sleep (0: stop)"
+    )
     return parser
 
 
@@ -188,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) == 4 and argv[1] == KILL_HERE and argv[2] == "--node":
             print(f"killed {kill_here(argv[0], argv[3])} process(es)")
             return 0
+        if len(argv) >= 4 and argv[1] == SLOW_HERE and argv[2] == "--node":
+            here = build_parser().parse_args([argv[0], "slow", *argv[2:]])
+            cycles = throttle_here(argv[0], argv[3], here.factor, here.seconds)
+            print(f"throttled for {cycles} cycle(s)" if cycles else "no rank of the job here")
+            return 0 if cycles else 1
         if len(argv) == 4 and argv[1] == STOP_HERE and argv[2] == "--node":
             pid = stop_here(argv[0], argv[3])
             print(f"stopped rank pid {pid}" if pid else "no rank of the job here")
@@ -205,6 +307,18 @@ def main(argv: list[str] | None = None) -> int:
             run = runs.resolve(args.job_id).dir
             failures.inject(run, args.at_update, args.rank)
             print(f"rank {args.rank} of job {args.job_id} will raise at update {args.at_update}")
+        elif args.action == "slow-save":
+            async_save.ask_slow_saves(runs.resolve(args.job_id).dir, args.seconds)
+            print(f"job {args.job_id}'s checkpoint writes sleep {args.seconds:g} s first")
+        elif args.action == "slow":
+            until = f"{args.seconds:g} s" if args.seconds else "the job ends or is requeued"
+            print(
+                f"throttling job {args.job_id}'s ranks on {args.node or 'a random node'} to "
+                f"{args.factor:.0%} of the time until {until}",
+                flush=True,
+            )
+            node = slow(args.job_id, args.node, args.factor, args.seconds)
+            print(f"throttle on {node} ended")
         elif args.action == "hang":
             node = hang(args.job_id, args.node)
             print(f"stopped one of job {args.job_id}'s ranks on {node} (SIGSTOP)")

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc_core.ledger import Event
 from hpc_train import presets
 from hpc_train import spot as spot_notice
 
@@ -272,10 +273,37 @@ def submit_warnings(
     return warnings(verdicts)
 
 
-def notice_wait_s(preset: str, gpu: bool, ceiling_s: float, floor_s: float = 25.0) -> float:
+def notice_wait_s(
+    preset: str,
+    gpu: bool,
+    ceiling_s: float,
+    floor_s: float = 25.0,
+    measured_s: float | None = None,
+) -> float:
     """How long the launcher waits for the save on notice before requeueing anyway: the
-    estimated need (``notice_save_needed_s`` for the preset's checkpoint at the default Lustre
-    throughput), at least ``floor_s``, at most ``ceiling_s`` (the longest window: after it
-    Slurm ends the step whatever the launcher waits for)."""
-    save_s = save_seconds(preset_checkpoint_bytes(preset, gpu=gpu), DEFAULT_THROUGHPUT_MBS)
+    need (``notice_save_needed_s``) of the run's own measured save (``measured_save_s``) once
+    there is one, else of the preset's checkpoint at the default Lustre throughput; at least
+    ``floor_s``, at most ``ceiling_s`` (the longest window: after it Slurm ends the step
+    whatever the launcher waits for)."""
+    save_s = estimated_save_s(preset, gpu) if measured_s is None else measured_s
     return min(ceiling_s, max(floor_s, notice_save_needed_s(save_s)))
+
+
+RECENT_SAVES = 5
+
+
+def measured_save_s(events: Sequence[Event]) -> float | None:
+    """What a save to durable took in this run: the slowest of its last ``RECENT_SAVES``
+    checkpoint events (the ledger's), snapshot + background write for an async save (a save on
+    notice waits for both), the stall for a synchronous one; None before the first save."""
+    saves = [e for e in events if e.kind == "checkpoint" and e.get("seconds") is not None]
+    durations = [
+        e.get("snapshot_s") + e.get("write_s") if e.get("write_s") is not None else e.get("seconds")
+        for e in saves[-RECENT_SAVES:]
+    ]
+    return max(durations) if durations else None
+
+
+def estimated_save_s(preset: str, gpu: bool) -> float:
+    """The preset's checkpoint_last.pt written at the default Lustre throughput."""
+    return save_seconds(preset_checkpoint_bytes(preset, gpu=gpu), DEFAULT_THROUGHPUT_MBS)

@@ -10,7 +10,7 @@ node), as on the local cluster.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 
@@ -30,9 +30,16 @@ class Geometry:
     bad_nodes: tuple[str, ...] = ()
 
 
-def decide(gpus_per_node: int, reports: Sequence[NodeReport]) -> Geometry:
-    """The world every node of this start uses (see the module docstring)."""
+def decide(
+    gpus_per_node: int, reports: Sequence[NodeReport], quarantined: Collection[str] = ()
+) -> Geometry:
+    """The world every node of this start uses (see the module docstring); a start on a
+    ``quarantined`` node (``hpc_train.quarantine``) is refused first."""
     nodes = len(reports)
+    held = [r.node for r in sorted(reports, key=lambda r: r.task) if r.node in quarantined]
+    if held:
+        why = f"node(s) {', '.join(held)} quarantined (blamed twice within a day)"
+        return Geometry(nodes, 1, False, why, tuple(held))
     best = max((r.gpus for r in reports), default=0)
     if gpus_per_node <= 0 or best == 0:
         return Geometry(nodes, 1, False)

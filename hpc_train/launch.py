@@ -14,19 +14,18 @@ Interruptions:
 - no progress (a hang): each node's watchdog thread (``hpc_train.incidents``) saves its ranks'
   stacks and stops them; task 0 names the suspect node, drains it (unless ``--no-drain``),
   requeues the job and excludes the node from it.
+- a straggler (a node's own compute >= 20 % slower for minutes): task 0 names it
+  (``hpc_train.straggler_watch``); ``--evict-stragglers``: save, requeue, exclude it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,34 +35,36 @@ from hpc_core.rundir import (
     START_ENV,
     STOP_MARKER_ENV,
     ResumeDecision,
-    RunDir,
-    atomic_write,
 )
 from hpc_core.wait import FAST, wait_until
 from hpc_train import (
+    agent_exit,
     async_save,
-    checkpoints,
     commands,
     costs,
     failures,
-    geometry,
     incidents,
+    local_tier,
+    node_blame,
     notify,
     restarts,
+    save_interval,
+    straggler_watch,
     worker_events,
 )
 from hpc_train.batch import BatchPlan
-from hpc_train.geometry import NodeReport
 from hpc_train.heartbeat import node_name
 from hpc_train.restarts import Action
 from hpc_train.spec import SIGNAL_DELAY_S, JobSpec
 from hpc_train.spot import SpotWatcher, endpoint_to_watch
+from hpc_train.starts import Start, decide_start, previous_stop, start_key
 
-# checkpoint() waits for the save on notice at most this long: HPC_TRAIN_SAVE_WAIT_S if set,
-# else the preset's estimated notice save (hpc_train.costs.notice_wait_s: >= 25 s, <= the 90 s of
-# submitit's USR2 before the time limit). The wait ends as soon as the save is durable.
+# checkpoint() waits for the save on notice at most this long: HPC_TRAIN_SAVE_WAIT_S if set, else
+# the need of the run's slowest recent save (the ledger's) or, before one, the preset's estimate
+# (hpc_train.costs.notice_wait_s: >= 25 s, <= the 90 s of submitit's USR2 before the time
+# limit). The wait ends as soon as the save is durable.
 SAVE_WAIT_ENV = "HPC_TRAIN_SAVE_WAIT_S"
-DECISION_WAIT_S = 300.0
+ROOT_CAUSE_WAIT_S = 5.0  # torchrun's failure summary after it exited (orphans hold the pipe)
 REQUEUE_GRACE_S = 60.0  # after `scontrol requeue` Slurm ends this task; never succeed meanwhile
 
 
@@ -107,81 +108,6 @@ def has_exited(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] in {"Z", "X"}
 
 
-@dataclass(frozen=True)
-class Start:
-    """One node's view of one start of the job (from submitit's JobEnvironment)."""
-
-    job_id: str
-    task: int  # 0 decides for everyone
-    num_nodes: int
-    first_host: str  # hosts the c10d rendezvous
-    restart: int  # SLURM_RESTART_COUNT: 0 on the first start
-    hosts: tuple[str, ...] = ()  # every node of this start, in task order
-
-
-def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
-    """Why the previous run of this job ended, for the log."""
-    if restart == 0:
-        return "first start"
-    marker = run.read_stop(job_id, restart - 1)
-    if marker is not None:
-        return f"saved on notice ({marker.signal or 'peer'}) at update {marker.update}"
-    for event in reversed(ledger.read(run.ledger)):  # task 0 said why it stopped (a hang ...)
-        if event.kind == "stopped" and (event.job, event.restart) == (job_id, restart - 1):
-            detail = event.get("error") or event.get("why")
-            return f"{event.get('cause')} ({detail}): last periodic checkpoint"
-    return "no save on notice (node failure, requeue or crash): last periodic checkpoint"
-
-
-def node_reports(run: RunDir, job_id: str, restart: int, nodes: int) -> list[NodeReport] | None:
-    """Every node's report for this start, or None while one is missing."""
-    reports = []
-    for task in range(nodes):
-        path = run.node_report(job_id, restart, task)
-        if not path.exists():
-            return None
-        reports.append(NodeReport(**json.loads(path.read_text())))
-    return reports
-
-
-def decide_start(run: RunDir, start: Start, gpus_per_node: int, gpus: int) -> ResumeDecision:
-    """Every node reports its GPUs; task 0 decides the geometry (``hpc_train.geometry``) and
-    what to resume from (verifying the checkpoints), the other tasks wait for its decision."""
-    job_id, restart = start_key(start)
-    report = NodeReport(start.task, node_name(), gpus)
-    atomic_write(run.node_report(job_id, restart, start.task), json.dumps(asdict(report)))
-    if start.task == 0:
-        reports = wait_until(
-            lambda: node_reports(run, job_id, restart, start.num_nodes),
-            "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
-        )  # fmt: skip
-        shape = geometry.decide(gpus_per_node, reports)
-        if shape.refused:
-            decision = ResumeDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
-                                      shape.refused, list(shape.bad_nodes))  # fmt: skip
-            run.write_decision(job_id, restart, decision)
-            return decision
-        resume = checkpoints.choose_resume(run.root)
-        log(f"resume: {resume.reason}")
-        if resume.moved_aside:
-            log(f"kept the bad checkpoint as {resume.moved_aside}")
-        decision = ResumeDecision(
-            resume.fairseq_args(), resume.at_update, resume.reason,
-            shape.ranks_per_node, shape.use_gpu,
-        )  # fmt: skip
-        run.write_decision(job_id, restart, decision)
-        return decision
-    try:
-        return wait_until(
-            lambda: run.read_decision(job_id, restart),
-            "task 0's decision",
-            timeout=DECISION_WAIT_S,
-            backoff=FAST,
-        )
-    except TimeoutError:
-        raise RuntimeError(f"task 0 wrote no decision in {DECISION_WAIT_S:.0f} s") from None
-
-
 class Launcher:
     """Run by submitit on each node of the allocation (``ntasks_per_node=1``)."""
 
@@ -191,6 +117,7 @@ class Launcher:
         self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
         self._start: Start | None = None
+        self._exits: list[agent_exit.NodeExit] = []  # task 0: every node's, after a crash
 
     def note(self, kind: str, **data: Any) -> None:
         """Task 0 records a stage of this start in the run's ledger (the others never do)."""
@@ -216,6 +143,7 @@ class Launcher:
         self._marker = None
         self._signals = []
         self._start = None
+        self._exits = []
 
     def cancelled(self, job_id: str) -> bool:
         """Did the user cancel the job (``scancel``)?
@@ -272,11 +200,13 @@ class Launcher:
         self._start = start
         done = {"node": socket.gethostname(), "restarts": start.restart}
         previous_end = previous_stop(run, *start_key(start))
+        if start.task == 0:
+            previous_end = self._blame_lost(start, previous_end)
         log(f"job {start.job_id} start #{start.restart + 1}: {previous_end}")
         if not restarts.restart_allowed(start.restart, spec.max_restarts):
             raise RuntimeError(f"restart budget exhausted (--max-restarts {spec.max_restarts})")
         spec.save_dir.mkdir(parents=True, exist_ok=True)
-        decision = decide_start(run, start, spec.gpus_per_node, gpus)
+        decision = decide_start(run, start, spec.gpus_per_node, gpus, log)
         if decision.refused:
             self.refuse(start, decision)
         decided = decision.ranks_per_node if decision.use_gpu else 0
@@ -301,10 +231,16 @@ class Launcher:
         env[STOP_MARKER_ENV] = str(self._marker)
         env[START_ENV] = worker_events.start_value(*start_key(start))
         env[async_save.SYNC_SAVE_ENV] = "1" if spec.sync_save else "0"
+        env.update(save_interval.env_for(spec, start.num_nodes, use_gpu))
+        if spec.local_save_dir is not None:  # tiered saves: this run's dir on local disk
+            env[local_tier.LOCAL_SAVE_ENV] = str(run.local_tier(spec.local_save_dir))
         if not spec.no_watchdog:
             env[HEARTBEAT_DIR_ENV] = str(run.heartbeats(*start_key(start), node_name()))
         if not use_gpu:
             env.update(instances.plain(instances.cpu_env()))
+        else:  # NCCL's flight recorder, dumped on a hang (incidents) or an NCCL timeout
+            beats = run.heartbeats(*start_key(start), node_name())
+            env.update(incidents.flight_recorder_env(beats))
         argv = self.torchrun_command(start, nproc, args + decision.args)
         log(f"running: {commands.shell(argv)}")
         watcher = self._watch_spot(start.job_id)
@@ -313,15 +249,23 @@ class Launcher:
         previous = {sig: signal.getsignal(sig) for sig in noted}
         for sig, name in noted.items():
             signal.signal(sig, self._recording(name, previous[sig]))
-        monitor = None
+        monitor = slow = None
         try:
-            self._proc = subprocess.Popen(argv, env=env, preexec_fn=_ignore_usr2)
+            self._proc = subprocess.Popen(
+                argv, env=env, preexec_fn=_ignore_usr2, stderr=subprocess.PIPE
+            )
+            tee = agent_exit.Tee(self._proc.stderr, sys.stderr).start()  # type: ignore[arg-type]
             monitor = self._watch_hangs(start, nproc, self._proc.pid)
+            slow = straggler_watch.watch(spec, start, self.note, log)  # task 0 only
             returncode = self._proc.wait()
+            root = tee.root_cause(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
+            agent_exit.write(run, *start_key(start), agent_exit.NodeExit(
+                start.task, node_name(), returncode, *(root or (None, None))))  # fmt: skip
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             hang = monitor.stop() if monitor else None  # the hang it stopped the ranks for
+            evicted = slow.stop() if slow else None  # --evict-stragglers: the node it evicted
         if watcher:
             watcher.stop()
         saved = run.read_stop(*start_key(start)) is not None
@@ -333,7 +277,8 @@ class Launcher:
             returncode, saved, start.task, start.restart, spec.max_restarts, cancelled, hang,
             crash, repeated,
         )  # fmt: skip
-        suspect = self._blame(start) if outcome.blame else None
+        outcome = straggler_watch.evicting(outcome, evicted)  # a save on notice to evict it
+        suspect = self._blame(start, outcome.cause) if outcome.blame else evicted
         if outcome.action is Action.FINISHED:
             log(outcome.why)
             self.note("finished", why=outcome.why)
@@ -353,7 +298,7 @@ class Launcher:
         self.note("requeued", by="task 0")
         slurm.requeue(start.job_id)
         if suspect is not None:
-            self._exclude(start.job_id, [suspect.node])
+            node_blame.exclude(start.job_id, [suspect.node], log)
         time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
         raise RuntimeError("requeue did not take effect")
 
@@ -366,14 +311,13 @@ class Launcher:
             raise RuntimeError(f"{why}; task 0 requeues")
         self.note("stopped", cause="bad node", why=decision.refused)
         for node in decision.bad_nodes:
-            if not self.spec.no_drain:
-                slurm.drain(node, f"hpc-train: {decision.refused}"[:200])
-            self.note("blamed", node=node, why=decision.refused, drained=not self.spec.no_drain)
+            node_blame.blame(self.spec.run_dir, *start_key(start), node, decision.refused,
+                             not self.spec.no_drain, self.note, log)  # fmt: skip
         if not restarts.restart_allowed(start.restart + 1, self.spec.max_restarts):
             raise RuntimeError(f"{why}; no restarts left (--max-restarts {self.spec.max_restarts})")
         self.note("requeued", by="task 0")
         slurm.requeue(start.job_id)
-        self._exclude(start.job_id, decision.bad_nodes)
+        node_blame.exclude(start.job_id, decision.bad_nodes, log)
         time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task
         raise RuntimeError(f"{why}: requeued without {', '.join(decision.bad_nodes)}")
 
@@ -382,13 +326,18 @@ class Launcher:
         if os.environ.get(SAVE_WAIT_ENV):
             return float(os.environ[SAVE_WAIT_ENV])
         spec = self.spec
-        return costs.notice_wait_s(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S)
+        measured = costs.measured_save_s(ledger.read(spec.run_dir.ledger))
+        return costs.notice_wait_s(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S,
+                                   measured_s=measured)  # fmt: skip
 
     def crash_report(self, start: Start) -> tuple[tuple[str, str] | None, bool]:
         """(class, description) of the exception that ended this start's workers, if any said,
         and whether the start before died of the same user error at the same update."""
         run, (job, restart) = self.spec.run_dir, start_key(start)
-        now = failures.read(run, job, restart)
+        if start.task == 0:  # it decides: every node's exit record and its ranks' reports
+            now, self._exits = node_blame.crash_evidence(run, job, restart, start.hosts)
+        else:
+            now = failures.read(run, job, restart)
         cause = failures.first(now)
         if cause is None:
             return None, False
@@ -407,26 +356,36 @@ class Launcher:
             lambda: has_exited(pid), log,
         ).start()  # fmt: skip
 
-    def _blame(self, start: Start) -> incidents.Suspect | None:
-        """Task 0 after a hang: name the suspect node and drain it (unless ``--no-drain``)."""
-        drain = None if self.spec.no_drain else slurm.drain
-        suspect = incidents.blame(
-            self.spec.run_dir, start.job_id, start.restart, start.hosts, drain, log
-        )
-        if suspect is not None:
-            self.note(
-                "blamed", node=suspect.node, rank=suspect.rank, why=suspect.why,
-                drained=not self.spec.no_drain,
-            )  # fmt: skip
-        return suspect
+    def _blame_lost(self, start: Start, previous_end: str) -> str:
+        """Task 0, after a start Slurm ended by itself: blame the nodes it lost (NODE_FAIL);
+        the previous start's end, as the log and the ledger say it."""
+        run, (job, restart) = self.spec.run_dir, start_key(start)
+        lost = node_blame.lost_nodes(node_blame.unrecorded_end(run, job, restart), log)
+        for node, state in lost:
+            node_blame.blame(run, job, restart, node, f"node failure in job {job}: {state}",
+                             not self.spec.no_drain, self.note, log)  # fmt: skip
+        if not lost:
+            return previous_end
+        return f"node failure ({', '.join(f'{n} {s}' for n, s in lost)}): last periodic checkpoint"
 
-    def _exclude(self, job_id: str, nodes: Sequence[str]) -> None:
-        """Keep ``nodes`` out of the requeued job (Slurm takes it once the job is pending)."""
-        try:
-            excluded = slurm.exclude(job_id, list(nodes))
-            log(f"job {job_id} excludes {','.join(excluded)} from now on")
-        except (slurm.SlurmError, TimeoutError) as err:
-            log(f"could not exclude {', '.join(nodes)} from job {job_id}: {err}")
+    def _blame(self, start: Start, cause: str) -> incidents.Suspect | None:
+        """Task 0: the node to blame for this stop (a hang's suspect, the node of a crash),
+        blamed (``hpc_train.node_blame``: ledger, quarantine, drain unless --no-drain)."""
+        run, (job, restart) = self.spec.run_dir, start_key(start)
+        if cause == "hang":
+            found = incidents.blame(run, job, restart, start.hosts, log)
+            why = f"hang in job {job}: {found.why}" if found else ""
+        else:
+            ranks = node_blame.rank_nodes(run, job, restart, start.hosts)
+            crash = node_blame.crash_suspect(
+                failures.read(run, job, restart), self._exits, start.hosts, ranks
+            )
+            found = incidents.Suspect(crash[0], None, crash[1]) if crash else None
+            why = f"crash in job {job}: {crash[1]}" if crash else ""
+        if found is not None:
+            node_blame.blame(run, job, restart, found.node, why, not self.spec.no_drain,
+                             self.note, log, rank=found.rank)  # fmt: skip
+        return found
 
     def _watch_spot(self, job_id: str) -> SpotWatcher | None:
         endpoint = endpoint_to_watch()
@@ -481,8 +440,3 @@ class Launcher:
         self.note("stopped", cause="notice", why=why, saved=saved)
         self.note("requeued", by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))
-
-
-def start_key(start: Start) -> tuple[str, int]:
-    """(job id, restart): what names this start's files in the run directory."""
-    return start.job_id, start.restart

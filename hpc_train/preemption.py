@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import StopMarker, write_stop
-from hpc_train import async_save
+from hpc_train import async_save, save_interval
 from hpc_train.heartbeat import Heartbeat
+from hpc_train.save_interval import AutoInterval
 
 logger = logging.getLogger("hpc_train.preemption")
 
@@ -53,40 +54,56 @@ def dist_initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def agreed_notice(device: Any) -> bool:
-    """True on every rank if any rank has a notice (all-reduce MAX); local flag when alone."""
+def agree(device: Any, proposal: int = 0) -> tuple[bool, int]:
+    """(any rank has a notice, the largest ``proposal``) on every rank: one all-reduce (MAX) per
+    update; alone, the local values. Rank 0 proposes a save interval (``hpc_train.save_interval``),
+    the others 0."""
     import torch
     import torch.distributed as dist
 
-    local = 1 if notice_received() else 0
+    local = [1 if notice_received() else 0, proposal]
     if not dist_initialized() or dist.get_world_size() == 1:
-        return bool(local)
-    flag = torch.tensor([local], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+        return bool(local[0]), proposal
+    values = torch.tensor(local, dtype=torch.int64, device=device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    notice, agreed = values.tolist()
+    return bool(notice), int(agreed)
 
 
-def install_save_on_notice(marker: Path, heartbeat: Heartbeat | None = None) -> None:
+def install_save_on_notice(
+    marker: Path, heartbeat: Heartbeat | None = None, auto: AutoInterval | None = None
+) -> None:
     """Wrap fairseq's per-update validate-and-save step with the agreed notice check; the stop
     marker goes to ``marker`` (a path the launcher chose). ``heartbeat``: told when each update
     completed and when validate-and-save returned (fairseq calls it once per update, with
-    ``end_of_epoch`` on the epoch's last one)."""
+    ``end_of_epoch`` on the epoch's last one). ``auto`` (rank 0 under ``--save-interval auto``):
+    times updates and save points and proposes the interval every rank then sets."""
     import fairseq_cli.train as fairseq_train
     from fairseq import checkpoint_utils
 
     original = fairseq_train.validate_and_save
 
     def validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
-        if heartbeat is not None:
-            heartbeat.completed(trainer.get_num_updates())
-        if not agreed_notice(trainer.device):
+        update, began = trainer.get_num_updates(), time.monotonic()
+        if auto is not None:
+            auto.completed(began)
+        notice, interval = agree(trainer.device, auto.proposal() if auto is not None else 0)
+        if heartbeat is not None:  # after the agreement: a rank blocked in that all-reduce
+            heartbeat.completed(update)  # is still training (a peer stopped mid-update)
+        if interval:
+            cfg.checkpoint.save_interval_updates = interval
+        if not notice:
+            saves = auto is not None and save_interval.saves_at(
+                update, cfg.checkpoint.save_interval_updates, end_of_epoch
+            )
             valid_losses, should_stop = original(
                 cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch
             )
             if heartbeat is not None:
                 heartbeat.training(end_of_epoch, stopping=should_stop)
+            if auto is not None:
+                auto.step_ended(began, time.monotonic(), saves)
             return valid_losses, should_stop
-        update = trainer.get_num_updates()
         started = time.monotonic()
         logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
         _notice["saving"] = True

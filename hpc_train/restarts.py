@@ -16,6 +16,10 @@ def restart_allowed(restart: int, max_restarts: int) -> bool:
     return restart <= max_restarts
 
 
+# crashes a node may cause: no report at all (a rank killed), or an infrastructure error
+BLAMED_CRASHES = frozenset({"crash", "infrastructure"})
+
+
 class Action(Enum):
     FINISHED = "finished"  # training reached max-update: the task succeeds
     STOPPED = "stopped"  # saved on notice; Slurm or task 0 requeues (this task succeeds)
@@ -50,7 +54,8 @@ def after_exit(
     ``hang``: the watchdog stopped the workers (why): task 0 blames a node and requeues.
     ``crash``: (class, description) of the exception the workers reported (``hpc_train.failures``);
     ``repeated``: it is the same user error at the same update as in the start before, so the
-    run stops instead of spending its restarts on it. Only task 0 requeues, so one job is
+    run stops instead of spending its restarts on it. ``blame``: a hang, or a crash that is not
+    the training code's: task 0 looks for the node at fault (``hpc_train.node_blame``). Only task 0 requeues, so one job is
     requeued once however many nodes saw the failure.
     """
     if cancelled:
@@ -81,9 +86,10 @@ def after_exit(
     if repeated:
         again = "the same error at the same update as the start before: stopping, no requeue"
         return Decision(Action.FAIL, f"{why}; {again}", cause)
+    blame = cause in BLAMED_CRASHES  # a node may be at fault: task 0 looks for one
     if not restart_allowed(restart + 1, max_restarts):
         budget = f"no restarts left (--max-restarts {max_restarts})"
-        return Decision(Action.FAIL, f"{why}; {budget}", cause)
+        return Decision(Action.FAIL, f"{why}; {budget}", cause, blame)
     return Decision(
-        Action.REQUEUE, f"{why}: requeueing (restart {restart + 1}/{max_restarts})", cause
+        Action.REQUEUE, f"{why}: requeueing (restart {restart + 1}/{max_restarts})", cause, blame
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
 from hpc_core.rundir import RunDir
-from hpc_train import batch, devices, presets, watchdog
+from hpc_train import batch, devices, presets, stragglers, watchdog
 
 
 class SpecError(ValueError):
@@ -74,6 +74,14 @@ def parse_mail_type(text: str) -> str:
     return ",".join(types)
 
 
+def parse_save_interval(text: str) -> str:
+    """``--save-interval``: ``preset``, ``auto`` or a whole number of updates >= 1."""
+    value = text.strip().lower()
+    if value in {"preset", "auto"} or (value.isdigit() and int(value) >= 1):
+        return value
+    raise SpecError(f"--save-interval {text!r}: expected N >= 1, preset or auto")
+
+
 @dataclass(frozen=True)
 class Option:
     """How a spec field appears on the submit command line (``hpc_train.options`` builds it)."""
@@ -98,6 +106,16 @@ def option(flag: str, help: str, default: Any = MISSING, **how: Any) -> Any:
 
 def _absolute(path: Path) -> Path:
     return path.resolve()
+
+
+def parse_local_save_dir(path: Path) -> Path:
+    """A node-local directory: absolute (it is resolved on each node, not here)."""
+    if not path.is_absolute():
+        raise SpecError(
+            f"--local-save-dir {path}: must be an absolute path on the nodes' local disk, "
+            "e.g. /scratch/hpc-train"
+        )
+    return path
 
 
 @dataclass(frozen=True)
@@ -152,9 +170,27 @@ class JobSpec:
         "--keep-checkpoints", "interval checkpoints kept (checkpoint_last.pt always)",
         default=3, type=int, metavar="N",
     )  # fmt: skip
+    save_interval: str = option(
+        "--save-interval", "updates between periodic saves: N, `preset`, or `auto` (Daly's "
+        "interval from this run's measured save and update times and --mtbf-hours, see "
+        "hpc_train/save_interval.py)", default="preset", parse=parse_save_interval,
+        metavar="N|preset|auto",
+    )  # fmt: skip
+    mtbf_hours: float = option(
+        "--mtbf-hours", "one node's mean time between failures (spot reclaims included) for "
+        "--save-interval auto: an assumption, put your cluster's", default=2000.0, type=float,
+        metavar="H",
+    )  # fmt: skip
     sync_save: bool = option(
         "--sync-save", "save checkpoints inside the training loop (default: snapshot to host "
         "memory, write in the background, see hpc_train/async_save.py)", default=False,
+    )  # fmt: skip
+    local_save_dir: Path | None = option(
+        "--local-save-dir", "tiered saves: periodic checkpoints are written to this node-local "
+        "disk first (instance-store NVMe, e.g. /scratch/hpc-train; absolute, as the nodes see "
+        "it) and copied to --save-dir in the background; resume reads --save-dir only, a save "
+        "on notice goes straight there", default=None, type=Path, parse=parse_local_save_dir,
+        metavar="DIR", default_text="off: saves go straight to --save-dir",
     )  # fmt: skip
     cpus_per_task: int | None = option(
         "--cpus-per-task", "CPUs for each node's task", default=None, type=int, metavar="N",
@@ -207,6 +243,19 @@ class JobSpec:
         "--no-drain", "never drain the node blamed for a hang (it is still excluded)",
         default=False,
     )  # fmt: skip
+    straggler_threshold: float = option(
+        "--straggler-threshold", "a straggler: a node whose own compute per update is this "
+        "much slower than the other nodes' median (0.2: 20 %)…",
+        default=stragglers.Limits.threshold, type=float, metavar="F",
+    )  # fmt: skip
+    straggler_window: float = option(
+        "--straggler-window", "…at every check for this many seconds (logged, in the ledger)",
+        default=stragglers.Limits.window_s, type=float, metavar="S",
+    )  # fmt: skip
+    evict_stragglers: bool = option(
+        "--evict-stragglers", "a straggler is a bad node: all ranks save at the next update, "
+        "it is drained (unless --no-drain), the job requeued without it", default=False,
+    )  # fmt: skip
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
     @property
@@ -222,6 +271,13 @@ class JobSpec:
         return self.max_update if self.max_update is not None else self.recipe.max_update
 
     @property
+    def save_interval_updates(self) -> int:
+        """fairseq's ``--save-interval-updates`` at start (``auto`` starts from the preset's)."""
+        if self.save_interval.isdigit():
+            return int(self.save_interval)
+        return self.recipe.save_interval_updates
+
+    @property
     def run_dir(self) -> RunDir:
         """The save dir's layout: logs, checkpoints, markers (``hpc_core.rundir``)."""
         return RunDir(self.save_dir)
@@ -235,6 +291,11 @@ class JobSpec:
             self.hang_save_timeout,
             self.hang_startup_timeout,
         )
+
+    @property
+    def straggler_limits(self) -> stragglers.Limits:
+        """When a node counts as a straggler (``hpc_train.stragglers``)."""
+        return stragglers.Limits(self.straggler_threshold, self.straggler_window)
 
     @property
     def nodes_arg(self) -> str:
@@ -314,6 +375,13 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
     if spec.hang_factor < 1 or min(spec.hang_limits.floor_s, spec.hang_limits.save_s,
                                    spec.hang_limits.startup_s) <= 0:  # fmt: skip
         raise SpecError("--hang-factor must be >= 1 and the --hang-*-timeout* values > 0")
+    if spec.straggler_threshold <= 0 or spec.straggler_window <= 0:
+        raise SpecError("--straggler-threshold and --straggler-window must be > 0")
+    if spec.mtbf_hours <= 0:
+        raise SpecError(f"--mtbf-hours {spec.mtbf_hours:g}: must be > 0")
+    parse_save_interval(spec.save_interval)
+    if spec.local_save_dir is not None and spec.sync_save:
+        raise SpecError("--local-save-dir needs async saves: drop --sync-save")
     if spec.batch_per_device is not None and spec.batch_per_device < 1:
         raise SpecError("--batch-per-device must be >= 1")
     problem = devices.precision_problem(spec.instance_type, spec.gpu_precision)

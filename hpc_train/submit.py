@@ -19,11 +19,12 @@ import io
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hpc_core import instances, ledger, slurm
-from hpc_train import cli, commands, costs, options, presets
+from hpc_train import cli, commands, costs, options, presets, quarantine
 from hpc_train.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
 
 
@@ -57,8 +58,9 @@ def setup_lines(spec: JobSpec) -> list[str]:
     return lines
 
 
-def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
-    """submitit's SlurmExecutor parameters for ``spec`` (keys of submitit's sbatch renderer)."""
+def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters for ``spec`` (keys of submitit's sbatch renderer);
+    ``exclude``: nodes to keep out (the save dir's quarantine list)."""
     params: dict[str, Any] = {
         "job_name": spec.job_name,
         "nodes": spec.nodes_min,
@@ -77,6 +79,8 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         del params["ntasks_per_node"]
     if spec.partition:
         params["partition"] = spec.partition
+    if exclude:
+        params["exclude"] = ",".join(exclude)
     if spec.mail_user:
         params["mail_user"] = spec.mail_user
     if spec.mail_type:
@@ -101,9 +105,8 @@ def render_sbatch(spec: JobSpec, python: str = sys.executable) -> str:
     from submitit.slurm.slurm import _make_sbatch_string
 
     command = submission_command(spec.run_dir.slurm_logs, python)
-    return _make_sbatch_string(
-        command=command, folder=spec.run_dir.slurm_logs, **sbatch_parameters(spec)
-    )
+    params = sbatch_parameters(spec, quarantine.nodes(spec.run_dir))
+    return _make_sbatch_string(command=command, folder=spec.run_dir.slurm_logs, **params)
 
 
 def training_command(spec: JobSpec) -> tuple[str, str]:
@@ -127,7 +130,7 @@ def make_executor(spec: JobSpec) -> Any:
     executor = submitit.SlurmExecutor(
         folder=spec.run_dir.slurm_logs, max_num_timeout=spec.max_restarts
     )
-    executor.update_parameters(**sbatch_parameters(spec))
+    executor.update_parameters(**sbatch_parameters(spec, quarantine.nodes(spec.run_dir)))
     return executor
 
 
@@ -179,6 +182,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def grace_time_s(partition: str | None) -> float | None:
+    """The partition's GraceTime at preemption, when Slurm can say (not on a laptop's dry run,
+    nor for a partition sbatch will refuse anyway)."""
+    try:
+        return slurm.grace_time_s(partition)
+    except slurm.SlurmError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -190,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = options.spec_from_options(args, extra)
         validate(spec, check_paths=not args.dry_run)  # submit() checks again, just before sbatch
-        for warning in costs.submit_warnings(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S):
+        grace = grace_time_s(spec.partition)
+        for warning in costs.submit_warnings(
+            spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S, grace_time_s=grace
+        ):
             print(warning, file=sys.stderr)
         if args.dry_run:
             print(render_sbatch(spec))

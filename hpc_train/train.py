@@ -7,7 +7,8 @@ It runs fairseq's own training entry with the few fixes this stack needs:
 - checkpoint loading under torch's weights_only default through an explicit allow-list
   (see ``hpc_train.checkpoints``), instead of switching the safety off;
 - atomic checkpoint files (write, fsync, rename) instead of fairseq's in-place copies;
-- async saves: a host-memory snapshot written in the background (``hpc_train.async_save``);
+- async saves: a host-memory snapshot written in the background (``hpc_train.async_save``),
+  through node-local disk first with ``--local-save-dir`` (tiered);
 - save on notice: SIGUSR2 → all ranks save at the same update and stop (``hpc_train.preemption``);
 - a heartbeat every update for the launcher's hang watchdog, and SIGUSR1 → Python stacks
   (``hpc_train.heartbeat``);
@@ -28,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import HEARTBEAT_DIR_ENV, STOP_MARKER_ENV, RunDir
-from hpc_train import async_save, checkpoints, failures, preemption, worker_events
+from hpc_train import (
+    async_save,
+    checkpoints,
+    compute_time,
+    failures,
+    preemption,
+    save_interval,
+    worker_events,
+)
 from hpc_train.heartbeat import Heartbeat
 
 
@@ -171,8 +180,14 @@ def main(argv: list[str] | None = None) -> None:
     run = RunDir(save_dir)
     log_to_file(run.train_log)
     checkpoints.install_atomic_writes()
-    async_save.install(os.environ)  # after: its deferred copies are the atomic ones
-    preemption.install_save_on_notice(stop_marker(run, os.environ), heartbeat_of(os.environ))
+    async_save.install(os.environ, run)  # after: its deferred copies are the atomic ones
+    heartbeat = heartbeat_of(os.environ)
+    compute_time.install(heartbeat.compute if heartbeat else None)  # for the straggler check
+    preemption.install_save_on_notice(
+        stop_marker(run, os.environ),
+        heartbeat,
+        save_interval.AutoInterval.from_env(os.environ),
+    )
     worker_events.install(run, os.environ)  # after: its save hook also times the notice save
     progress = {"update": 0}
     failures.install(run, os.environ, progress)

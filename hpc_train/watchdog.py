@@ -8,7 +8,9 @@ when its heartbeat is older than its allowance:
 - validation, checkpoint save, an epoch change or the end of training (``checkpoint``,
   ``epoch``, ``stopping``): max(save, T);
 - before its first update of this start (loading data, building the model, the first
-  collective, resuming a checkpoint): the start-up allowance, counted from torchrun's start.
+  collective, resuming a checkpoint): the start-up allowance, counted from the rank's first
+  heartbeat (``startup``, written as soon as its stacks can be asked for), or from torchrun's
+  start for a rank that has not written one.
 
 Defaults (``--hang-factor``, ``--hang-timeout-floor``, ``--hang-save-timeout``,
 ``--hang-startup-timeout``; ``--no-watchdog`` turns it off): factor 10, floor 300 s, save 900 s,
@@ -29,6 +31,7 @@ TRAIN = "train"  # training the next update
 CHECKPOINT = "checkpoint"  # in fairseq's validate_and_save: validation and saves happen here
 EPOCH = "epoch"  # the epoch ended: validation, save, then the next epoch's iterator
 STOPPING = "stopping"  # max-update reached (or a save on notice): final save, then exit
+STARTUP = "startup"  # the rank is up (its stacks armed), no update yet: the start-up allowance
 SLOW_PHASES = frozenset({CHECKPOINT, EPOCH, STOPPING})
 
 
@@ -43,6 +46,7 @@ class Beat:
     time: float  # when (time.time())
     phase: str = TRAIN  # what it went on to do
     slowest_s: float | None = None  # the slowest of its recent updates; None: none timed yet
+    compute_s: float | None = None  # median own compute per recent update (hpc_train.stragglers)
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class Hang:
 
 def allowance(beat: Beat | None, limits: Limits) -> float:
     """How long ``beat`` may stay the rank's latest before the rank counts as hung."""
-    if beat is None:
+    if beat is None or beat.phase == STARTUP:
         return limits.startup_s
     train = max(limits.factor * (beat.slowest_s or 0.0), limits.floor_s)
     return max(limits.save_s, train) if beat.phase in SLOW_PHASES else train
@@ -83,9 +87,14 @@ def assess(
     for beat in beats:
         limit, age = allowance(beat, limits), now - beat.time
         if age > limit and (worst is None or age - limit > worst.age_s - worst.allowance_s):
+            since = (
+                "it started (start-up"
+                if beat.phase == STARTUP
+                else f"update {beat.update} ({beat.phase}"
+            )
             why = (
-                f"rank {beat.rank} on {beat.node}: no update for {age:.0f} s after update "
-                f"{beat.update} ({beat.phase}; allowed {limit:.0f} s)"
+                f"rank {beat.rank} on {beat.node}: no update for {age:.0f} s after {since}; "
+                f"allowed {limit:.0f} s)"
             )
             worst = Hang(beat.rank, age, limit, why)
     if worst is None and len(beats) < expected and now - started > limits.startup_s:

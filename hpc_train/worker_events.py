@@ -7,7 +7,8 @@ Both hooks wrap fairseq functions the training loop looks up at call time:
 ``fairseq.checkpoint_utils.save_checkpoint`` (every save: periodic, end of epoch, on notice).
 With async saves (``hpc_train.async_save``) a save's event is recorded once it is durable:
 ``seconds`` is the training stall, ``snapshot_s`` / ``write_s`` what the snapshot and the
-background write took.
+background write took (tiered saves: ``write_s`` the local write, ``copy_s`` the copy to the
+save dir).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def install(run: RunDir, env: Mapping[str, str]) -> bool:
                 "snapshot_s": round(saver.last.snapshot_s, 3),
                 "write_s": round(saver.last.write_s, 3),
             }  # fmt: skip
+            if saver is not None and saver.last is not None and saver.last.copy_s is not None:
+                timing["copy_s"] = round(saver.last.copy_s, 3)  # tiered: local → save dir
             note(
                 "checkpoint",
                 update=update,

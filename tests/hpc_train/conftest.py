@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hpc_core import slurm
-from hpc_train import launch
+from hpc_train import launch, node_blame
 
 
 class FakeSlurm:
@@ -20,6 +20,7 @@ class FakeSlurm:
         self.requeued: list[str] = []
         self.drained: list[tuple[str, str]] = []
         self.excluded: list[tuple[str, list[str]]] = []
+        self.nodes: dict[str, dict[str, str]] = {}  # scontrol show node, by name (else IDLE)
 
     def job_state(self, job_id: str) -> slurm.JobState:
         return slurm.JobState(job_id, self.state, 0, "n[1-2]", "")
@@ -34,6 +35,9 @@ class FakeSlurm:
         self.excluded.append((job_id, list(nodes)))
         return list(nodes)
 
+    def node_info(self, node: str) -> dict[str, str]:
+        return self.nodes.get(node, {"State": "IDLE"})
+
     def signal(self, job_id: str, name: str = "USR2") -> None:
         raise AssertionError("no spot watcher in these tests")
 
@@ -42,6 +46,7 @@ class FakeSlurm:
 def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     fake = FakeSlurm()
     monkeypatch.setattr(launch, "slurm", fake)
+    monkeypatch.setattr(node_blame, "slurm", fake)
     monkeypatch.setattr(launch, "REQUEUE_GRACE_S", 0.0)
     monkeypatch.setattr(launch, "endpoint_to_watch", lambda: None)
     return fake

@@ -78,3 +78,69 @@ def test_stop_here_stops_one_rank_of_that_job_on_that_node_not_its_dataloader_wo
         for p in (rank, other_node, agent):
             p.kill()
             p.wait()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def test_slow_here_stops_and_continues_that_nodes_ranks_and_leaves_them_running():
+    """`chaos slow`'s step on the node (the real command): the rank on n2 is stopped (T) part
+    of the time and running at the end; the job's rank on n1 is never stopped."""
+    rank, other_node = fake_rank("4245", "n2"), fake_rank("4245", "n1")
+    try:
+        deadline = time.monotonic() + 10
+        while len(chaos.ranks_here("4245", "n2")) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        throttle = subprocess.Popen(
+            [sys.executable, "-m", "hpc_train.chaos", "4245", chaos.SLOW_HERE, "--node", "n2",
+             "--factor", "0.5", "--seconds", "2"],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        seen, seen_other = set(), set()
+        while throttle.poll() is None:
+            seen.add(_state(rank.pid))
+            seen_other.add(_state(other_node.pid))
+            time.sleep(0.005)
+        out = throttle.stdout.read() if throttle.stdout else ""
+        assert throttle.returncode == 0, out
+        cycles = int(out.split()[2])
+        assert 50 <= cycles <= 100, out  # 2 s of 0.02 s cycles, and the signals' own time
+        assert "T" in seen and seen - {"T"}, seen  # stopped, and not all the time
+        assert "T" not in seen_other
+        time.sleep(0.05)
+        assert _state(rank.pid) != "T"  # left running
+        assert chaos.main(["4245", chaos.SLOW_HERE, "--node", "n3", "--seconds", "1"]) == 1
+    finally:
+        for p in (rank, other_node):
+            p.kill()
+            p.wait()
+
+
+def test_slow_here_resumes_the_ranks_when_its_step_is_cancelled():
+    rank = fake_rank("4246", "n2")
+    try:
+        deadline = time.monotonic() + 10
+        while not chaos.ranks_here("4246", "n2") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        throttle = subprocess.Popen(
+            [sys.executable, "-m", "hpc_train.chaos", "4246", chaos.SLOW_HERE, "--node", "n2",
+             "--factor", "0.1"],
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while _state(rank.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.005)
+        throttle.terminate()  # what Slurm does to the step when the job ends or is requeued
+        assert throttle.wait(10) == 0
+        time.sleep(0.05)
+        assert _state(rank.pid) != "T"
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_slow_takes_a_fraction():
+    with pytest.raises(SystemExit):
+        chaos.build_parser().parse_args(["1", "slow", "--factor", "1.5"])
+    args = chaos.build_parser().parse_args(["1", "slow", "--node", "n2"])
+    assert (args.factor, args.seconds) == (0.5, None)

@@ -204,3 +204,22 @@ def test_the_launcher_asks_the_estimate_unless_told(monkeypatch, tmp_path):
     assert launcher.save_wait_s() == costs.notice_wait_s("roberta-large", True, 90)
     monkeypatch.setenv(launch.SAVE_WAIT_ENV, "12")
     assert launcher.save_wait_s() == 12.0
+
+
+def test_once_the_run_has_saved_the_launcher_waits_for_its_measured_save(monkeypatch, tmp_path):
+    from hpc_core import ledger
+    from hpc_core.rundir import RunDir
+    from hpc_train import launch
+    from hpc_train.spec import JobSpec
+
+    monkeypatch.delenv(launch.SAVE_WAIT_ENV, raising=False)
+    launcher = launch.Launcher(JobSpec("tiny", tmp_path, tmp_path, gpus_per_node=0))
+    assert launcher.save_wait_s() == 25.0  # the estimate of a tiny save: the floor
+    path = RunDir(tmp_path).ledger
+    ledger.record(path, "checkpoint", "5", 0, update=10, seconds=3.0)  # a sync save
+    ledger.record(path, "checkpoint", "5", 0, update=20, seconds=0.2, snapshot_s=0.2, write_s=30.0)
+    ledger.record(path, "checkpoint", "5", 0, update=30, seconds=0.3, snapshot_s=0.3, write_s=9.0)
+    # the slowest recent save to durable (30.2 s) with the margin: 1.5 x 30.2 + 15
+    assert launcher.save_wait_s() == pytest.approx(60.3)
+    assert costs.measured_save_s(ledger.read(path)[-1:]) == pytest.approx(9.3)
+    assert costs.measured_save_s([]) is None

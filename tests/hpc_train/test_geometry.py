@@ -37,6 +37,12 @@ def test_a_node_short_of_gpus_is_refused_by_name_whichever_task_it_is():
     )
 
 
+def test_a_quarantined_node_is_refused_before_anything_else():
+    shape = geometry.decide(8, reports(8, 0, 8), quarantined={"n3", "n9"})
+    assert shape.bad_nodes == ("n3",) and "n3 quarantined" in shape.refused
+    assert geometry.decide(8, reports(8, 8), quarantined={"n9"}).refused == ""
+
+
 class NoTorchrun(launch.Launcher):
     def torchrun_command(self, start, nproc, args):
         raise AssertionError("a refused start never runs torchrun")

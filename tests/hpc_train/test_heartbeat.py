@@ -8,9 +8,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from hpc_core.rundir import heartbeat_file, stacks_file
 from hpc_train.heartbeat import Heartbeat, read_beats
-from hpc_train.watchdog import CHECKPOINT, EPOCH, STOPPING, TRAIN
+from hpc_train.watchdog import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN
 
 
 class Clock:
@@ -63,11 +65,14 @@ def test_a_heartbeat_costs_well_under_a_millisecond(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_sigusr1_writes_the_python_stacks_even_while_blocked(tmp_path):
-    """A real worker process: it arms the stacks, then blocks in a C call (like a collective)."""
+@pytest.mark.parametrize("updates", [1, 0])
+def test_sigusr1_writes_the_python_stacks_even_while_blocked(tmp_path, updates):
+    """A real worker process: it arms the stacks, then blocks in a C call (like a collective),
+    after its first update or still in start-up (its ``startup`` beat gives the pid)."""
     code = (
         "import sys, time; from pathlib import Path; from hpc_train.heartbeat import Heartbeat\n"
-        "hb = Heartbeat(Path(sys.argv[1]), 0); hb.arm_stacks(Path(sys.argv[1])); hb.completed(1)\n"
+        "hb = Heartbeat(Path(sys.argv[1]), 0); hb.arm_stacks(Path(sys.argv[1]))\n"
+        f"if {updates}: hb.completed(1)\n"
         "def waiting_in_a_collective():\n    time.sleep(60)\n"
         "waiting_in_a_collective()\n"
     )
@@ -76,7 +81,10 @@ def test_sigusr1_writes_the_python_stacks_even_while_blocked(tmp_path):
         deadline = time.monotonic() + 20
         while not read_beats(tmp_path) and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(0.2)
+        (beat,) = read_beats(tmp_path)
+        assert (beat.pid, beat.phase) == (proc.pid, CHECKPOINT if updates else STARTUP)
+        os.kill(beat.pid, signal.SIGUSR1)
         time.sleep(0.5)
         text = stacks_file(tmp_path, 0).read_text()
         assert "waiting_in_a_collective" in text

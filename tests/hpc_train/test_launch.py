@@ -43,25 +43,25 @@ def test_has_exited_sees_a_zombie_without_reaping_it():
 
 def test_restart_reason_comes_from_the_stop_marker(tmp_path):
     from hpc_core.rundir import RunDir, StopMarker, write_stop
-    from hpc_train import launch
+    from hpc_train import starts
 
     run = RunDir(tmp_path)
-    assert launch.previous_stop(run, "7", 0) == "first start"
-    assert "no save on notice" in launch.previous_stop(run, "7", 1)
+    assert starts.previous_stop(run, "7", 0) == "first start"
+    assert "no save on notice" in starts.previous_stop(run, "7", 1)
     write_stop(run.stop_marker("7", 0), StopMarker(118, "SIGUSR2"))
-    assert launch.previous_stop(run, "7", 1) == "saved on notice (SIGUSR2) at update 118"
+    assert starts.previous_stop(run, "7", 1) == "saved on notice (SIGUSR2) at update 118"
 
 
 def test_other_tasks_follow_task_0s_resume_decision(tmp_path):
     from hpc_core.rundir import RunDir
-    from hpc_train import launch
+    from hpc_train import starts
 
     run = RunDir(tmp_path)
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # bad, and no interval checkpoint
-    decided = launch.decide_start(run, launch.Start("9", 0, 1, "n1", 0), 0, gpus=0)
+    decided = starts.decide_start(run, starts.Start("9", 0, 1, "n1", 0), 0, gpus=0, log=print)
     assert (decided.args, decided.at_update) == ([], 0)
     assert list(tmp_path.glob("checkpoint_last.pt.bad-*"))  # moved aside by task 0 only
-    other = launch.decide_start(run, launch.Start("9", 1, 2, "n1", 0), 0, gpus=0)
+    other = starts.decide_start(run, starts.Start("9", 1, 2, "n1", 0), 0, gpus=0, log=print)
     assert other == decided  # read, not decided again
 
 
@@ -71,9 +71,9 @@ def test_a_run_already_at_max_update_is_not_trained_further(trained_save_dir, tm
     import shutil
 
     from hpc_core.rundir import RunDir
-    from hpc_train import launch
+    from hpc_train import starts
 
     save = tmp_path / "run"
     shutil.copytree(trained_save_dir, save)
-    start = launch.Start("5", 0, 1, "n1", 1)
-    assert launch.decide_start(RunDir(save), start, 0, gpus=0).at_update == 12
+    start = starts.Start("5", 0, 1, "n1", 1)
+    assert starts.decide_start(RunDir(save), start, 0, gpus=0, log=print).at_update == 12

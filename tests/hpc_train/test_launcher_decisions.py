@@ -15,7 +15,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import ResumeDecision, RunDir, StopMarker, write_stop
-from hpc_train import failures, launch, restarts
+from hpc_train import failures, launch, restarts, starts
 from hpc_train.restarts import Action
 from hpc_train.spec import JobSpec
 
@@ -235,13 +235,13 @@ def test_a_failing_notify_command_is_logged_and_training_goes_on(tmp_path, fake_
 
 def test_the_next_start_says_why_the_previous_one_stopped(tmp_path):
     run = RunDir(tmp_path)
-    assert launch.previous_stop(run, "41", 1).startswith("no save on notice (node failure")
+    assert starts.previous_stop(run, "41", 1).startswith("no save on notice (node failure")
     ledger.record(run.ledger, "stopped", "41", 0, cause="hang", why="no update for 31 s")
-    assert launch.previous_stop(run, "41", 1) == (
+    assert starts.previous_stop(run, "41", 1) == (
         "hang (no update for 31 s): last periodic checkpoint"
     )
     write_stop(run.stop_marker("41", 1), StopMarker(7, "SIGUSR2"))
-    assert launch.previous_stop(run, "41", 2) == "saved on notice (SIGUSR2) at update 7"
+    assert starts.previous_stop(run, "41", 2) == "saved on notice (SIGUSR2) at update 7"
 
 
 def test_the_same_user_error_in_two_starts_in_a_row_stops_the_run(tmp_path, fake_slurm):

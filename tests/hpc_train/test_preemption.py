@@ -12,7 +12,7 @@ def test_usr2_only_sets_the_flag_and_records_the_signal():
         os.kill(os.getpid(), signal.SIGUSR2)
         assert preemption.notice_received()
         assert preemption._notice["why"] == "SIGUSR2"
-        assert preemption.agreed_notice(device="cpu")  # alone: the local flag
+        assert preemption.agree("cpu", 7) == (True, 7)  # alone: the local values
     finally:
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
         preemption._notice.update(at=None, why=None)

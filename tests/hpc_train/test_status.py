@@ -107,3 +107,18 @@ def test_a_job_id_slurm_still_knows_finds_its_save_dir(tmp_path, monkeypatch):
     )
     found = runs.resolve("77")
     assert (found.save_dir, found.job, found.name) == (tmp_path / "save", "77", "by-hand")
+
+
+def test_a_straggler_shows_in_the_one_run_view(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "s", "31", 50, finished=False)
+    ledger.record(run.ledger, "straggler", "31", 0, when=1060.0, node="n2", ratio=1.4,
+                  seconds=300, compute_s=0.14, median_s=0.1)  # fmt: skip
+    monkeypatch.setattr(runs, "slurm_state", lambda job: None)
+    assert status.main(["31"]) == 0
+    out = capsys.readouterr().out
+    said = "straggler: n2 1.40x the other nodes' median compute for 300 s (job 31, start #1)"
+    assert said + "\n" in out
+    ledger.record(run.ledger, "blamed", "31", 0, when=1061.0, node="n2", why="straggler: ...")
+    assert status.main(["31"]) == 0
+    assert "for 300 s (job 31, start #1); evicted" in capsys.readouterr().out

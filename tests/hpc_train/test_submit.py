@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_core import slurm
 from hpc_train import presets, submit
 from hpc_train.spec import JobSpec
 
@@ -181,3 +182,29 @@ def test_an_unknown_mail_type_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "--mail-type 'end,sometimes'" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_save_that_cannot_fit_the_partitions_grace_time_is_a_warning(tmp_path, slurm_cluster):
+    """Real Slurm: the local `low` partition preempts with GraceTime=30; `high` is never
+    preempted. A roberta-large save (~61 s estimated on Lustre) does not fit 30 s."""
+    assert slurm.grace_time_s("low") == 30 and slurm.grace_time_s(None) == 30  # the default
+    assert slurm.grace_time_s("high") is None
+    base = ["--preset", "roberta-large", "--data", "D", "--save-dir", "S", "--dry-run"]
+    low = run_cli(*base, "--partition", "low")
+    assert low.returncode == 0, low.stderr
+    assert "does NOT fit the partition GraceTime at preemption (30 s)" in low.stderr
+    high = run_cli(*base, "--partition", "high")
+    assert high.returncode == 0 and "GraceTime" not in high.stderr
+
+
+def test_a_resubmission_keeps_the_quarantined_nodes_out(tmp_path):
+    """The save dir's quarantine list (nodes blamed twice within a day) becomes --exclude."""
+    from hpc_core import ledger
+    from hpc_train import quarantine
+
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    assert "--exclude" not in submit.render_sbatch(spec)
+    for restart in (0, 1):
+        ledger.record(spec.run_dir.ledger, "blamed", "7", restart, node="n3", why="hang")
+    quarantine.update(spec.run_dir)
+    assert "#SBATCH --exclude=n3" in submit.render_sbatch(spec)

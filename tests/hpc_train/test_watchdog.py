@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from hpc_train import watchdog
-from hpc_train.watchdog import CHECKPOINT, EPOCH, STOPPING, TRAIN, Beat, Limits, RankReport
+from hpc_train.watchdog import (
+    CHECKPOINT,
+    EPOCH,
+    STARTUP,
+    STOPPING,
+    TRAIN,
+    Beat,
+    Limits,
+    RankReport,
+)
 
 LIMITS = Limits(factor=10, floor_s=30, save_s=120, startup_s=300)
 
@@ -57,6 +66,19 @@ def test_start_up_has_its_own_allowance_counted_from_torchruns_start():
     one = [beat(0, at=1290.0)]
     assert watchdog.assess(one, 2, started=1000.0, now=1299.0, limits=LIMITS) is None
     assert watchdog.assess(one, 2, started=1000.0, now=1301.0, limits=LIMITS) is not None
+
+
+def test_a_rank_hung_in_start_up_is_named_by_its_first_beat():
+    """The rank's ``startup`` beat (written once its stacks can be asked for) gets the start-up
+    allowance from its own time, and names the rank (its pid: the watchdog can ask for stacks)."""
+    starting = [beat(0, update=0, at=1000.0, phase=STARTUP, slowest=None), beat(1, at=1290.0)]
+    assert watchdog.allowance(starting[0], LIMITS) == 300
+    assert watchdog.assess(starting, 2, started=990.0, now=1280.0, limits=LIMITS) is None
+    hang = watchdog.assess(starting, 2, started=990.0, now=1301.0, limits=LIMITS)
+    assert hang is not None and hang.rank == 0 and hang.allowance_s == 300
+    assert (
+        hang.why == "rank 0 on n1: no update for 301 s after it started (start-up; allowed 300 s)"
+    )
 
 
 def test_a_slow_but_steady_run_never_hangs():

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +12,7 @@ from hpc_core import slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import logparse, logs
+from hpc_train import runs as rehearsal
 
 STEADY = Backoff(0.5, 1.0, 0.5)  # tests poll at a steady 0.5 s
 
@@ -37,29 +35,18 @@ class Runs:
         extra_cli: Sequence[str] = (),
     ) -> tuple[str, Path]:
         save = save or self.root / name
-        cmd = [
-            sys.executable, "-m", "hpc_train.submit", "--preset", "tiny", "--nodes", nodes,
-            "--gpus-per-node", "0", "--data", str(self.corpus), "--save-dir", str(save),
-            "--max-update", str(max_update), "--time", "10", "--job-name", name, *extra_cli,
-        ]  # fmt: skip
-        if fairseq:
-            cmd += ["--", *fairseq]
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+        job = rehearsal.submit_tiny(
+            self.corpus, save, max_update, name, nodes, extra_cli, fairseq, env
         )
-        assert proc.returncode == 0, proc.stderr
-        return re.search(r"submitted job (\d+)", proc.stdout).group(1), save
+        return job, save
 
     @staticmethod
     def summary(save: Path) -> logparse.RunSummary:
         return logs.run_summary(RunDir(save))
 
-    def wait_for_update(self, save: Path, update: int, timeout: float = 300) -> int:
-        def reached() -> int | None:
-            n = self.summary(save).updates
-            return n if n >= update else None
-
-        return wait_until(reached, f"update {update} in {save}", timeout=timeout, backoff=STEADY)
+    @staticmethod
+    def wait_for_update(save: Path, update: int, timeout: float = 300) -> int:
+        return rehearsal.wait_for_update(RunDir(save), update, timeout)
 
     @staticmethod
     def wait_for(what: str, predicate, timeout: float = 300) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -45,14 +46,26 @@ def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_
     )
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     runs.wait_for_update(save, 25)
-    chaos.kill_node(job, nodes[-1], stop_slurmd=True)
-    final = runs.wait_done(job, timeout=900)
-    restart_local_cluster()
+    victim = nodes[-1]
+    try:
+        chaos.kill_node(job, victim, stop_slurmd=True)
+        final = runs.wait_done(job, timeout=900)
+        info = slurm.node_info(victim)  # before the restart: `up` resumes drained nodes
+        restart_local_cluster()
+    finally:
+        with contextlib.suppress(slurm.SlurmError):
+            slurm.resume(victim)  # drained by the blame: back for the next tests
     assert final.state == "COMPLETED", final
+    # blamed once, by task 0 (its peer's ranks died silently) or after Slurm's own requeue
+    # (the node is DOWN): drained with the reason
+    blamed = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "blamed"]
+    assert [(e.get("node"), e.get("drained")) for e in blamed] == [(victim, True)], blamed
+    assert re.match(r"(crash|node failure) in job", blamed[0].get("why")), blamed[0].data
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: "), info
     assert int(slurm.job_info(job)["Restarts"]) >= 1
     log = runs.launcher_log(save, job)
     # Slurm's NODE_FAIL requeue, or task 0's after torchrun lost the node's ranks: no notice
-    assert re.search(r"start #2: (no save on notice|crash|infrastructure) \(", log), log
+    assert re.search(r"start #2: (crash|infrastructure|node failure) \(", log), log
     summary = runs.summary(save)
     assert summary.updates == max_update
     assert summary.resumed_at and summary.resumed_at[0] % 10 == 0  # from a periodic checkpoint
@@ -62,6 +75,36 @@ def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_
     assert summary.recomputed_updates == len(trained) - len(set(trained))
     starts = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "started"]
     assert len(starts) >= 2 and "on notice at update" not in starts[1].get("previous")
+
+
+def test_a_killed_node_is_blamed_drained_excluded_and_the_run_completes(runs):
+    """`chaos JOB kill-node` (SIGKILL of one node's torchrun and ranks; its slurmd lives): the
+    peers fail, task 0 reads every node's exit record, blames the node whose torchrun was
+    killed, drains it, requeues without it; the run completes elsewhere."""
+    runs.wait_idle_nodes(2)
+    max_update = 100
+    job, save = runs.submit(
+        "killed", max_update, fairseq=(*PER_UPDATE, "--save-interval-updates", "10")
+    )
+    nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    runs.wait_for_update(save, 25)
+    victim = nodes[-1]
+    try:
+        chaos.kill_node(job, victim, stop_slurmd=False)
+        final = runs.wait_done(job)
+        info = slurm.node_info(victim)
+        excluded = slurm.job_info(job)["ExcNodeList"]
+        restarted_on = slurm.hostnames(slurm.job_info(job)["NodeList"])
+    finally:
+        slurm.resume(victim)
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    events = ledger.read(RunDir(save).ledger)
+    blamed = [(e.get("node"), e.get("drained"), e.get("why")) for e in events if e.kind == "blamed"]
+    assert len(blamed) == 1 and blamed[0][:2] == (victim, True), blamed
+    assert f"torchrun on {victim} was killed (SIGKILL)" in blamed[0][2]
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: crash in job"), info
+    assert victim in slurm.hostnames(excluded) and victim not in restarted_on
+    assert runs.summary(save).updates == max_update
 
 
 def test_resume_on_a_different_node_count_keeps_the_global_batch(runs):
@@ -115,6 +158,7 @@ def test_the_same_user_error_twice_stops_the_run_instead_of_requeueing(runs):
     assert "InjectedCrash: chaos: crash injected at update 25" in stopped[-1].get("why")
     assert "same error at the same update" in stopped[-1].get("why")
     assert sum(e.kind == "requeued" for e in events) == 1
+    assert not [e for e in events if e.kind == "blamed"]  # the code's error: no node blamed
     summary = runs.summary(save)  # update 25 is logged, then its save step raises
     assert summary.updates == 25 and summary.resumed_at == [20]
     assert summary.recomputed_updates == 5  # 21-25 trained twice: the periodic save was at 20
