@@ -38,7 +38,6 @@ Figures (keys of the JSON):
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import platform
 import shutil
@@ -51,7 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import fmt, ratio, run_and_write
+from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_train import data
 
 WIKITEXT103_BYTES = 543_000_000  # train ~540 MB (issue 13) + valid, test (3,760 + 4,358 lines)
@@ -306,10 +305,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "not measured",
         },
         "settings": {"repeats": args.repeats, "workers": list(WORKERS)},
-        "date": dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds"),
-        "duration_s": round(time.time() - started),
-        "loadavg": {"before": load_before, "after": os.getloadavg()},
-        "machine": machine(),
+        **provenance(started, load_before, machine()),
     }
     shutil.rmtree(work)
     return result

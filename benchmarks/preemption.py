@@ -55,17 +55,16 @@ import platform
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from benchmarks.report import fmt, ratio, run_and_write
+from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import slurm, wait
 from hpc_core.rundir import RunDir
-from hpc_train import chaos, checkpoints, logparse
+from hpc_train import chaos, checkpoints, logparse, runs
 
 T = TypeVar("T")
 GOAL_RECOMPUTED = 0
@@ -238,16 +237,10 @@ class Jobs:
 def submit_training(
     name: str, data: Path, save: Path, max_update: int, extra: Sequence[str]
 ) -> str:
-    cmd = [
-        sys.executable, "-m", "hpc_train.submit", "--preset", "tiny", "--nodes", "2",
-        "--gpus-per-node", "0", "--data", str(data), "--save-dir", str(save),
-        "--max-update", str(max_update), "--time", "10", "--job-name", name, "--", *extra,
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    found = re.search(r"submitted job (\d+)", proc.stdout)
-    if proc.returncode != 0 or found is None:
-        raise BenchError(f"submit failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
-    return found.group(1)
+    try:
+        return runs.submit_tiny(data, save, max_update, name, fairseq=extra)
+    except RuntimeError as err:
+        raise BenchError(str(err)) from None
 
 
 def training_run(
@@ -430,10 +423,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {"max_update": args.max_update, "at_update": args.at_update,
                      "save_interval_updates": args.save_interval_updates, "hold_s": args.hold,
                      "preemptor_partition": args.partition, "preset": "tiny", "nodes": 2},
-        "date": dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds"),
-        "duration_s": round(time.time() - started),
-        "loadavg": {"before": load_before, "after": os.getloadavg()},
-        "machine": machine(),
+        **provenance(started, load_before, machine()),
     }  # fmt: skip
 
 

@@ -3,8 +3,11 @@ result written whole, and the run-report-write ending of each ``main``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,18 @@ def table(rows: Sequence[tuple[str, str, str]]) -> str:
     ]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def provenance(
+    started: float, load_before: tuple[float, float, float], machine: dict[str, Any]
+) -> dict[str, Any]:
+    """When a benchmark ran, how long, how busy the box was before and after, and on what."""
+    return {
+        "date": dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - started),
+        "loadavg": {"before": load_before, "after": os.getloadavg()},
+        "machine": machine,
+    }
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
