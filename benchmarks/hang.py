@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
 from benchmarks.preemption import PER_UPDATE, BenchError, Jobs, machine, phases, say
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
@@ -327,11 +328,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.hang", description=__doc__)
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--data", type=Path, required=True, help="binarized corpus (demo-bin)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results/hang.json"))
-    p.add_argument("--work-dir", type=Path, help="save dirs (default .local/bench/hang-*)")
+    p = report.parser("hang", __doc__)
     p.add_argument("--max-update", type=int, default=200, help="the hang run")
     p.add_argument("--at-update", type=int, default=25, help="SIGSTOP once this update is logged")
     p.add_argument("--save-interval-updates", type=int, default=10, help="the hang run")

@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from benchmarks import report
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import slurm, wait
 from hpc_core.rundir import RunDir
@@ -428,11 +429,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.preemption", description=__doc__)
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--data", type=Path, required=True, help="binarized corpus (demo-bin)")
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results/preemption.json"))
-    p.add_argument("--work-dir", type=Path, help="save dirs (default .local/bench/preemption-*)")
+    p = report.parser("preemption", __doc__)
     p.add_argument("--max-update", type=int, default=200)
     p.add_argument("--at-update", type=int, default=60, help="interrupt once this update is logged")
     p.add_argument("--save-interval-updates", type=int, default=50, help="without-notice run")

@@ -3,6 +3,7 @@ result written whole, and the run-report-write ending of each ``main``."""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import os
@@ -36,6 +37,19 @@ def table(rows: Sequence[tuple[str, str, str]]) -> str:
     ]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def parser(name: str, doc: str | None) -> argparse.ArgumentParser:
+    """A Slurm benchmark's command line: ``--data`` (the demo corpus), ``--out``
+    (``benchmarks/results/<name>.json``), ``--work-dir`` (its save dirs)."""
+    p = argparse.ArgumentParser(
+        prog=f"python -m benchmarks.{name}", description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("--data", type=Path, required=True, help="binarized corpus (demo-bin)")
+    p.add_argument("--out", type=Path, default=Path(f"benchmarks/results/{name}.json"))
+    p.add_argument("--work-dir", type=Path, help=f"save dirs (default .local/bench/{name}-*)")
+    return p
 
 
 def provenance(

@@ -4,6 +4,8 @@ The real-Slurm versions of these tests are in tests/integration."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hpc_core import slurm
@@ -50,3 +52,41 @@ def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     monkeypatch.setattr(launch, "REQUEUE_GRACE_S", 0.0)
     monkeypatch.setattr(launch, "endpoint_to_watch", lambda: None)
     return fake
+
+
+def _tensors(value, prefix: str = ""):
+    """(path, tensor) for every tensor in a checkpoint's nested state."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _tensors(v, f"{prefix}/{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _tensors(v, f"{prefix}/{i}")
+
+
+def assert_same_training_state(a_path: Path, b_path: Path) -> None:
+    """Two checkpoint files hold the same training state: update, data position, every tensor
+    of the model and the optimizer equal."""
+    import torch
+
+    from hpc_train import checkpoints
+
+    a, b = checkpoints.load(a_path), checkpoints.load(b_path)
+    assert checkpoints.num_updates(a) == checkpoints.num_updates(b)
+    assert a["extra_state"]["train_iterator"] == b["extra_state"]["train_iterator"]
+    ta = dict(_tensors({"model": a["model"], "opt": a["last_optimizer_state"]}))
+    tb = dict(_tensors({"model": b["model"], "opt": b["last_optimizer_state"]}))
+    assert ta.keys() == tb.keys() and len(ta) > 10
+    different = [k for k in ta if not torch.equal(ta[k], tb[k])]
+    assert different == [], f"{b_path.name}: {different[:5]}"
+
+
+@pytest.fixture
+def same_training_state():
+    """``assert_same_training_state(a, b)`` for the checkpoint comparisons (sync vs async,
+    sync vs tiered)."""
+    return assert_same_training_state

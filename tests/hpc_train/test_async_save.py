@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,32 +19,9 @@ from hpc_train import async_save, checkpoints
 # --- against real fairseq: the same tiny training, sync and async ------------------------------
 
 
-def tensors(value, prefix: str = ""):
-    """(path, tensor) for every tensor in a checkpoint's nested state."""
-    if isinstance(value, torch.Tensor):
-        yield prefix, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from tensors(v, f"{prefix}/{k}")
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            yield from tensors(v, f"{prefix}/{i}")
-
-
-def assert_same_training_state(sync: Path, asynchronous: Path) -> None:
-    a, b = checkpoints.load(sync), checkpoints.load(asynchronous)
-    assert checkpoints.num_updates(a) == checkpoints.num_updates(b)
-    assert a["extra_state"]["train_iterator"] == b["extra_state"]["train_iterator"]
-    ta = dict(tensors({"model": a["model"], "opt": a["last_optimizer_state"]}))
-    tb = dict(tensors({"model": b["model"], "opt": b["last_optimizer_state"]}))
-    assert ta.keys() == tb.keys() and len(ta) > 10
-    different = [k for k in ta if not torch.equal(ta[k], tb[k])]
-    assert different == [], f"{asynchronous.name}: {different[:5]}"
-
-
 @pytest.mark.parametrize("precision", [(), ("--bf16",)], ids=["fp32", "bf16"])
 def test_every_async_checkpoint_equals_a_sync_save_of_the_same_update(
-    corpus, tiny_run, tmp_path, monkeypatch, precision
+    corpus, tiny_run, tmp_path, monkeypatch, precision, same_training_state
 ):
     """12 updates, interval saves at 5 and 10, checkpoint_last.pt at 12: the async run's files
     hold the same tensors as the sync run's, tensor by tensor (bf16: the model saved as fp32,
@@ -67,7 +43,7 @@ def test_every_async_checkpoint_equals_a_sync_save_of_the_same_update(
     assert sorted(p.name for p in async_dir.glob("checkpoint*.pt")) == names
     assert RunDir(async_dir).partial_writes() == []
     for name in names:
-        assert_same_training_state(sync_dir / name, async_dir / name)
+        same_training_state(sync_dir / name, async_dir / name)
 
     saves = [e for e in ledger.read(RunDir(async_dir).ledger) if e.kind == "checkpoint"]
     assert [e.get("update") for e in saves] == [5, 10, 12]

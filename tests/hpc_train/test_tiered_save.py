@@ -164,29 +164,8 @@ def test_a_full_local_disk_falls_back_to_the_save_dir_and_loses_no_save(tmp_path
 # --- against real fairseq ----------------------------------------------------------------------
 
 
-def tensors(value, prefix: str = ""):
-    if isinstance(value, torch.Tensor):
-        yield prefix, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from tensors(v, f"{prefix}/{k}")
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            yield from tensors(v, f"{prefix}/{i}")
-
-
-def assert_same_training_state(a_path: Path, b_path: Path) -> None:
-    a, b = checkpoints.load(a_path), checkpoints.load(b_path)
-    assert checkpoints.num_updates(a) == checkpoints.num_updates(b)
-    assert a["extra_state"]["train_iterator"] == b["extra_state"]["train_iterator"]
-    ta = dict(tensors({"model": a["model"], "opt": a["last_optimizer_state"]}))
-    tb = dict(tensors({"model": b["model"], "opt": b["last_optimizer_state"]}))
-    assert ta.keys() == tb.keys() and len(ta) > 10
-    assert [k for k in ta if not torch.equal(ta[k], tb[k])] == []
-
-
 def test_tiered_checkpoints_equal_sync_saves_and_resume_reads_the_save_dir(
-    corpus, tiny_run, tmp_path, monkeypatch
+    corpus, tiny_run, tmp_path, monkeypatch, same_training_state
 ):
     """12 updates, saves at 5, 10 and 12, sync and tiered: every file in the save dir holds
     the sync run's tensors; the local dir holds the newest file only, byte for byte the same;
@@ -206,7 +185,7 @@ def test_tiered_checkpoints_equal_sync_saves_and_resume_reads_the_save_dir(
     names = sorted(p.name for p in sync_dir.glob("checkpoint*.pt"))
     assert sorted(p.name for p in tiered_dir.glob("checkpoint*.pt")) == names
     for name in names:
-        assert_same_training_state(sync_dir / name, tiered_dir / name)
+        same_training_state(sync_dir / name, tiered_dir / name)
     kept = RunDir(local).checkpoint_files()
     assert len(kept) == 1 and checkpoints.inspect(kept[0]) == (None, 12)
     assert kept[0].read_bytes() == (tiered_dir / kept[0].name).read_bytes()
