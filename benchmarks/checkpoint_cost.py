@@ -54,6 +54,7 @@ from hpc_train.commands import fairseq_args
 from hpc_train.spec import JobSpec
 
 MODES = ("none", "sync", "async")
+GPU_INSTANCE = "p5.48xlarge"  # --gpu: an H100's precision (bf16) and batch rules
 WORKER = "_worker"  # argv[1] of the benchmark's own subprocess: the timed training worker
 
 
@@ -110,36 +111,41 @@ def worker(out: Path, args: list[str]) -> None:
 # --- the runs -------------------------------------------------------------------------------
 
 
-def train_args(data: Path, save: Path, updates: int, every: int, mode: str) -> list[str]:
+def train_args(
+    data: Path, save: Path, updates: int, every: int, mode: str, gpu: bool = False
+) -> list[str]:
     extra = (
-        "--batch-size", "2", "--update-freq", "1",
+        "--batch-size", "16" if gpu else "2", "--update-freq", "1",
         "--tokens-per-sample", "128", "--max-positions", "128",
         "--save-interval-updates", str(every), "--keep-interval-updates", "1",
         "--disable-validation", "--log-interval", "10",
         *(("--no-save",) if mode == "none" else ()),
     )  # fmt: skip
     spec = JobSpec(
-        "roberta-base", data, save, gpus_per_node=0, max_update=updates, global_batch=16,
-        extra_args=extra,
+        "roberta-base", data, save, gpus_per_node=1 if gpu else 0, max_update=updates,
+        global_batch=16, instance_type=GPU_INSTANCE, extra_args=extra,
     )  # fmt: skip
-    args, _ = fairseq_args(spec, world_size=1, gpu=False)
+    args, _ = fairseq_args(spec, world_size=1, gpu=gpu)
     return args
 
 
-def run_mode(mode: str, data: Path, work: Path, updates: int, every: int) -> dict[str, Any]:
+def run_mode(
+    mode: str, data: Path, work: Path, updates: int, every: int, gpu: bool = False
+) -> dict[str, Any]:
     save = work / mode
     if save.exists():
         subprocess.run(["rm", "-rf", str(save)], check=True)
     save.mkdir(parents=True)
     times = work / f"{mode}-times.json"
     env = {**os.environ, START_ENV: "bench:0"}  # rank 0 records its saves in the ledger
-    env.update(instances.plain(instances.cpu_env()))  # as the launcher runs a CPU rank
+    if not gpu:
+        env.update(instances.plain(instances.cpu_env()))  # as the launcher runs a CPU rank
     env[async_save.SYNC_SAVE_ENV] = "1" if mode == "sync" else "0"
     os.sync()  # the previous run's dirty pages are not this run's to write
     started = time.monotonic()
     argv = [sys.executable, "-m", "benchmarks.checkpoint_cost", WORKER, str(times)]
     proc = subprocess.run(
-        [*argv, *train_args(data, save, updates, every, mode)],
+        [*argv, *train_args(data, save, updates, every, mode, gpu)],
         capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     if proc.returncode != 0:
@@ -167,6 +173,7 @@ def machine() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 
 
@@ -176,7 +183,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise BenchError(f"--data {data}: no binarized corpus (make demo-data)")
     work = args.work_dir.resolve()
     began = time.time()
-    runs = {m: run_mode(m, data, work, args.updates, args.every) for m in MODES}
+    runs = {m: run_mode(m, data, work, args.updates, args.every, args.gpu) for m in MODES}
     subprocess.run(["rm", "-rf", str(work)], check=True)
     span_updates = runs["none"]["span_updates"]
     per = {m: round(per_100(r["span_s"], span_updates), 2) for m, r in runs.items()}
@@ -185,7 +192,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     async_interval = [s for s in runs["async"]["saves"] if s["update"] < args.updates]
     return {
         "benchmark": "checkpoint_cost",
-        "model": "roberta_base dims (12 x 768), demo vocabulary, 2 x 128 tokens per update, CPU",
+        "model": "roberta_base dims (12 x 768), demo vocabulary, "
+        + (
+            "16 x 128 tokens per update, GPU 0, bf16"
+            if args.gpu
+            else "2 x 128 tokens per update, CPU"
+        ),
         "updates": args.updates,
         "save_every": args.every,
         "saves_in_span": len(saves_in_span(args.every, 1, args.updates - 1)),
@@ -241,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=34, help="updates per run")
     p.add_argument("--every", type=int, default=8, help="save interval (updates)")
     p.add_argument("--work-dir", type=Path, default=Path(".local/bench/checkpoint_cost"))
+    p.add_argument("--gpu", action="store_true", help="on GPU 0 (bf16, as on a p5), not the CPU")
     args = p.parse_args(argv)
     if args.updates < 4 or args.every < 1:
         p.error("--updates must be >= 4 and --every >= 1")
