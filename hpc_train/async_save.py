@@ -233,9 +233,14 @@ class AsyncSaver:
         self.last: SaveStats | None = None  # the most recent save that became durable
 
     # what runs on the writer thread
-    def _run(self, task: Callable[[], None], what: str, critical: bool) -> None:
+    def _failed(self, what: str) -> bool:
+        """Has a write failed already (then ``what`` is skipped, and says so)?"""
         if self._error is not None:
             logger.error(f"skipped {what}: an earlier background checkpoint write failed")
+        return self._error is not None
+
+    def _run(self, task: Callable[[], None], what: str, critical: bool) -> None:
+        if self._failed(what):
             return
         try:
             task()
@@ -335,8 +340,8 @@ class AsyncSaver:
         never behind a write that failed (idle because it has already failed, too)."""
         if self.busy():
             self._enqueue(task, what, critical)
-        elif self._error is not None:
-            logger.error(f"skipped {what}: an earlier background checkpoint write failed")
+        elif self._failed(what):
+            pass
         elif critical:
             task()
         else:

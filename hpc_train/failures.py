@@ -28,10 +28,14 @@ from typing import Any
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import worker_events
 
+# an infrastructure error that only says a *peer* went away: the reporting rank is a witness
+PEER_MARKS = (
+    "connection reset", "connection refused", "connection closed", "broken pipe", "timed out",
+    "timeout", "peer",
+)  # fmt: skip
 INFRASTRUCTURE_MARKS = (
-    "nccl", "gloo", "c10d", "distbackenderror", "distnetworkerror", "connection reset",
-    "connection refused", "connection closed", "broken pipe", "timed out", "timeout",
-    "cuda error", "ecc error", "unknown error", "peer",
+    "nccl", "gloo", "c10d", "distbackenderror", "distnetworkerror", "cuda error", "ecc error",
+    "unknown error", *PEER_MARKS,
 )  # fmt: skip
 USER_ERROR = "user error"
 INFRASTRUCTURE = "infrastructure"
@@ -49,6 +53,11 @@ class Failure:
         return classify(self.type, self.message)
 
     @property
+    def witness(self) -> bool:
+        """Does this report only say that a peer went away (not this rank's own failure)?"""
+        return _mentions(self.type, self.message, PEER_MARKS)
+
+    @property
     def signature(self) -> tuple[str, str, int]:
         """What makes two failures "the same error at the same update"."""
         return self.type, self.message, self.update
@@ -57,9 +66,13 @@ class Failure:
         return f"{self.type}: {self.message} (rank {self.rank}, update {self.update})"
 
 
-def classify(exc_type: str, message: str) -> str:
+def _mentions(exc_type: str, message: str, marks: tuple[str, ...]) -> bool:
     text = f"{exc_type} {message}".lower()
-    return INFRASTRUCTURE if any(m in text for m in INFRASTRUCTURE_MARKS) else USER_ERROR
+    return any(m in text for m in marks)
+
+
+def classify(exc_type: str, message: str) -> str:
+    return INFRASTRUCTURE if _mentions(exc_type, message, INFRASTRUCTURE_MARKS) else USER_ERROR
 
 
 def first(failures: Sequence[Failure]) -> Failure | None:

@@ -117,7 +117,6 @@ class Launcher:
         self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
         self._start: Start | None = None
-        self._exits: list[agent_exit.NodeExit] = []  # task 0: every node's, after a crash
 
     def note(self, kind: str, **data: Any) -> None:
         """Task 0 records a stage of this start in the run's ledger (the others never do)."""
@@ -143,7 +142,6 @@ class Launcher:
         self._marker = None
         self._signals = []
         self._start = None
-        self._exits = []
 
     def cancelled(self, job_id: str) -> bool:
         """Did the user cancel the job (``scancel``)?
@@ -335,7 +333,7 @@ class Launcher:
         and whether the start before died of the same user error at the same update."""
         run, (job, restart) = self.spec.run_dir, start_key(start)
         if start.task == 0:  # it decides: every node's exit record and its ranks' reports
-            now, self._exits = node_blame.crash_evidence(run, job, restart, start.hosts)
+            now = node_blame.crash_evidence(run, job, restart, start.hosts)
         else:
             now = failures.read(run, job, restart)
         cause = failures.first(now)
@@ -377,8 +375,9 @@ class Launcher:
             why = f"hang in job {job}: {found.why}" if found else ""
         else:
             ranks = node_blame.rank_nodes(run, job, restart, start.hosts)
+            exits = agent_exit.read(run, job, restart, len(start.hosts)).values()
             crash = node_blame.crash_suspect(
-                failures.read(run, job, restart), self._exits, start.hosts, ranks
+                failures.read(run, job, restart), list(exits), start.hosts, ranks
             )
             found = incidents.Suspect(crash[0], None, crash[1]) if crash else None
             why = f"crash in job {job}: {crash[1]}" if crash else ""

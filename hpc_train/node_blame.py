@@ -31,11 +31,6 @@ Log = Callable[[str], None]
 Note = Callable[..., None]
 # a node Slurm no longer runs jobs on: its own failure, not one a requeue can fix by itself
 LOST_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
-# an infrastructure error that says a *peer* went away: the reporting rank is a witness
-PEER_MARKS = (
-    "connection reset", "connection closed", "connection refused", "broken pipe", "peer",
-    "timed out", "timeout",
-)  # fmt: skip
 
 
 def blame(
@@ -66,12 +61,6 @@ def exclude(job: str, nodes: Sequence[str], log: Log) -> None:
         log(f"could not exclude {', '.join(nodes)} from job {job}: {err}")
 
 
-def witness(failure: Failure) -> bool:
-    """Does this report only say that a peer went away?"""
-    text = f"{failure.type} {failure.message}".lower()
-    return any(mark in text for mark in PEER_MARKS)
-
-
 def crash_suspect(
     failures: Sequence[Failure],
     exits: Sequence[NodeExit],
@@ -88,7 +77,7 @@ def crash_suspect(
     """
     if any(f.cause != INFRASTRUCTURE for f in failures):
         return None
-    own = sorted((f for f in failures if not witness(f)), key=lambda f: (f.update, f.rank))
+    own = sorted((f for f in failures if not f.witness), key=lambda f: (f.update, f.rank))
     for f in own:
         if f.rank in rank_nodes:
             return rank_nodes[f.rank], f"rank {f.rank} failed: {f.describe()}"
@@ -110,18 +99,16 @@ def rank_nodes(run: RunDir, job: str, restart: int, hosts: Sequence[str]) -> dic
     }
 
 
-def crash_evidence(
-    run: RunDir, job: str, restart: int, hosts: Sequence[str]
-) -> tuple[list[Failure], list[NodeExit]]:
-    """The start's failure reports and every node's exit record, once all nodes have written
-    theirs (a worker reports before its torchrun exits) or ``EVIDENCE_WAIT_S`` has passed."""
+def crash_evidence(run: RunDir, job: str, restart: int, hosts: Sequence[str]) -> list[Failure]:
+    """The start's failure reports, once every node has written its exit record (a worker
+    reports before its torchrun exits; ``agent_exit.read`` has them then) or
+    ``EVIDENCE_WAIT_S`` has passed."""
     with contextlib.suppress(TimeoutError):
         wait_until(
             lambda: len(agent_exit.read(run, job, restart, len(hosts))) >= len(hosts) or None,
             "every node's exit record", EVIDENCE_WAIT_S, FAST,
         )  # fmt: skip
-    exits = list(agent_exit.read(run, job, restart, len(hosts)).values())
-    return failures.read(run, job, restart), exits
+    return failures.read(run, job, restart)
 
 
 def unrecorded_end(run: RunDir, job: str, restart: int) -> list[str]:

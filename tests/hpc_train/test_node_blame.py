@@ -122,7 +122,8 @@ def test_crash_evidence_is_every_nodes_exit_record_and_the_reports(tmp_path, mon
     failures.write(run, "9", 0, failure(0, GLOO_PEER))
     agent_exit.write(run, "9", 0, NodeExit(0, "n1", 1, 0, 1))
     monkeypatch.setattr(node_blame, "EVIDENCE_WAIT_S", 0.3)  # n2 never writes its record
-    reports, seen = node_blame.crash_evidence(run, "9", 0, HOSTS)
+    reports = node_blame.crash_evidence(run, "9", 0, HOSTS)  # returns after the wait
+    seen = agent_exit.read(run, "9", 0, len(HOSTS)).values()
     assert [f.rank for f in reports] == [0] and [e.node for e in seen] == ["n1"]
 
 
