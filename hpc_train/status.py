@@ -14,10 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
-from hpc_core import ledger
-from hpc_core.rundir import RunDir
 from hpc_train import cli, goodput, runs
 
 
@@ -73,32 +70,14 @@ def table(rows: list[list[str]]) -> str:
 
 
 def detail(s: runs.RunStatus) -> str:
-    """The one-run view: the row, each restart and its cause, the goodput."""
+    """The one-run view: the row, each restart and its cause, the nodes it named, the goodput."""
     lines = [table([row(s)]), f"save dir: {s.run.save_dir}"]
     for n, (update, why) in enumerate(s.restarts, 1):
         lines.append(f"restart {n}: resumed at update {update}; before it: {why}")
-    lines += straggler_lines(s.run.save_dir)
+    lines += [n.describe() for n in s.nodes_named]
     if s.goodput:
         lines.append(s.goodput.describe())
     return "\n".join(lines)
-
-
-def straggler_lines(save_dir: Path) -> list[str]:
-    """The nodes task 0 named as stragglers (ledger ``straggler`` events, one per node and
-    start), and whether ``--evict-stragglers`` evicted them."""
-    events = ledger.read(RunDir(save_dir).ledger)
-    evicted = {
-        (e.job, e.restart, e.get("node"))
-        for e in events
-        if e.kind == "blamed" and str(e.get("why", "")).startswith("straggler")
-    }
-    return [
-        f"straggler: {e.get('node')} {e.get('ratio', 0):.2f}x the other nodes' median compute "
-        f"for {e.get('seconds', 0):.0f} s (job {e.job}, start #{e.restart + 1})"
-        + ("; evicted" if (e.job, e.restart, e.get("node")) in evicted else "")
-        for e in events
-        if e.kind == "straggler"
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:

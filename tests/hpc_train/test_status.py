@@ -122,3 +122,32 @@ def test_a_straggler_shows_in_the_one_run_view(tmp_path, monkeypatch, capsys):
     ledger.record(run.ledger, "blamed", "31", 0, when=1061.0, node="n2", why="straggler: ...")
     assert status.main(["31"]) == 0
     assert "for 300 s (job 31, start #1); evicted" in capsys.readouterr().out
+
+
+def test_blamed_nodes_show_with_drain_and_quarantine_and_in_json(tmp_path, monkeypatch, capsys):
+    """The morning view accounts for every node the run blamed: why, which start, drained,
+    quarantined after a second blame within a day; a straggler's eviction is not listed twice."""
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "b", "41", 50, finished=False)
+    ledger.record(run.ledger, "blamed", "41", 0, when=1030.0, node="n3",
+                  why="hang: rank 2 made no progress for 300 s", drained=True)  # fmt: skip
+    ledger.record(run.ledger, "blamed", "41", 1, when=1090.0, node="n3",
+                  why="torchrun on n3 was killed (SIGKILL)", drained=False)  # fmt: skip
+    ledger.record(run.ledger, "straggler", "41", 2, when=1095.0, node="n4", ratio=2.5, seconds=30)
+    ledger.record(run.ledger, "blamed", "41", 2, when=1096.0, node="n4",
+                  why="straggler: 2.50x", drained=True)  # fmt: skip
+    monkeypatch.setattr(runs, "slurm_state", lambda job: None)
+    assert status.main(["41"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    named = [line for line in out if line.startswith(("blamed:", "straggler:"))]
+    assert named == [
+        "blamed: n3: hang: rank 2 made no progress for 300 s (job 41, start #1); drained;"
+        " quarantined",
+        "blamed: n3: torchrun on n3 was killed (SIGKILL) (job 41, start #2); quarantined",
+        "straggler: n4 2.50x the other nodes' median compute for 30 s (job 41, start #3); evicted",
+    ]
+    assert status.main(["41", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert [(n["node"], n["kind"], n["drained"], n["quarantined"]) for n in row["nodes_named"]] == [
+        ("n3", "blamed", True, True), ("n3", "blamed", False, True), ("n4", "straggler", False, False)
+    ]  # fmt: skip
