@@ -105,6 +105,12 @@ def test_a_killed_node_is_blamed_drained_excluded_and_the_run_completes(runs):
     assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: crash in job"), info
     assert victim in slurm.hostnames(excluded) and victim not in restarted_on
     assert runs.summary(save).updates == max_update
+    seen = subprocess.run(
+        [sys.executable, "-m", "hpc_train.command", "status", str(save)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert f"blamed: {victim}: " in seen.stdout and "(job " in seen.stdout, seen.stdout
+    assert "; drained" in seen.stdout, seen.stdout
 
 
 def test_resume_on_a_different_node_count_keeps_the_global_batch(runs):
