@@ -18,7 +18,7 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff
-from hpc_train import goodput
+from hpc_train import goodput, named_nodes
 from hpc_train.logparse import RunSummary, line_time, summarize_text
 
 
@@ -39,7 +39,8 @@ def progress_line(metrics: dict[str, float], max_update: int) -> str:
 
 
 def report(summary: RunSummary, run: RunDir, max_update: int | None, state: str) -> str:
-    """The end-of-run summary: updates, losses, speed, restarts, checkpoint, goodput."""
+    """The end-of-run summary: updates, losses, speed, restarts, checkpoint, the nodes the run
+    blamed or found straggling, goodput."""
 
     def fmt(value: float | None, spec_: str = ".3f") -> str:
         return "n/a" if value is None else format(value, spec_)
@@ -54,6 +55,7 @@ def report(summary: RunSummary, run: RunDir, max_update: int | None, state: str)
         f"  restarts resumed at update(s): {summary.resumed_at or 'none'}",
         f"  checkpoint: {ckpt if ckpt.exists() else 'none written'}",
     ]
+    lines += [f"  {note.describe()}" for note in named_nodes.node_notes(events)]
     if events:
         lines.append(f"  {goodput.account(events, max(e.time for e in events)).describe()}")
     return "\n".join(lines)

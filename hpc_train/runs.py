@@ -25,7 +25,8 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
-from hpc_train import goodput, logs, quarantine
+from hpc_train import goodput, logs
+from hpc_train.named_nodes import NodeNote, node_notes
 
 STEADY = Backoff(0.5, 1.0, 0.5)  # rehearsals poll at a steady 0.5 s
 
@@ -92,61 +93,6 @@ def resolve(arg: str, warn: Callable[[str], None] | None = None) -> Run:
 
 def user_runs(warn: Callable[[str], None] | None = None) -> list[Run]:
     return [from_index(entry) for entry in ledger.indexed_runs(warn)]
-
-
-@dataclass(frozen=True)
-class NodeNote:
-    """A node the run named: a ``straggler`` it measured, or a node it ``blamed`` (and maybe
-    drained) for a hang, a crash, a node failure, a start short of GPUs or slowness."""
-
-    node: str
-    kind: str  # "straggler" or "blamed"
-    why: str
-    job: str
-    start: int  # 1 for the job's first start
-    drained: bool = False
-    evicted: bool = False  # a straggler the run then blamed (--evict-stragglers)
-    quarantined: bool = False  # blamed twice within a day: kept out of the run
-
-    def describe(self) -> str:
-        where = f"(job {self.job}, start #{self.start})"
-        if self.kind == "straggler":
-            return f"straggler: {self.node} {self.why} {where}" + (
-                "; evicted" if self.evicted else ""
-            )
-        held = "; quarantined" if self.quarantined else ""
-        return f"blamed: {self.node}: {self.why} {where}{'; drained' if self.drained else ''}{held}"
-
-    def as_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def node_notes(events: Sequence[ledger.Event]) -> list[NodeNote]:
-    """The nodes the ledger names, in its order (pure)."""
-
-    def eviction(e: ledger.Event) -> bool:  # the blame of a straggler it then evicted
-        return e.kind == "blamed" and str(e.get("why", "")).startswith("straggler")
-
-    evicted = {(e.job, e.restart, e.get("node")) for e in events if eviction(e)}
-    held = {q.node for q in quarantine.decide(events)}
-    out = []
-    for e in events:
-        node = str(e.get("node") or "")
-        if e.kind == "straggler" and node:
-            why = (
-                f"{float(e.get('ratio', 0)):.2f}x the other nodes' median compute "
-                f"for {float(e.get('seconds', 0)):.0f} s"
-            )
-            gone = (e.job, e.restart, node) in evicted
-            out.append(NodeNote(node, "straggler", why, e.job, e.restart + 1, evicted=gone))
-        elif e.kind == "blamed" and node and not eviction(e):
-            out.append(
-                NodeNote(
-                    node, "blamed", str(e.get("why", "")), e.job, e.restart + 1,
-                    drained=bool(e.get("drained")), quarantined=node in held,
-                )
-            )  # fmt: skip
-    return out
 
 
 @dataclass

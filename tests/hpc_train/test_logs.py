@@ -46,6 +46,12 @@ def test_report_names_updates_checkpoint_and_goodput(tmp_path):
     ledger.record(run.ledger, "finished", "3", 0, when=150.0)
     text = logs.report(logparse.summarize([train_line(15, 9.0)]), run, 15, "COMPLETED")
     assert "ETTR 60% of 50 s: queue 10 s, start-up 10 s" in text
+    assert "blamed" not in text
+    ledger.record(run.ledger, "blamed", "3", 0, when=130.0, node="n2",
+                  why="torchrun on n2 was killed (SIGKILL)", drained=True)  # fmt: skip
+    text = logs.report(logparse.summarize([train_line(15, 9.0)]), run, 15, "COMPLETED")
+    said = "  blamed: n2: torchrun on n2 was killed (SIGKILL) (job 3, start #1); drained\n  ETTR"
+    assert said in text
 
 
 def test_the_end_of_epoch_line_counts_updates_no_interval_line_logged():
