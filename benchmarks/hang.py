@@ -296,15 +296,10 @@ def fault_free_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    slurm.ensure_reachable()
-    args.work_dir.mkdir(parents=True, exist_ok=True)
-    jobs = Jobs(args.quiet_timeout)
     started, load_before = time.time(), os.getloadavg()
-    try:
+    with Jobs.session(args) as jobs:
         hang = hang_run(args, jobs)
         free = fault_free_run(args, jobs)
-    finally:
-        jobs.cancel_unfinished()
     return {
         "detect_over_T": hang["detect_over_T"],
         "requeue_over_T": hang["requeue_over_T"],

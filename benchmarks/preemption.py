@@ -47,6 +47,7 @@ clock, so they compare directly with ``time.time()`` here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import itertools
 import logging
@@ -57,7 +58,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -234,6 +235,19 @@ class Jobs:
             if not slurm.job_state(job_id).finished:
                 slurm.cancel(job_id, check=False)
 
+    @classmethod
+    @contextlib.contextmanager
+    def session(cls, args: argparse.Namespace) -> Iterator[Jobs]:
+        """A benchmark's Slurm session: the controller answers, ``--work-dir`` exists, and every
+        job it submitted that has not finished is cancelled when the session ends, however."""
+        slurm.ensure_reachable()
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+        jobs = cls(args.quiet_timeout)
+        try:
+            yield jobs
+        finally:
+            jobs.cancel_unfinished()
+
 
 def submit_training(
     name: str, data: Path, save: Path, max_update: int, extra: Sequence[str]
@@ -388,11 +402,8 @@ def machine() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    slurm.ensure_reachable()
-    args.work_dir.mkdir(parents=True, exist_ok=True)
-    jobs = Jobs(args.quiet_timeout)
     started, load_before = time.time(), os.getloadavg()
-    try:
+    with Jobs.session(args) as jobs:
         sleep = sleep_run(args, jobs)
         notice = training_run(
             "bench-notice", lambda j: jobs.add(chaos.preempt(j, args.partition, args.hold)),
@@ -402,8 +413,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bench-no-notice", slurm.requeue, args, jobs,
             extra=("--save-interval-updates", str(args.save_interval_updates)),
         )  # fmt: skip
-    finally:
-        jobs.cancel_unfinished()
     say("save: atomic_save vs torch.save")
     save = save_timings(Path(notice["save_dir"]) / checkpoints.LAST, args.save_repeats)
     runs = {"sleep": sleep, "save_on_notice": notice, "without_notice": no_notice}
