@@ -4,7 +4,7 @@
         --out benchmarks/results/checkpoint_cost.json
 
 RoBERTa-base dimensions (12 layers, dim 768; the demo corpus's vocabulary) trained on this CPU
-box by the toolkit's worker (``python -m hpc_train.train``, one process), 2 sequences of 128
+box by the toolkit's worker (``python -m hpc_train.worker.train``, one process), 2 sequences of 128
 tokens per update: an update takes about a second, a checkpoint (model + Adam state, ~1.1 GB)
 several, so a save costs more than an update. Three runs of the same ``--updates``:
 
@@ -49,9 +49,9 @@ from typing import Any
 from benchmarks.report import fmt, ratio, run_and_write
 from hpc_core import instances, ledger
 from hpc_core.rundir import START_ENV, RunDir
-from hpc_train import async_save
-from hpc_train.commands import fairseq_args
-from hpc_train.spec import JobSpec
+from hpc_train.job.command_lines import fairseq_args
+from hpc_train.job.spec import JobSpec
+from hpc_train.worker import async_save
 
 MODES = ("none", "sync", "async")
 GPU_INSTANCE = "p5.48xlarge"  # --gpu: an H100's precision (bf16) and batch rules
@@ -93,7 +93,7 @@ def worker(out: Path, args: list[str]) -> None:
     """The toolkit's training worker, with the moment each update's step returned recorded."""
     import fairseq_cli.train as fairseq_train
 
-    from hpc_train import train
+    from hpc_train.worker import train
 
     step = fairseq_train.validate_and_save
     returns: dict[int, float] = {}

@@ -11,7 +11,7 @@ one run, all with the same global batch (``LENGTHS``) so every update sees as ma
    recipe's settings (``ray_train.sh``): ``--fp16``, ``--optimizer adam``, ``--ddp-backend
    no_c10d``, ``--max-sentences`` 16 (base) / 8 (large: the preset's former value);
 2. **bare_same** - the same bare fairseq with the toolkit's per-GPU batch (fp16, adam);
-3. **toolkit_same** - the toolkit (``torchrun -m hpc_train.train`` with the arguments the
+3. **toolkit_same** - the toolkit (``torchrun -m hpc_train.worker.train`` with the arguments the
    launcher builds) forced to bare_same's settings: ``--precision fp16``, ``--optimizer adam``;
 4. **toolkit** - the toolkit as it runs on a p5 (H100): its table's batch, bf16, ``fused_adamw``.
 
@@ -43,8 +43,10 @@ from typing import Any
 
 from benchmarks import gpu_measure
 from benchmarks.report import write_json
-from hpc_train import batch, cli, commands, devices, logparse
-from hpc_train.spec import JobSpec
+from hpc_train import cli
+from hpc_train.job import batch, command_lines, devices
+from hpc_train.job.spec import JobSpec
+from hpc_train.runs import logparse
 
 GOAL_SPEEDUP = 2.0
 GOAL_OVERHEAD = 0.98
@@ -165,8 +167,8 @@ def run_argvs(preset: str, data: Path, work: Path, python: str) -> dict[str, lis
 
     def toolkit(name: str, **kw: Any) -> list[str]:
         spec = toolkit_spec(preset, data, save(name), lengths, **kw)
-        args, _ = commands.fairseq_args(spec, world_size=1, gpu=True)
-        argv = commands.torchrun_argv("torchrun", 1, 1, "127.0.0.1", "4242", args)
+        args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=True)
+        argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", "4242", args)
         return [python, "-m", "torch.distributed.run", *argv[1:]]
 
     same = {"precision": "fp16", "per_gpu": per_gpu, "extra": ("--optimizer", "adam")}

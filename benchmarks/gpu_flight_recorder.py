@@ -1,8 +1,8 @@
 """Does a hang's flight-recorder dump work on a real GPU? (a check, run where a GPU is visible)
 
-One NCCL rank, set up exactly as the launcher sets up a GPU rank (``incidents.flight_recorder_env``
+One NCCL rank, set up exactly as the launcher sets up a GPU rank (``hang_monitor.flight_recorder_env``
 for its heartbeat directory): a few all-reduces, then what the watchdog does on a hang —
-``incidents.poke_flight_recorders`` writes to the rank's FIFO and ``save_flight_records`` copies
+``hang_monitor.poke_flight_recorders`` writes to the rank's FIFO and ``save_flight_records`` copies
 the dump into an incident dir. Reports whether the FIFO appeared, how long the dump took, and
 what it holds (its collectives). Exits 0 with ``{"gpu": false}`` where no GPU is visible.
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from hpc_core.rundir import atomic_write, nccl_pipe
 from hpc_core.wait import FAST, wait_until
-from hpc_train import incidents
+from hpc_train.watch import hang_monitor
 
 SHOWN = ("profiling_name", "state", "input_sizes")  # of a collective's record in the dump
 
@@ -42,7 +42,7 @@ def check(work: Path) -> dict[str, Any]:
         return {"gpu": False}
     beats, incident = work / "heartbeats", work / "incident"
     incident.mkdir(parents=True)
-    os.environ.update(incidents.flight_recorder_env(beats))
+    os.environ.update(hang_monitor.flight_recorder_env(beats))
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     dist.init_process_group(
@@ -56,8 +56,8 @@ def check(work: Path) -> dict[str, Any]:
     pipe = nccl_pipe(beats, 0)
     fifo = wait_until(pipe.is_fifo, "the rank's FIFO", 10, FAST)
     poked_at = time.time()
-    poked = incidents.poke_flight_recorders(beats, [0])
-    copied = incidents.save_flight_records(beats, incident, poked, poked_at, timeout=20)
+    poked = hang_monitor.poke_flight_recorders(beats, [0])
+    copied = hang_monitor.save_flight_records(beats, incident, poked, poked_at, timeout=20)
     dumped_s = time.time() - poked_at
     dumps = sorted(p.name for p in incident.iterdir())
     entries: list[dict[str, Any]] = []

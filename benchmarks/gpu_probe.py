@@ -1,4 +1,4 @@
-"""The memory probe behind ``hpc_train.devices``: peak GPU memory and speed per batch size.
+"""The memory probe behind ``hpc_train.job.devices``: peak GPU memory and speed per batch size.
 
     python -m benchmarks.gpu probe --data DIR --out benchmarks/results/gpu-probe.json
 
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_train import commands, devices
-from hpc_train.spec import JobSpec
+from hpc_train.job import command_lines, devices
+from hpc_train.job.spec import JobSpec
 
 GiB = 1 << 30
 MASK_PROB = 0.15
@@ -40,7 +40,7 @@ def probe_args(
         global_batch=batch,
         batch_per_device=batch,
     )
-    args, _ = commands.fairseq_args(spec, world_size=1, gpu=True)
+    args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=True)
     return args
 
 
@@ -68,8 +68,8 @@ def build_trainer(args: list[str]) -> tuple[Any, Any]:
     from fairseq import tasks
     from fairseq.trainer import Trainer
 
-    from hpc_train import optim  # noqa: F401  registers fused_adamw
-    from hpc_train.train import fairseq_config
+    from hpc_train.worker import optim  # noqa: F401  registers fused_adamw
+    from hpc_train.worker.train import fairseq_config
 
     cfg = fairseq_config(args)
     task = tasks.setup_task(cfg.task)
@@ -150,7 +150,7 @@ def optimizer_steps(
     import torch
     from fairseq.optim.adam import Adam
 
-    from hpc_train.optim import FusedAdamW
+    from hpc_train.worker.optim import FusedAdamW
 
     out: dict[str, float] = {}
     for layout in ("per_param", "flat"):

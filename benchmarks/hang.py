@@ -26,9 +26,9 @@ time limit: that figure is stated (the job's ``--time``), not run.
 The SIGSTOP lands inside ``chaos.hang`` (an ``srun --overlap`` step: its start-up first, the
 signal at its end); the reference is the moment that call returns, and the JSON keeps how long
 the call took. The watchdog counts T from the stopped rank's last update, which precedes the
-SIGSTOP by up to one update, and reads the heartbeats every ``incidents.POLL_S``: detection is
+SIGSTOP by up to one update, and reads the heartbeats every ``hang_monitor.POLL_S``: detection is
 T - (part of an update) + up to one poll. The requeue then waits for the stacks
-(``incidents.STACK_WAIT_S``: the stopped rank never writes one) and every node's report, a fixed
+(``hang_monitor.STACK_WAIT_S``: the stopped rank never writes one) and every node's report, a fixed
 cost of seconds whatever T is (T is 300 s by default, 10 s here).
 """
 
@@ -48,7 +48,9 @@ from benchmarks.preemption import PER_UPDATE, BenchError, Jobs, machine, phases,
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
-from hpc_train import chaos, incidents, logs, runs
+from hpc_train import chaos
+from hpc_train.runs import follow, index
+from hpc_train.watch import hang_monitor
 
 GOAL_FALSE_POSITIVES = 0
 ALLOWED_RE = re.compile(r"allowed (\d+(?:\.\d+)?) s")  # in hang.json's why, before allowance_s
@@ -188,7 +190,7 @@ def watchdog_options(args: argparse.Namespace) -> list[str]:
 
 def running(job: str) -> list[str]:
     """Wait until the job runs; its nodes."""
-    state = slurm.wait_for_job(job, lambda s: s.state == "RUNNING", 600, runs.STEADY)
+    state = slurm.wait_for_job(job, lambda s: s.state == "RUNNING", 600, index.STEADY)
     return slurm.hostnames(state.nodes)
 
 
@@ -198,12 +200,12 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     quiet_wait = jobs.wait_quiet()
     fairseq = (*PER_UPDATE, "--save-interval-updates", str(args.save_interval_updates))
     job = jobs.add(
-        runs.submit_tiny(args.data, save, args.max_update, "bench-hang", "2",
+        index.submit_tiny(args.data, save, args.max_update, "bench-hang", "2",
                          watchdog_options(args), fairseq, time_min=args.time)
     )  # fmt: skip
     victim = running(job)[-1]
     say(f"hang: job {job} running, waiting for update {args.at_update}")
-    at = runs.wait_for_update(run, args.at_update, 600)
+    at = index.wait_for_update(run, args.at_update, 600)
     jobs.take_seen()
     try:
         before = time.time()
@@ -219,7 +221,7 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
                 or (e.kind == "stopped" and e.get("cause") != "hang")
             )
 
-        seen = runs.wait_for_event(run, f"job {job} to resume", resumed_or_over, 600)
+        seen = index.wait_for_event(run, f"job {job} to resume", resumed_or_over, 600)
         if seen.kind != "first_update":
             raise BenchError(f"job {job} ended without a resume after the hang: {seen.data}")
         jobs.sample()
@@ -230,7 +232,7 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
             slurm.resume(victim)
     events = ledger.read(run.ledger)
     stop = _first(events, "stopped", stopped_at)
-    declared = incidents.declaration(run.incident(job, stop.restart if stop else 0)) or {}
+    declared = hang_monitor.declaration(run.incident(job, stop.restart if stop else 0)) or {}
     figures = hang_figures(events, stopped_at, declared)
     say(f"hang: declared {figures['detect_s']} s, resumed {figures['resume_s']} s after SIGSTOP")
     blamed = [e.get("node") for e in events if e.kind == "blamed"]
@@ -256,12 +258,12 @@ def fault_free_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     quiet_wait = jobs.wait_quiet()
     seconds = args.fault_free_minutes * 60
     job = jobs.add(
-        runs.submit_tiny(args.data, save, 1_000_000, "bench-fault-free", "2",
+        index.submit_tiny(args.data, save, 1_000_000, "bench-fault-free", "2",
                          watchdog_options(args), (*PER_UPDATE, "--save-interval-updates", "1"),
                          time_min=int(args.fault_free_minutes) + args.time)
     )  # fmt: skip
     running(job)
-    first = runs.wait_for_event(
+    first = index.wait_for_event(
         run, f"job {job}'s first update", lambda e: e.kind == "first_update", 600
     )
     say(f"fault-free: job {job} training; watching it for {args.fault_free_minutes:g} min")
@@ -270,7 +272,7 @@ def fault_free_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
         return e.kind in ("stopped", "finished") and e.job == job
 
     try:
-        ended = runs.wait_for_event(run, "a stop", hang_or_end, seconds)
+        ended = index.wait_for_event(run, "a stop", hang_or_end, seconds)
         say(f"fault-free: the run stopped early: {ended.kind} {ended.data}")
     except TimeoutError:
         ended = None  # trained the whole time: the expected outcome
@@ -278,7 +280,7 @@ def fault_free_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     slurm.cancel(job, check=False)
     final = slurm.wait_for_job(job, timeout=300)
     events = ledger.read(run.ledger)
-    summary = logs.run_summary(run)
+    summary = follow.run_summary(run)
     return {
         "job_id": job,
         "minutes": args.fault_free_minutes,
@@ -312,8 +314,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "goals": {"false_positives": GOAL_FALSE_POSITIVES},
         "settings": {
             "floor_s": args.floor, "factor": args.factor, "save_timeout_s": args.save_timeout,
-            "startup_timeout_s": args.startup_timeout, "poll_s": incidents.POLL_S,
-            "stack_wait_s": incidents.STACK_WAIT_S, "time_limit_s": args.time * 60,
+            "startup_timeout_s": args.startup_timeout, "poll_s": hang_monitor.POLL_S,
+            "stack_wait_s": hang_monitor.STACK_WAIT_S, "time_limit_s": args.time * 60,
             "max_update": args.max_update, "at_update": args.at_update,
             "save_interval_updates": args.save_interval_updates, "preset": "tiny", "nodes": 2,
             "reference": "SIGSTOP: time.time() when chaos.hang returned",

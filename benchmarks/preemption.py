@@ -66,7 +66,9 @@ from benchmarks import report
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import slurm, wait
 from hpc_core.rundir import RunDir
-from hpc_train import chaos, checkpoints, logparse, runs
+from hpc_train import chaos
+from hpc_train.runs import index, logparse
+from hpc_train.worker import checkpoints
 
 T = TypeVar("T")
 GOAL_RECOMPUTED = 0
@@ -253,7 +255,7 @@ def submit_training(
     name: str, data: Path, save: Path, max_update: int, extra: Sequence[str]
 ) -> str:
     try:
-        return runs.submit_tiny(data, save, max_update, name, fairseq=extra)
+        return index.submit_tiny(data, save, max_update, name, fairseq=extra)
     except RuntimeError as err:
         raise BenchError(str(err)) from None
 
@@ -426,7 +428,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "save_s": save,
         "runs": runs,
         # other jobs in the queue while a recovery was timed (they take nodes and CPU)
-        "interference": {name: r["other_jobs_during_recovery"] for name, r in runs.items()
+        "interference": {name: r["other_jobs_during_recovery"] for name, r in index.items()
                          if r["other_jobs_during_recovery"]},
         "goals": {"updates_recomputed_per_preemption": GOAL_RECOMPUTED,
                   "recovery_ratio_max": GOAL_RECOVERY_RATIO},

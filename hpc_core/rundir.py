@@ -26,7 +26,7 @@ workers exchange, and the one way to write a file whole.
         chaos-slow-save.json          ``chaos JOB slow-save``: seconds every checkpoint write sleeps
         quarantine.json               nodes blamed twice within a day: kept out of this run
 
-With ``--local-save-dir ROOT`` (tiered saves, ``hpc_train.local_tier``) each node also keeps
+With ``--local-save-dir ROOT`` (tiered saves, ``hpc_train.worker.local_tier``) each node also keeps
 the newest checkpoint it wrote in ``RunDir.local_tier(ROOT)``: ``ROOT/<save-dir name>-<hash>/``,
 same file names, never read at resume.
 
@@ -148,7 +148,7 @@ class ResumeDecision:
     args: list[str]  # fairseq arguments (``--continue-once PATH`` for a fallback)
     at_update: int  # the update the resumed checkpoint was saved at (0: fresh start)
     reason: str = ""
-    ranks_per_node: int = 1  # the geometry every node uses (``hpc_train.geometry``)
+    ranks_per_node: int = 1  # the geometry every node uses (``hpc_train.launch.geometry``)
     use_gpu: bool = False
     refused: str = ""  # non-empty: this start does not run (a node is short of GPUs)
     bad_nodes: list[str] = field(default_factory=list)
@@ -246,7 +246,7 @@ class RunDir:
 
     @property
     def quarantine(self) -> Path:
-        """Nodes blamed twice within the quarantine window (``hpc_train.quarantine``)."""
+        """Nodes blamed twice within the quarantine window (``hpc_train.faults.quarantine``)."""
         return self.state / "quarantine.json"
 
     @property
@@ -325,7 +325,7 @@ class RunDir:
         return self.state / "nodes" / f"{job_id}-{restart}-task{task}.json"
 
     def node_exit(self, job_id: str, restart: int, task: int) -> Path:
-        """How torchrun ended on one node in a start (``hpc_train.agent_exit``)."""
+        """How torchrun ended on one node in a start (``hpc_train.faults.agent_exit``)."""
         return self.state / "nodes" / f"{job_id}-{restart}-task{task}.exit.json"
 
     def resume_decision(self, job_id: str, restart: int) -> Path:

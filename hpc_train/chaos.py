@@ -12,9 +12,9 @@
 
 Every action is real Slurm: preemption through the higher-priority partition, signals through
 scancel, a node's processes killed on that node through ``srun --overlap``; an injected crash
-is a file in the run's state dir the workers look for at every update (``hpc_train.failures``);
+is a file in the run's state dir the workers look for at every update (``hpc_train.faults.failures``);
 a slow save (the rehearsal of a slow FSx) one the checkpoint writer looks for at every save
-(``hpc_train.async_save``).
+(``hpc_train.worker.async_save``).
 """
 
 from __future__ import annotations
@@ -30,10 +30,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hpc_core import slurm
-from hpc_train import async_save, cli, failures, runs
+from hpc_train import cli
+from hpc_train.faults import failures
+from hpc_train.runs import index
+from hpc_train.worker import async_save
 
 # Processes of a training job on a node: the torchrun agent and the workers.
-TARGETS = ("hpc_train.train", "torch.distributed.run", "bin/torchrun")
+TARGETS = ("hpc_train.worker.train", "torch.distributed.run", "bin/torchrun")
 
 
 def running_nodes(job_id: str) -> list[str]:
@@ -97,7 +100,7 @@ def ranks_here(job_id: str, node: str) -> list[int]:
     found = {
         pid: cmd
         for pid, cmd in _processes(job_id, node)
-        if "hpc_train.train" in cmd and not any(a in cmd for a in agents)
+        if "hpc_train.worker.train" in cmd and not any(a in cmd for a in agents)
     }
     return sorted(pid for pid in found if _parent(pid) not in found)
 
@@ -304,11 +307,11 @@ def main(argv: list[str] | None = None) -> int:
             slurm.requeue(args.job_id)
             print(f"job {args.job_id} requeued")
         elif args.action == "crash":
-            run = runs.resolve(args.job_id).dir
+            run = index.resolve(args.job_id).dir
             failures.inject(run, args.at_update, args.rank)
             print(f"rank {args.rank} of job {args.job_id} will raise at update {args.at_update}")
         elif args.action == "slow-save":
-            async_save.ask_slow_saves(runs.resolve(args.job_id).dir, args.seconds)
+            async_save.ask_slow_saves(index.resolve(args.job_id).dir, args.seconds)
             print(f"job {args.job_id}'s checkpoint writes sleep {args.seconds:g} s first")
         elif args.action == "slow":
             until = f"{args.seconds:g} s" if args.seconds else "the job ends or is requeued"
@@ -325,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             node = kill_node(args.job_id, args.node, args.stop_slurmd)
             print(f"killed job {args.job_id}'s ranks on {node}")
-    except (slurm.SlurmError, runs.RunNotFound) as err:
+    except (slurm.SlurmError, index.RunNotFound) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -22,10 +22,13 @@ from collections.abc import Sequence
 # verb: (module whose main(argv) runs it, one line of what it does)
 VERBS: dict[str, tuple[str, str]] = {
     "submit": ("hpc_train.submit", "submit a training run to Slurm (submitit, torchrun, fairseq)"),
-    "logs": ("hpc_train.logs_cli", "a run's logs across requeues; --follow re-attaches"),
-    "status": ("hpc_train.status", "where your runs stand: update, restarts, ETTR, ETA"),
-    "plan": ("hpc_train.plan", "save interval (Young/Daly), ETTR, wall time, cost per node count"),
-    "plot": ("hpc_train.plot", "plot a run's loss with each restart and its cause marked"),
+    "logs": ("hpc_train.runs.logs", "a run's logs across requeues; --follow re-attaches"),
+    "status": ("hpc_train.runs.status", "where your runs stand: update, restarts, ETTR, ETA"),
+    "plan": (
+        "hpc_train.planning.plan",
+        "save interval (Young/Daly), ETTR, wall time, cost per node count",
+    ),
+    "plot": ("hpc_train.runs.plot", "plot a run's loss with each restart and its cause marked"),
     "chaos": ("hpc_train.chaos", "preempt, requeue, kill a node or hang a rank of a running job"),
     "check": ("nccl_checks.__main__", "all-reduce bandwidth and GPU health checks (nccl_checks)"),
     "data": ("hpc_train.data.command", "prepare a binarized masked-LM corpus (GPT-2 BPE)"),

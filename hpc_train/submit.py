@@ -5,7 +5,7 @@
     python -m hpc_train.submit --preset roberta-large --nodes 2 --data /lustre/data-bin/wikitext-103 \\
         --save-dir /lustre/runs/large --dry-run -- --validate-interval-updates 2000
 
-One Slurm task per node runs ``hpc_train.launch.Launcher``, which starts torchrun, which starts
+One Slurm task per node runs ``hpc_train.launch.launcher.Launcher``, which starts torchrun, which starts
 fairseq on every GPU (or one CPU rank per node when there is no GPU). The job is submitted with
 ``--requeue`` and resumes from ``checkpoint_last.pt`` in ``--save-dir`` after every restart.
 Arguments after ``--`` go to fairseq-train unchanged.
@@ -24,8 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core import instances, ledger, slurm
-from hpc_train import cli, commands, costs, options, presets, quarantine
-from hpc_train.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
+from hpc_train import cli
+from hpc_train.faults import quarantine
+from hpc_train.job import command_lines, options, presets
+from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
+from hpc_train.planning import costs
 
 
 def setup_lines(spec: JobSpec) -> list[str]:
@@ -113,12 +116,12 @@ def training_command(spec: JobSpec) -> tuple[str, str]:
     """(torchrun command line, batch plan) as each node would run it in the largest world."""
     gpu = spec.gpus_per_node > 0
     nproc = spec.ranks_per_node(gpu)
-    args, plan = commands.fairseq_args(spec, spec.nodes_max * nproc, gpu)
-    argv = commands.torchrun_argv(
+    args, plan = command_lines.fairseq_args(spec, spec.nodes_max * nproc, gpu)
+    argv = command_lines.torchrun_argv(
         "torchrun", spec.nodes_max, nproc, "FIRST_NODE", "SLURM_JOB_ID", args
     )
     port = slurm.RDZV_PORT_BASE
-    line = commands.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
+    line = command_lines.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
     line = line.replace("SLURM_JOB_ID", "$SLURM_JOB_ID")
     note = f"{plan.describe()}; RDZV_PORT = {port} + job id mod 20000"
     return line, note
@@ -136,7 +139,7 @@ def make_executor(spec: JobSpec) -> Any:
 
 def submit(spec: JobSpec) -> Any:
     """Validate, check Slurm answers, submit; return the submitit Job."""
-    from hpc_train.launch import Launcher
+    from hpc_train.launch.launcher import Launcher
 
     validate(spec)
     slurm.ensure_reachable()
@@ -223,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  train log: {run.train_log}")
     print(f"  checkpoints: {run.checkpoint_last}")
     if args.follow:
-        from hpc_train import logs
+        from hpc_train.runs import follow
 
-        return logs.follow(run, job.job_id, spec.updates, bar=sys.stdout.isatty())
+        return follow.follow(run, job.job_id, spec.updates, bar=sys.stdout.isatty())
     return 0
 
 

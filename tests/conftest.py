@@ -87,13 +87,13 @@ def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str) -> None:
     through the worker, with ``extra`` fairseq flags after the toolkit's."""
     import sys
 
-    from hpc_train.commands import fairseq_args
-    from hpc_train.spec import JobSpec
+    from hpc_train.job.command_lines import fairseq_args
+    from hpc_train.job.spec import JobSpec
 
     spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=max_update, keep_checkpoints=5)
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     proc = subprocess.run(
-        [sys.executable, "-m", "hpc_train.train", *args, *extra],
+        [sys.executable, "-m", "hpc_train.worker.train", *args, *extra],
         capture_output=True,
         text=True,
         timeout=300,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hpc_train.data import manifest
-from hpc_train.logs import follow_job
+from hpc_train.runs.follow import follow_job
 
 JOB_NAME = "hpc-train-data"
 # options that only say how to submit (or to show what would be); the job runs without them

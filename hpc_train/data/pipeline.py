@@ -36,7 +36,7 @@ from hpc_train.data.base import DataError, log
 from hpc_train.data.bpe import GPT2_SHA256, encode_chunks, gpt2_bpe_files
 from hpc_train.data.progress import Progress
 from hpc_train.data.sources import Source, Split, chunks, split_files
-from hpc_train.spec import is_binarized
+from hpc_train.job.spec import is_binarized
 
 CHUNK_LINES = 2000  # lines per task for a worker (wikitext: ~600 kB)
 ENCODER = {

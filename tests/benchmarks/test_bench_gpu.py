@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu as bench
-from hpc_train import devices
+from hpc_train.job import devices
 
 STAMP = "2026-11-22 12:32:49"
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gpu.json"
@@ -66,7 +66,9 @@ def test_every_run_sees_the_same_global_batch(tmp_path: Path) -> None:
             per_gpu = bench.arg_after(argv, "--batch-size", "--max-sentences")
             assert int(per_gpu) * int(arg(argv, "--update-freq")) == lengths.global_batch, name
         toolkit, same = argvs["toolkit"], argvs["toolkit_same"]
-        assert toolkit[1:3] == ["-m", "torch.distributed.run"] and "hpc_train.train" in toolkit
+        assert (
+            toolkit[1:3] == ["-m", "torch.distributed.run"] and "hpc_train.worker.train" in toolkit
+        )
         assert "--bf16" in toolkit and bench.arg_after(toolkit, "--optimizer") == "fused_adamw"
         assert "--fp16" in same and bench.arg_after(same, "--optimizer") == "adam"
         table = devices.table_row(preset, bench.INSTANCE_TYPE)

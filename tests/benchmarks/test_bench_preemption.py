@@ -69,7 +69,7 @@ def test_resumed_update_is_the_first_update_after_the_resume():
     lines = [
         metrics(T0 - 1, 20),
         metrics(T0 + 0.4, 21),  # the interrupted run still trains after the preemptor
-        f"{stamp(T0 + 1)} | INFO | hpc_train.preemption | saved on notice at update 21 in 0.1 s",
+        f"{stamp(T0 + 1)} | INFO | hpc_train.worker.preemption | saved on notice at update 21 in 0.1 s",
         f"{stamp(T0 + 20)} {loaded}",
         f"{stamp(T0 + 21)} | INFO | valid | "
         + json.dumps({"valid_loss": "9", "num_updates": "21"}),

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from hpc_core import slurm
-from hpc_train import launch, node_blame
+from hpc_train.faults import node_blame
+from hpc_train.launch import launcher
 
 
 class FakeSlurm:
@@ -47,10 +48,10 @@ class FakeSlurm:
 @pytest.fixture
 def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     fake = FakeSlurm()
-    monkeypatch.setattr(launch, "slurm", fake)
+    monkeypatch.setattr(launcher, "slurm", fake)
     monkeypatch.setattr(node_blame, "slurm", fake)
-    monkeypatch.setattr(launch, "REQUEUE_GRACE_S", 0.0)
-    monkeypatch.setattr(launch, "endpoint_to_watch", lambda: None)
+    monkeypatch.setattr(launcher, "REQUEUE_GRACE_S", 0.0)
+    monkeypatch.setattr(launcher, "endpoint_to_watch", lambda: None)
     return fake
 
 
@@ -73,7 +74,7 @@ def assert_same_training_state(a_path: Path, b_path: Path) -> None:
     of the model and the optimizer equal."""
     import torch
 
-    from hpc_train import checkpoints
+    from hpc_train.worker import checkpoints
 
     a, b = checkpoints.load(a_path), checkpoints.load(b_path)
     assert checkpoints.num_updates(a) == checkpoints.num_updates(b)

@@ -14,7 +14,7 @@ def fake_rank(job: str, node: str) -> subprocess.Popen:
     """A process that looks like a training rank of `job` on emulated `node` (sleeps)."""
     env = {**os.environ, "SLURM_JOB_ID": job, "SLURMD_NODENAME": node}
     code = "import time; time.sleep(60)"
-    return subprocess.Popen([sys.executable, "-c", code, "-m", "hpc_train.train"], env=env)
+    return subprocess.Popen([sys.executable, "-c", code, "-m", "hpc_train.worker.train"], env=env)
 
 
 def test_kill_here_kills_only_that_jobs_ranks_on_that_node():
@@ -48,14 +48,14 @@ def test_stop_here_stops_one_rank_of_that_job_on_that_node_not_its_dataloader_wo
     child = "import time; time.sleep(60)"
     code = (
         "import subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, '-c', {child!r}, '-m', 'hpc_train.train'])\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}, '-m', 'hpc_train.worker.train'])\n"
         "time.sleep(60)"
     )
-    rank = subprocess.Popen([sys.executable, "-c", code, "-m", "hpc_train.train"], env=env)
+    rank = subprocess.Popen([sys.executable, "-c", code, "-m", "hpc_train.worker.train"], env=env)
     other_node = fake_rank("4244", "n1")
     agent_code = "import time; time.sleep(60)"  # torchrun's command line names the module too
     agent = subprocess.Popen(
-        [sys.executable, "-c", agent_code, "bin/torchrun", "-m", "hpc_train.train"], env=env
+        [sys.executable, "-c", agent_code, "bin/torchrun", "-m", "hpc_train.worker.train"], env=env
     )
     try:
         deadline = time.monotonic() + 10

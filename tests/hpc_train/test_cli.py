@@ -36,7 +36,7 @@ def test_importing_fairseq_through_hpc_train_says_nothing_about_tensorboardx():
     import subprocess
     import sys
 
-    code = "import hpc_train.checkpoints as c; c.allow_fairseq_globals()"
+    code = "import hpc_train.worker.checkpoints as c; c.allow_fairseq_globals()"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "tensorboardX" not in proc.stderr + proc.stdout

@@ -17,7 +17,7 @@ import pytest
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import data
 from hpc_train.data import pipeline
-from hpc_train.spec import is_binarized
+from hpc_train.job.spec import is_binarized
 
 CORPUS_FILES = ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", "test.bin",
                 "test.idx")  # fmt: skip

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from hpc_core import slurm
-from hpc_train import presets, submit
-from hpc_train.spec import JobSpec
+from hpc_train import submit
+from hpc_train.job import presets
+from hpc_train.job.spec import JobSpec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PYTHON = "/lustre/hpc-train/venv/bin/python"  # fixed so golden files do not depend on this machine
@@ -200,7 +201,7 @@ def test_a_save_that_cannot_fit_the_partitions_grace_time_is_a_warning(tmp_path,
 def test_a_resubmission_keeps_the_quarantined_nodes_out(tmp_path):
     """The save dir's quarantine list (nodes blamed twice within a day) becomes --exclude."""
     from hpc_core import ledger
-    from hpc_train import quarantine
+    from hpc_train.faults import quarantine
 
     spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
     assert "--exclude" not in submit.render_sbatch(spec)

@@ -11,8 +11,8 @@ import pytest
 from hpc_core import slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
-from hpc_train import logparse, logs
-from hpc_train import runs as rehearsal
+from hpc_train.runs import follow, logparse
+from hpc_train.runs import index as rehearsal
 
 STEADY = Backoff(0.5, 1.0, 0.5)  # tests poll at a steady 0.5 s
 
@@ -42,7 +42,7 @@ class Runs:
 
     @staticmethod
     def summary(save: Path) -> logparse.RunSummary:
-        return logs.run_summary(RunDir(save))
+        return follow.run_summary(RunDir(save))
 
     @staticmethod
     def wait_for_update(save: Path, update: int, timeout: float = 300) -> int:

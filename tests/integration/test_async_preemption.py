@@ -28,7 +28,8 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
-from hpc_train import chaos, checkpoints
+from hpc_train import chaos
+from hpc_train.worker import checkpoints
 
 MAX_UPDATE = 50  # the preemption lands at ~20-35; the epoch (~58 updates) never ends
 SLOW_S = 6

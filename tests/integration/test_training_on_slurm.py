@@ -9,7 +9,8 @@ import pytest
 
 from hpc_core import slurm
 from hpc_core.rundir import RunDir
-from hpc_train import checkpoints, logparse
+from hpc_train.runs import logparse
+from hpc_train.worker import checkpoints
 
 pytestmark = pytest.mark.slurm
 

@@ -1,0 +1,123 @@
+"""How torchrun ended on this node: its exit status and the rank it names as the root cause.
+
+A worker killed by a signal (the OOM killer, ``kill -9``, a lost GPU) leaves no Python report;
+only its torchrun agent saw it die, and says so on stderr in its failure summary::
+
+    Root Cause (first observed failure):
+    [0]:
+      ...
+      rank      : 1 (local_rank: 1)
+      exitcode  : -9 (pid: 16440)  (SIGKILL)
+
+The launcher passes torchrun's stderr through (``Tee``: every line still reaches the task log)
+and keeps that record. Each node's launcher writes its ``NodeExit`` to the run directory; task 0
+reads them all when it looks for the node at fault (``hpc_train.faults.node_blame``). An agent that is
+itself killed says nothing: its launcher's exit status for torchrun is the record then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import threading
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import IO
+
+from hpc_core.rundir import RunDir, atomic_write
+
+ROOT = "Root Cause (first observed failure):"
+RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
+EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+# signals a rank or an agent receives from its own side: the agent stopping its other ranks, Slurm
+# ending the step (a requeue, a cancel), a user's Ctrl-C. Not evidence against the node.
+STOPPED_BY_US = frozenset({-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP})
+
+
+@dataclass(frozen=True)
+class NodeExit:
+    task: int
+    node: str
+    returncode: int  # torchrun's (negative: killed by that signal)
+    root_rank: int | None = None  # the rank torchrun names as the root cause
+    root_exitcode: int | None = None  # its exit status (negative: killed by that signal)
+
+    def killed(self) -> str | None:
+        """Why this node looks at fault: its agent or its root-cause rank died of a signal it
+        did not get from us; None otherwise."""
+        if self.returncode < 0 and self.returncode not in STOPPED_BY_US:
+            return f"torchrun on {self.node} was killed ({_signal_name(self.returncode)})"
+        code = self.root_exitcode
+        if code is not None and code < 0 and code not in STOPPED_BY_US:
+            return f"rank {self.root_rank} on {self.node} was killed ({_signal_name(code)})"
+        return None
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def root_cause(lines: Iterable[str]) -> tuple[int, int] | None:
+    """(rank, exit code) of torchrun's root-cause record in its stderr lines (pure)."""
+    inside, rank = False, None
+    for line in lines:
+        if ROOT in line:
+            inside, rank = True, None
+            continue
+        if not inside:
+            continue
+        if (m := RANK_RE.match(line)) is not None:
+            rank = int(m.group(1))
+        elif (m := EXIT_RE.match(line)) is not None and rank is not None:
+            return rank, int(m.group(1))
+    return None
+
+
+class Tee:
+    """Copies torchrun's stderr to ``out`` line by line, keeping the failure summary."""
+
+    KEEP = 200  # lines kept from the ``Root Cause`` line on
+
+    def __init__(self, source: IO[bytes], out: IO[str]) -> None:
+        self.source, self.out = source, out
+        self.kept: list[str] = []
+        self._thread = threading.Thread(target=self._copy, name="torchrun-stderr", daemon=True)
+
+    def start(self) -> Tee:
+        self._thread.start()
+        return self
+
+    def _copy(self) -> None:
+        for raw in iter(self.source.readline, b""):
+            line = raw.decode(errors="replace")
+            with contextlib.suppress(OSError, ValueError):  # never block torchrun's writers
+                self.out.write(line)
+                self.out.flush()
+            if ROOT in line or (self.kept and len(self.kept) < self.KEEP):
+                self.kept.append(line)
+
+    def root_cause(self, timeout: float) -> tuple[int, int] | None:
+        """The root-cause record, once torchrun has exited (orphaned ranks may keep the pipe
+        open: wait at most ``timeout``)."""
+        self._thread.join(timeout)
+        return root_cause(list(self.kept))
+
+
+def write(run: RunDir, job: str, restart: int, record: NodeExit) -> None:
+    atomic_write(run.node_exit(job, restart, record.task), json.dumps(asdict(record)))
+
+
+def read(run: RunDir, job: str, restart: int, tasks: int) -> dict[int, NodeExit]:
+    """The exit records written so far for this start, by task."""
+    found = {}
+    for task in range(tasks):
+        try:
+            found[task] = NodeExit(**json.loads(run.node_exit(job, restart, task).read_text()))
+        except (OSError, ValueError, TypeError):
+            continue
+    return found

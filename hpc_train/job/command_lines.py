@@ -1,0 +1,87 @@
+"""Command lines of a run: the torchrun launch and the fairseq training arguments. Pure.
+
+The launcher calls these on every (re)start with the world it actually got, so the global batch
+stays fixed through ``--update-freq`` whatever the node count; ``--dry-run`` calls them with the
+largest world the job may get.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpc_core.slurm import rendezvous_port
+from hpc_train.job import batch, devices, presets
+from hpc_train.job.spec import JobSpec
+
+TRAIN_MODULE = "hpc_train.worker.train"  # the worker torchrun starts on every rank
+
+
+def torchrun_argv(
+    torchrun: str,
+    nnodes: int,
+    nproc_per_node: int,
+    endpoint_host: str,
+    job_id: str | int,
+    worker_args: Sequence[str],
+) -> list[str]:
+    """One torchrun agent per node; c10d rendezvous on the job's first node, id = job id."""
+    return [
+        torchrun,
+        f"--nnodes={nnodes}",
+        f"--nproc_per_node={nproc_per_node}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={endpoint_host}:{rendezvous_port(job_id)}",
+        f"--rdzv_id={job_id}",
+        "--max_restarts=0",  # restarts are Slurm's job (requeue), from checkpoint_last.pt
+        "-m",
+        TRAIN_MODULE,
+        *worker_args,
+    ]
+
+
+def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], batch.BatchPlan]:
+    """fairseq-train arguments for ``spec`` on ``world_size`` ranks; raises ValueError if the
+    global batch cannot be kept (smaller than one step of this world)."""
+    recipe: presets.Preset = spec.recipe
+    per_device = spec.device_batch(gpu, world_size)
+    plan = batch.plan(spec.sequences_per_update, per_device, world_size)
+    save_dir = Path(spec.save_dir)
+    args = [
+        str(spec.data),
+        *presets.RECIPE,
+        "--arch", recipe.arch,
+        *recipe.arch_args,
+        "--tokens-per-sample", str(recipe.tokens_per_sample),
+        "--optimizer", presets.GPU_OPTIMIZER if gpu else presets.CPU_OPTIMIZER,
+        "--batch-size", str(per_device),
+        "--update-freq", str(plan.update_freq),
+        "--lr", str(recipe.peak_lr),
+        "--warmup-updates", str(min(recipe.warmup_updates, spec.updates)),
+        "--total-num-update", str(spec.updates),
+        "--max-update", str(spec.updates),
+        "--save-dir", str(save_dir),
+        "--save-interval-updates", str(spec.save_interval_updates),
+        "--keep-interval-updates", str(spec.keep_checkpoints),
+        "--no-epoch-checkpoints",
+        "--skip-invalid-size-inputs-valid-test",
+        "--log-format", "json",
+        "--log-interval", str(recipe.log_interval),
+        "--seed", "1",
+    ]  # fmt: skip
+    if gpu:
+        args += devices.precision_flags(spec.gpu_precision)
+        args += ["--distributed-backend", "nccl", "--ddp-backend", "c10d"]
+        args += ["--num-workers", str(devices.LOADER_WORKERS)]
+    else:
+        # fp16/bf16 need a GPU; gloo has no c10d-DDP bucket support in fairseq: legacy_ddp.
+        args += ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
+        args += ["--num-workers", "0"]
+    args += list(spec.extra_args)
+    return args, plan
+
+
+def shell(argv: Sequence[str]) -> str:
+    """A command line a person can paste into a shell."""
+    return " ".join(shlex.quote(str(a)) for a in argv)

@@ -1,0 +1,400 @@
+"""The job spec: one validated value that carries a run from the CLI to every rank.
+
+The submit CLI builds it, ``--dry-run`` renders from it, submitit pickles it into the job, and the
+launcher reads it on every (re)start. Nothing here imports torch, fairseq or submitit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
+from hpc_core.rundir import RunDir
+from hpc_train.job import batch, devices, presets
+from hpc_train.watch import hangs, stragglers
+
+
+class SpecError(ValueError):
+    """Bad input for a run; the message is one line meant for the user."""
+
+
+def parse_nodes(text: str) -> tuple[int, int]:
+    """``"2"`` → (2, 2); ``"1-4"`` → (1, 4). SpecError when malformed or below 1."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if not m:
+        raise SpecError(f"--nodes {text!r}: expected N or MIN-MAX, e.g. 2 or 1-4")
+    low = int(m.group(1))
+    high = int(m.group(2)) if m.group(2) else low
+    if low < 1:
+        raise SpecError(f"--nodes {text}: at least 1 node is needed")
+    if high < low:
+        raise SpecError(f"--nodes {text}: MAX is smaller than MIN")
+    return low, high
+
+
+def parse_time(text: str) -> int:
+    """Slurm time formats → minutes: ``90``, ``H:MM:SS``, ``D-HH[:MM[:SS]]``."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
+    if not m:
+        raise SpecError(f"--time {text!r}: expected minutes, H:MM:SS or D-HH:MM:SS")
+    days, first, second, third = (int(g) if g else None for g in m.groups())
+    assert first is not None  # the pattern requires it
+    minutes: float
+    if days is None and second is None:
+        minutes = first  # plain minutes
+    elif days is None and third is None:
+        minutes = first + (second or 0) / 60  # MM:SS
+    elif days is None:
+        minutes = first * 60 + (second or 0) + (third or 0) / 60  # H:MM:SS
+    else:
+        minutes = days * 1440 + first * 60 + (second or 0) + (third or 0) / 60
+    return max(1, round(minutes))
+
+
+SIGNAL_DELAY_S = 90  # submitit sends USR2 this long before the time limit (the notice)
+
+MAIL_TYPES = frozenset({
+    "NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
+    "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS",
+})  # fmt: skip
+
+
+def parse_mail_type(text: str) -> str:
+    """sbatch's --mail-type: a comma list of Slurm's event names (checked here, not by sbatch)."""
+    types = [t.strip().upper() for t in text.split(",") if t.strip()]
+    unknown = [t for t in types if t not in MAIL_TYPES]
+    if not types or unknown:
+        raise SpecError(
+            f"--mail-type {text!r}: expected a comma list of {', '.join(sorted(MAIL_TYPES))}"
+        )
+    return ",".join(types)
+
+
+def parse_save_interval(text: str) -> str:
+    """``--save-interval``: ``preset``, ``auto`` or a whole number of updates >= 1."""
+    value = text.strip().lower()
+    if value in {"preset", "auto"} or (value.isdigit() and int(value) >= 1):
+        return value
+    raise SpecError(f"--save-interval {text!r}: expected N >= 1, preset or auto")
+
+
+@dataclass(frozen=True)
+class Option:
+    """How a spec field appears on the submit command line (``hpc_train.job.options`` builds it)."""
+
+    flag: str
+    help: str
+    type: Callable[[str], Any] | None = None  # argparse's conversion (int, Path …)
+    parse: Callable[[Any], Any] | None = None  # then ours; SpecError reaches the user as is
+    fills: tuple[str, ...] = ()  # a parsed tuple spread over several fields (--nodes MIN-MAX)
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    default_text: str | None = None  # the default as the user writes it, when not the field's
+
+
+def option(flag: str, help: str, default: Any = MISSING, **how: Any) -> Any:
+    """A dataclass field with its CLI option: flag, help and default are written once, here."""
+    meta = {"option": Option(flag, help, **how)}
+    if default is MISSING:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _absolute(path: Path) -> Path:
+    return path.resolve()
+
+
+def parse_local_save_dir(path: Path) -> Path:
+    """A node-local directory: absolute (it is resolved on each node, not here)."""
+    if not path.is_absolute():
+        raise SpecError(
+            f"--local-save-dir {path}: must be an absolute path on the nodes' local disk, "
+            "e.g. /scratch/hpc-train"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    preset: str = option(
+        "--preset", f"training recipe, one of: {', '.join(presets.PRESETS)}", metavar="NAME"
+    )
+    data: Path = option(
+        "--data", "binarized corpus (fairseq-preprocess output, e.g. from hpc_train.data)",
+        type=Path, parse=_absolute, metavar="DIR",
+    )  # fmt: skip
+    save_dir: Path = option(
+        "--save-dir", "checkpoints, train.log and task logs; shared storage (Lustre)",
+        type=Path, parse=_absolute, metavar="DIR",
+    )  # fmt: skip
+    nodes_min: int = option(
+        "--nodes", "N, or MIN-MAX to start with as many as are free (elastic)", default=1,
+        parse=parse_nodes, fills=("nodes_min", "nodes_max"),
+        metavar="N|MIN-MAX",
+    )  # fmt: skip
+    nodes_max: int = 1
+    gpus_per_node: int = option(
+        "--gpus-per-node", "GPUs (ranks) per node; 0: one CPU rank per node (gloo)", default=8,
+        type=int, metavar="N",
+    )  # fmt: skip
+    partition: str | None = option(
+        "--partition", "Slurm partition", default=None, default_text="the cluster's default"
+    )
+    time_limit_min: int = option(
+        "--time", "time limit: minutes, H:MM:SS or D-HH:MM:SS", default=24 * 60,
+        parse=parse_time, default_text="24:00:00", metavar="LIMIT",
+    )  # fmt: skip
+    global_batch: int | None = option(
+        "--global-batch", "sequences per update, kept whatever the node count (via update_freq)",
+        default=None, type=int, default_text="the preset's", metavar="N",
+    )  # fmt: skip
+    max_update: int | None = option(
+        "--max-update", "training updates", default=None, type=int,
+        default_text="the preset's", metavar="N",
+    )  # fmt: skip
+    instance_type: str = option(
+        "--instance-type", "EC2 type: EFA/NCCL settings, cores, GPU batch and precision",
+        default=DEFAULT_INSTANCE_TYPE, metavar="TYPE",
+    )  # fmt: skip
+    job_name: str = option("--job-name", "Slurm job name", default="hpc-train", metavar="NAME")
+    max_restarts: int = option(
+        "--max-restarts",
+        "restarts allowed in all: preemptions, node failures, crashes and time-limit requeues",
+        default=20, type=int, metavar="N",
+    )  # fmt: skip
+    keep_checkpoints: int = option(
+        "--keep-checkpoints", "interval checkpoints kept (checkpoint_last.pt always)",
+        default=3, type=int, metavar="N",
+    )  # fmt: skip
+    save_interval: str = option(
+        "--save-interval", "updates between periodic saves: N, `preset`, or `auto` (Daly's "
+        "interval from this run's measured save and update times and --mtbf-hours, see "
+        "hpc_train/save_interval.py)", default="preset", parse=parse_save_interval,
+        metavar="N|preset|auto",
+    )  # fmt: skip
+    mtbf_hours: float = option(
+        "--mtbf-hours", "one node's mean time between failures (spot reclaims included) for "
+        "--save-interval auto: an assumption, put your cluster's", default=2000.0, type=float,
+        metavar="H",
+    )  # fmt: skip
+    sync_save: bool = option(
+        "--sync-save", "save checkpoints inside the training loop (default: snapshot to host "
+        "memory, write in the background, see hpc_train/async_save.py)", default=False,
+    )  # fmt: skip
+    local_save_dir: Path | None = option(
+        "--local-save-dir", "tiered saves: periodic checkpoints are written to this node-local "
+        "disk first (instance-store NVMe, e.g. /scratch/hpc-train; absolute, as the nodes see "
+        "it) and copied to --save-dir in the background; resume reads --save-dir only, a save "
+        "on notice goes straight there", default=None, type=Path, parse=parse_local_save_dir,
+        metavar="DIR", default_text="off: saves go straight to --save-dir",
+    )  # fmt: skip
+    cpus_per_task: int | None = option(
+        "--cpus-per-task", "CPUs for each node's task", default=None, type=int, metavar="N",
+        default_text="all cores of the instance type on GPU nodes, Slurm's default on CPU nodes",
+    )  # fmt: skip
+    preflight: bool = option(
+        "--preflight", "all-reduce health check of the allocation before training", default=False
+    )
+    mail_user: str | None = option(
+        "--mail-user", "Slurm mails this address on the --mail-type events", default=None,
+        metavar="ADDR",
+    )  # fmt: skip
+    mail_type: str | None = option(
+        "--mail-type", "Slurm's mail events, e.g. END,FAIL,REQUEUE", default=None,
+        parse=parse_mail_type, metavar="TYPES", default_text="Slurm's (none)",
+    )  # fmt: skip
+    notify: str | None = option(
+        "--notify", "a command (sh -c) run on the node on finish, failure and each requeue, "
+        "the ledger event as JSON on its stdin", default=None, metavar="CMD",
+    )  # fmt: skip
+    precision: str | None = option(
+        "--precision", "GPU ranks' precision", default=None, choices=devices.PRECISIONS,
+        default_text="bf16 on A100/H100, fp16 on V100",
+    )  # fmt: skip
+    batch_per_device: int | None = option(
+        "--batch-per-device", "sequences per GPU", default=None, type=int, metavar="N",
+        default_text="by preset and GPU memory, see hpc_train/devices.py",
+    )  # fmt: skip
+    no_watchdog: bool = option(
+        "--no-watchdog", "no hang detection (a stuck job then holds its nodes until --time)",
+        default=False,
+    )  # fmt: skip
+    hang_factor: float = option(
+        "--hang-factor", "a hang: no update for this many times the slowest recent update…",
+        default=hangs.Limits.factor, type=float, metavar="K",
+    )  # fmt: skip
+    hang_timeout_floor: float = option(
+        "--hang-timeout-floor", "…or for this many seconds, whichever is longer",
+        default=hangs.Limits.floor_s, type=float, metavar="S",
+    )  # fmt: skip
+    hang_save_timeout: float = option(
+        "--hang-save-timeout", "seconds allowed for validation, a checkpoint save, an epoch change",
+        default=hangs.Limits.save_s, type=float, metavar="S",
+    )  # fmt: skip
+    hang_startup_timeout: float = option(
+        "--hang-startup-timeout", "seconds allowed from torchrun's start to the first update",
+        default=hangs.Limits.startup_s, type=float, metavar="S",
+    )  # fmt: skip
+    no_drain: bool = option(
+        "--no-drain", "never drain the node blamed for a hang (it is still excluded)",
+        default=False,
+    )  # fmt: skip
+    straggler_threshold: float = option(
+        "--straggler-threshold", "a straggler: a node whose own compute per update is this "
+        "much slower than the other nodes' median (0.2: 20 %)…",
+        default=stragglers.Limits.threshold, type=float, metavar="F",
+    )  # fmt: skip
+    straggler_window: float = option(
+        "--straggler-window", "…at every check for this many seconds (logged, in the ledger)",
+        default=stragglers.Limits.window_s, type=float, metavar="S",
+    )  # fmt: skip
+    evict_stragglers: bool = option(
+        "--evict-stragglers", "a straggler is a bad node: all ranks save at the next update, "
+        "it is drained (unless --no-drain), the job requeued without it", default=False,
+    )  # fmt: skip
+    extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
+
+    @property
+    def recipe(self) -> presets.Preset:
+        return presets.get(self.preset)
+
+    @property
+    def sequences_per_update(self) -> int:
+        return self.global_batch if self.global_batch is not None else self.recipe.global_batch
+
+    @property
+    def updates(self) -> int:
+        return self.max_update if self.max_update is not None else self.recipe.max_update
+
+    @property
+    def save_interval_updates(self) -> int:
+        """fairseq's ``--save-interval-updates`` at start (``auto`` starts from the preset's)."""
+        if self.save_interval.isdigit():
+            return int(self.save_interval)
+        return self.recipe.save_interval_updates
+
+    @property
+    def run_dir(self) -> RunDir:
+        """The save dir's layout: logs, checkpoints, markers (``hpc_core.rundir``)."""
+        return RunDir(self.save_dir)
+
+    @property
+    def hang_limits(self) -> hangs.Limits:
+        """The watchdog's allowances (``hpc_train.watch.hangs``)."""
+        return hangs.Limits(
+            self.hang_factor,
+            self.hang_timeout_floor,
+            self.hang_save_timeout,
+            self.hang_startup_timeout,
+        )
+
+    @property
+    def straggler_limits(self) -> stragglers.Limits:
+        """When a node counts as a straggler (``hpc_train.watch.stragglers``)."""
+        return stragglers.Limits(self.straggler_threshold, self.straggler_window)
+
+    @property
+    def nodes_arg(self) -> str:
+        """Slurm's --nodes value: ``N`` or ``MIN-MAX`` for an elastic run."""
+        if self.nodes_min == self.nodes_max:
+            return str(self.nodes_min)
+        return f"{self.nodes_min}-{self.nodes_max}"
+
+    def ranks_per_node(self, gpu: bool) -> int:
+        return self.gpus_per_node if gpu and self.gpus_per_node > 0 else 1
+
+    def device_batch(self, gpu: bool, world_size: int) -> int:
+        """Sequences per rank in a world of ``world_size`` (``hpc_train.job.devices``)."""
+        return devices.batch_per_device(
+            self.preset,
+            self.instance_type if gpu else None,
+            self.recipe.batch_per_device,
+            self.sequences_per_update,
+            world_size,
+            self.batch_per_device,
+        )
+
+    @property
+    def gpu_precision(self) -> str:
+        return devices.precision(self.instance_type, self.precision)
+
+
+def is_binarized(data: Path) -> bool:
+    """A fairseq-preprocess'ed masked-LM corpus: dict.txt and train.{bin,idx}."""
+    return all((data / name).is_file() for name in ("dict.txt", "train.bin", "train.idx"))
+
+
+def check_data(data: Path) -> None:
+    if not data.exists():
+        raise SpecError(f"--data {data}: no such directory")
+    if not is_binarized(data):
+        raise SpecError(
+            f"--data {data}: not a binarized fairseq corpus (needs dict.txt, train.bin, "
+            "train.idx; prepare one with `python -m hpc_train.data`)"
+        )
+
+
+def check_writable(save_dir: Path) -> None:
+    """The save dir, or the nearest directory that would hold it, must be writable."""
+    probe = save_dir
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise SpecError(f"--save-dir {save_dir}: not writable ({probe} is not a writable dir)")
+
+
+def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
+    """Check everything that can be checked before submitting; return the largest-world plan.
+
+    Raises SpecError (one line). ``check_paths=False`` skips the data and save-dir checks
+    (``--dry-run`` on a machine without the data).
+    """
+    try:
+        presets.get(spec.preset)
+    except ValueError as err:
+        raise SpecError(str(err)) from None
+    if spec.nodes_min < 1 or spec.nodes_max < spec.nodes_min:
+        raise SpecError(f"--nodes {spec.nodes_arg}: need 1 <= MIN <= MAX")
+    if spec.gpus_per_node < 0:
+        raise SpecError("--gpus-per-node must be >= 0 (0: CPU ranks, one per node)")
+    if spec.gpus_per_node and spec.instance_type not in INSTANCE_TYPES:
+        known = ", ".join(sorted(INSTANCE_TYPES))
+        raise SpecError(f"--instance-type {spec.instance_type}: unknown (known: {known})")
+    if spec.updates < 1:
+        raise SpecError("--max-update must be >= 1")
+    if spec.sequences_per_update < 1:
+        raise SpecError("--global-batch must be >= 1")
+    if spec.max_restarts < 0 or spec.keep_checkpoints < 1:
+        raise SpecError("--max-restarts must be >= 0 and --keep-checkpoints >= 1")
+    if spec.hang_factor < 1 or min(spec.hang_limits.floor_s, spec.hang_limits.save_s,
+                                   spec.hang_limits.startup_s) <= 0:  # fmt: skip
+        raise SpecError("--hang-factor must be >= 1 and the --hang-*-timeout* values > 0")
+    if spec.straggler_threshold <= 0 or spec.straggler_window <= 0:
+        raise SpecError("--straggler-threshold and --straggler-window must be > 0")
+    if spec.mtbf_hours <= 0:
+        raise SpecError(f"--mtbf-hours {spec.mtbf_hours:g}: must be > 0")
+    parse_save_interval(spec.save_interval)
+    if spec.local_save_dir is not None and spec.sync_save:
+        raise SpecError("--local-save-dir needs async saves: drop --sync-save")
+    if spec.batch_per_device is not None and spec.batch_per_device < 1:
+        raise SpecError("--batch-per-device must be >= 1")
+    problem = devices.precision_problem(spec.instance_type, spec.gpu_precision)
+    if spec.gpus_per_node and problem:
+        raise SpecError(problem)
+    gpu = spec.gpus_per_node > 0
+    world = spec.nodes_max * spec.ranks_per_node(gpu)
+    try:
+        plan = batch.plan(spec.sequences_per_update, spec.device_batch(gpu, world), world)
+    except ValueError as err:
+        raise SpecError(f"--global-batch: {err}") from None
+    if check_paths:
+        check_data(spec.data)
+        check_writable(spec.save_dir)
+    return plan

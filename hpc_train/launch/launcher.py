@@ -1,0 +1,432 @@
+"""The launcher: the callable submitit runs as one Slurm task per node.
+
+On every (re)start it looks at what it actually got (node count, GPUs), recomputes the batch
+plan, decides what to resume from (task 0 checks ``checkpoint_last.pt`` and falls back; the other
+nodes read its decision), and runs one torchrun agent that starts the training workers. Resume
+state always comes from the save dir, never from the pickled submission, so a requeue Slurm
+performs by itself (node failure, spot loss, ``scontrol requeue``) resumes too.
+
+Interruptions:
+- USR2 (preemption, time limit, spot notice): the workers save at the next update and exit;
+  submitit calls ``checkpoint()`` on task 0, which waits for that save, then submitit requeues.
+- torchrun fails (a rank or a node died): task 0 requeues the job while restarts remain
+  (``hpc_train.launch.restart_policy`` decides).
+- no progress (a hang): each node's watchdog thread (``hpc_train.watch.hang_monitor``) saves its ranks'
+  stacks and stops them; task 0 names the suspect node, drains it (unless ``--no-drain``),
+  requeues the job and excludes the node from it.
+- a straggler (a node's own compute >= 20 % slower for minutes): task 0 names it
+  (``hpc_train.watch.straggler_monitor``); ``--evict-stragglers``: save, requeue, exclude it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hpc_core import instances, ledger, slurm
+from hpc_core.rundir import (
+    HEARTBEAT_DIR_ENV,
+    START_ENV,
+    STOP_MARKER_ENV,
+    ResumeDecision,
+)
+from hpc_core.wait import FAST, wait_until
+from hpc_train.faults import agent_exit, failures, node_blame
+from hpc_train.job import command_lines
+from hpc_train.job.batch import BatchPlan
+from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
+from hpc_train.launch import notify, restart_policy
+from hpc_train.launch.restart_policy import Action
+from hpc_train.launch.spot import SpotWatcher, endpoint_to_watch
+from hpc_train.launch.starts import Start, decide_start, previous_stop, start_key
+from hpc_train.planning import costs
+from hpc_train.watch import hang_monitor, straggler_monitor
+from hpc_train.worker import async_save, ledger_hooks, local_tier, save_interval
+from hpc_train.worker.heartbeat import node_name
+
+# checkpoint() waits for the save on notice at most this long: HPC_TRAIN_SAVE_WAIT_S if set, else
+# the need of the run's slowest recent save (the ledger's) or, before one, the preset's estimate
+# (hpc_train.planning.costs.notice_wait_s: >= 25 s, <= the 90 s of submitit's USR2 before the time
+# limit). The wait ends as soon as the save is durable.
+SAVE_WAIT_ENV = "HPC_TRAIN_SAVE_WAIT_S"
+ROOT_CAUSE_WAIT_S = 5.0  # torchrun's failure summary after it exited (orphans hold the pipe)
+REQUEUE_GRACE_S = 60.0  # after `scontrol requeue` Slurm ends this task; never succeed meanwhile
+
+
+def log(msg: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    print(f"[{stamp}] hpc-train {socket.gethostname()}: {msg}", flush=True)
+
+
+def visible_gpus() -> int:
+    """GPUs torch can use on this node; a CUDA that fails to initialise is logged and counts 0."""
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as err:
+        log(f"CUDA is broken on this node ({type(err).__name__}: {err}): counting no GPU")
+        return 0
+
+
+def torchrun_path() -> str:
+    candidate = Path(sys.executable).with_name("torchrun")
+    return str(candidate) if candidate.exists() else "torchrun"
+
+
+def _ignore_usr2() -> None:
+    # Slurm signals every process of the step; the agent must not die of it (the default
+    # action of SIGUSR2 is to terminate). Workers install their own handler.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def has_exited(pid: int) -> bool:
+    """True once ``pid`` has exited (zombie or gone), without reaping it.
+
+    Inside a signal handler that interrupted ``Popen.wait()``, ``Popen.poll()`` always answers
+    None: the interrupted wait holds the lock poll needs. /proc does not.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rpartition(")")[2].split()[0] in {"Z", "X"}
+
+
+class Launcher:
+    """Run by submitit on each node of the allocation (``ntasks_per_node=1``)."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
+        self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
+        self._start: Start | None = None
+
+    def note(self, kind: str, **data: Any) -> None:
+        """Task 0 records a stage of this start in the run's ledger (the others never do)."""
+        start = self._start
+        if start is None or start.task != 0:
+            return
+        try:
+            event = ledger.record(
+                self.spec.run_dir.ledger, kind, start.job_id, start.restart, **data
+            )
+        except OSError as err:  # the ledger is a record: never a reason to stop training
+            log(f"could not write the ledger ({err})")
+            event = ledger.Event(kind, time.time(), start.job_id, start.restart, data)
+        if self.spec.notify:
+            notify.notify(self.spec.notify, event, self.spec.save_dir, log)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec}  # never pickle a live process (submitit pickles us on requeue)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.spec = state["spec"]
+        self._proc = None
+        self._marker = None
+        self._signals = []
+        self._start = None
+
+    def cancelled(self, job_id: str) -> bool:
+        """Did the user cancel the job (``scancel``)?
+
+        scancel sends SIGTERM to every task with no notice before it; a preemption or the time
+        limit sends the notice (USR2) first, and a node failure kills the peers' ranks, not this
+        task. Slurm's own word counts too, though while the steps are torn down it only says
+        COMPLETING. A cancel during a notice's save is taken for the notice (a requeue).
+        """
+        if self._signals[:1] == ["SIGTERM"]:
+            return True
+        try:
+            return slurm.job_state(job_id).state == "CANCELLED"
+        except slurm.SlurmError as err:
+            log(f"cannot tell a cancel from a crash ({err}): treating it as a crash")
+            return False
+
+    def _recording(self, name: str, previous: Any) -> Any:
+        """A handler that notes ``name`` in the order signals came, then runs ``previous``
+        (submitit's own: it logs SIGTERM and carries on; on USR2 task 0's calls checkpoint())."""
+
+        def handler(signum: int, frame: Any) -> None:
+            self._signals.append(name)
+            if callable(previous):
+                previous(signum, frame)
+
+        return handler
+
+    def plan_node(self, nnodes: int, gpus: int) -> tuple[bool, int, list[str], BatchPlan]:
+        """(use_gpu, ranks on this node, fairseq args, batch plan) for this start."""
+        spec = self.spec
+        use_gpu = spec.gpus_per_node > 0 and gpus > 0
+        nproc = min(spec.gpus_per_node, gpus) if use_gpu else 1
+        args, plan = command_lines.fairseq_args(spec, nnodes * nproc, use_gpu)
+        return use_gpu, nproc, args, plan
+
+    def torchrun_command(self, start: Start, nproc: int, args: list[str]) -> list[str]:
+        return command_lines.torchrun_argv(
+            torchrun_path(), start.num_nodes, nproc, start.first_host, start.job_id, args
+        )
+
+    def __call__(self) -> dict[str, Any]:
+        import submitit
+
+        job = submitit.JobEnvironment()
+        restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        hosts = tuple(job.hostnames)
+        start = Start(job.job_id, job.global_rank, job.num_nodes, hosts[0], restart, hosts)
+        return self.run(start, visible_gpus())
+
+    def run(self, start: Start, gpus: int) -> dict[str, Any]:
+        """One start on this node: plan, resume decision, torchrun, then the restart policy."""
+        spec, run = self.spec, self.spec.run_dir
+        self._start = start
+        done = {"node": socket.gethostname(), "restarts": start.restart}
+        previous_end = previous_stop(run, *start_key(start))
+        if start.task == 0:
+            previous_end = self._blame_lost(start, previous_end)
+        log(f"job {start.job_id} start #{start.restart + 1}: {previous_end}")
+        if not restart_policy.restart_allowed(start.restart, spec.max_restarts):
+            raise RuntimeError(f"restart budget exhausted (--max-restarts {spec.max_restarts})")
+        spec.save_dir.mkdir(parents=True, exist_ok=True)
+        decision = decide_start(run, start, spec.gpus_per_node, gpus, log)
+        if decision.refused:
+            self.refuse(start, decision)
+        decided = decision.ranks_per_node if decision.use_gpu else 0
+        use_gpu, nproc, args, plan = self.plan_node(start.num_nodes, decided)
+        if spec.gpus_per_node > 0 and not use_gpu:
+            log(f"no GPU visible: falling back to CPU ranks (gloo, legacy_ddp), {nproc} per node")
+        log(f"node {start.task + 1}/{start.num_nodes}, {nproc} rank(s) here; {plan.describe()}")
+        self.note(
+            "started",
+            nodes=list(start.hosts),
+            world=plan.world_size,
+            update_freq=plan.update_freq,
+            resume_at=decision.at_update,
+            previous=previous_end,
+        )
+        if decision.at_update >= spec.updates:
+            log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
+            self.note("finished", why="max-update reached before this start")
+            return done
+        env = dict(os.environ)
+        self._marker = run.stop_marker(*start_key(start))
+        env[STOP_MARKER_ENV] = str(self._marker)
+        env[START_ENV] = ledger_hooks.start_value(*start_key(start))
+        env[async_save.SYNC_SAVE_ENV] = "1" if spec.sync_save else "0"
+        env.update(save_interval.env_for(spec, start.num_nodes, use_gpu))
+        if spec.local_save_dir is not None:  # tiered saves: this run's dir on local disk
+            env[local_tier.LOCAL_SAVE_ENV] = str(run.local_tier(spec.local_save_dir))
+        if not spec.no_watchdog:
+            env[HEARTBEAT_DIR_ENV] = str(run.heartbeats(*start_key(start), node_name()))
+        if not use_gpu:
+            env.update(instances.plain(instances.cpu_env()))
+        else:  # NCCL's flight recorder, dumped on a hang (incidents) or an NCCL timeout
+            beats = run.heartbeats(*start_key(start), node_name())
+            env.update(hang_monitor.flight_recorder_env(beats))
+        argv = self.torchrun_command(start, nproc, args + decision.args)
+        log(f"running: {command_lines.shell(argv)}")
+        watcher = self._watch_spot(start.job_id)
+        # every task notes a notice (USR2) before the requeue's SIGTERM: then it is no cancel
+        noted = {signal.SIGTERM: "SIGTERM", signal.SIGUSR2: "notice"}
+        previous = {sig: signal.getsignal(sig) for sig in noted}
+        for sig, name in noted.items():
+            signal.signal(sig, self._recording(name, previous[sig]))
+        monitor = slow = None
+        try:
+            self._proc = subprocess.Popen(
+                argv, env=env, preexec_fn=_ignore_usr2, stderr=subprocess.PIPE
+            )
+            tee = agent_exit.Tee(self._proc.stderr, sys.stderr).start()  # type: ignore[arg-type]
+            monitor = self._watch_hangs(start, nproc, self._proc.pid)
+            slow = straggler_monitor.watch(spec, start, self.note, log)  # task 0 only
+            returncode = self._proc.wait()
+            root = tee.root_cause(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
+            agent_exit.write(run, *start_key(start), agent_exit.NodeExit(
+                start.task, node_name(), returncode, *(root or (None, None))))  # fmt: skip
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            hang = monitor.stop() if monitor else None  # the hang it stopped the ranks for
+            evicted = slow.stop() if slow else None  # --evict-stragglers: the node it evicted
+        if watcher:
+            watcher.stop()
+        saved = run.read_stop(*start_key(start)) is not None
+        # a SIGTERM after the save on notice is the requeue ending the job, not a cancel
+        cancelled = returncode != 0 and not saved and self.cancelled(start.job_id)
+        # the watchdog's kill makes the peers report lost connections: that is not the cause
+        crash, repeated = (None, False) if returncode == 0 or hang else self.crash_report(start)
+        outcome = restart_policy.after_exit(
+            returncode, saved, start.task, start.restart, spec.max_restarts, cancelled, hang,
+            crash, repeated,
+        )  # fmt: skip
+        outcome = straggler_monitor.evicting(outcome, evicted)  # a save on notice to evict it
+        suspect = self._blame(start, outcome.cause) if outcome.blame else evicted
+        if outcome.action is Action.FINISHED:
+            log(outcome.why)
+            self.note("finished", why=outcome.why)
+            return done
+        error = {"error": crash[1]} if crash else {}
+        self.note("stopped", cause=outcome.cause, why=outcome.why, returncode=returncode, **error)
+        if outcome.action is Action.CANCELLED:
+            log(outcome.why)
+            return done
+        if outcome.action is Action.STOPPED:
+            log(outcome.why)
+            return done | {"stopped": True}
+        if outcome.action is Action.FAIL:
+            log(outcome.why)
+            raise RuntimeError(outcome.why)
+        log(f"job {start.job_id}: {outcome.why}")
+        self.note("requeued", by="task 0")
+        slurm.requeue(start.job_id)
+        if suspect is not None:
+            node_blame.exclude(start.job_id, [suspect.node], log)
+        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
+        raise RuntimeError("requeue did not take effect")
+
+    def refuse(self, start: Start, decision: ResumeDecision) -> None:
+        """The start cannot run (a node short of GPUs): task 0 blames those nodes, drains them
+        (unless --no-drain), requeues without them; every task fails this start."""
+        why = f"start refused: {decision.refused}"
+        log(why)
+        if start.task != 0:
+            raise RuntimeError(f"{why}; task 0 requeues")
+        self.note("stopped", cause="bad node", why=decision.refused)
+        for node in decision.bad_nodes:
+            node_blame.blame(self.spec.run_dir, *start_key(start), node, decision.refused,
+                             not self.spec.no_drain, self.note, log)  # fmt: skip
+        if not restart_policy.restart_allowed(start.restart + 1, self.spec.max_restarts):
+            raise RuntimeError(f"{why}; no restarts left (--max-restarts {self.spec.max_restarts})")
+        self.note("requeued", by="task 0")
+        slurm.requeue(start.job_id)
+        node_blame.exclude(start.job_id, decision.bad_nodes, log)
+        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task
+        raise RuntimeError(f"{why}: requeued without {', '.join(decision.bad_nodes)}")
+
+    def save_wait_s(self) -> float:
+        """The longest checkpoint() waits for the save on notice (see ``SAVE_WAIT_ENV``)."""
+        if os.environ.get(SAVE_WAIT_ENV):
+            return float(os.environ[SAVE_WAIT_ENV])
+        spec = self.spec
+        measured = costs.measured_save_s(ledger.read(spec.run_dir.ledger))
+        return costs.notice_wait_s(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S,
+                                   measured_s=measured)  # fmt: skip
+
+    def crash_report(self, start: Start) -> tuple[tuple[str, str] | None, bool]:
+        """(class, description) of the exception that ended this start's workers, if any said,
+        and whether the start before died of the same user error at the same update."""
+        run, (job, restart) = self.spec.run_dir, start_key(start)
+        if start.task == 0:  # it decides: every node's exit record and its ranks' reports
+            now = node_blame.crash_evidence(run, job, restart, start.hosts)
+        else:
+            now = failures.read(run, job, restart)
+        cause = failures.first(now)
+        if cause is None:
+            return None, False
+        before = failures.read(run, job, restart - 1) if restart > 0 else []
+        return (cause.cause, cause.describe()), failures.repeated(now, before) is not None
+
+    def _watch_hangs(self, start: Start, nproc: int, pid: int) -> hang_monitor.Monitor | None:
+        """This node's hang watchdog (``hpc_train.watch.hang_monitor``), unless ``--no-watchdog``."""
+        spec = self.spec
+        if spec.no_watchdog:
+            return None
+        run, node = spec.run_dir, node_name()
+        limits = spec.hang_limits
+        return hang_monitor.Monitor(
+            run, start.job_id, start.restart, node, nproc, start.num_nodes, limits, pid,
+            lambda: has_exited(pid), log,
+        ).start()  # fmt: skip
+
+    def _blame_lost(self, start: Start, previous_end: str) -> str:
+        """Task 0, after a start Slurm ended by itself: blame the nodes it lost (NODE_FAIL);
+        the previous start's end, as the log and the ledger say it."""
+        run, (job, restart) = self.spec.run_dir, start_key(start)
+        lost = node_blame.lost_nodes(node_blame.unrecorded_end(run, job, restart), log)
+        for node, state in lost:
+            node_blame.blame(run, job, restart, node, f"node failure in job {job}: {state}",
+                             not self.spec.no_drain, self.note, log)  # fmt: skip
+        if not lost:
+            return previous_end
+        return f"node failure ({', '.join(f'{n} {s}' for n, s in lost)}): last periodic checkpoint"
+
+    def _blame(self, start: Start, cause: str) -> hang_monitor.Suspect | None:
+        """Task 0: the node to blame for this stop (a hang's suspect, the node of a crash),
+        blamed (``hpc_train.faults.node_blame``: ledger, quarantine, drain unless --no-drain)."""
+        run, (job, restart) = self.spec.run_dir, start_key(start)
+        if cause == "hang":
+            found = hang_monitor.blame(run, job, restart, start.hosts, log)
+            why = f"hang in job {job}: {found.why}" if found else ""
+        else:
+            ranks = node_blame.rank_nodes(run, job, restart, start.hosts)
+            exits = agent_exit.read(run, job, restart, len(start.hosts)).values()
+            crash = node_blame.crash_suspect(
+                failures.read(run, job, restart), list(exits), start.hosts, ranks
+            )
+            found = hang_monitor.Suspect(crash[0], None, crash[1]) if crash else None
+            why = f"crash in job {job}: {crash[1]}" if crash else ""
+        if found is not None:
+            node_blame.blame(run, job, restart, found.node, why, not self.spec.no_drain,
+                             self.note, log, rank=found.rank)  # fmt: skip
+        return found
+
+    def _watch_spot(self, job_id: str) -> SpotWatcher | None:
+        endpoint = endpoint_to_watch()
+        if endpoint is None:
+            log(
+                "spot watch off: not on EC2 (set HPC_TRAIN_IMDS_ENDPOINT to watch a metadata server)"
+            )
+            return None
+
+        def on_notice(action: dict[str, str]) -> None:
+            log(f"spot notice {action.get('action')} at {action.get('time')}: signalling the job")
+            slurm.signal(job_id, "USR2")
+
+        interval = float(os.environ.get("HPC_TRAIN_SPOT_POLL_S", "5"))
+        watcher = SpotWatcher(on_notice, log, endpoint=endpoint, interval_s=interval)
+        watcher.start()
+        return watcher
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit's hook on USR2 (task 0): wait for the workers' save, then requeue.
+
+        The save is durable once the stop marker exists (rank 0 writes it after the checkpoint);
+        the workers' exit can take much longer (DataLoader processes shutting down), so whichever
+        comes first ends the wait. Runs inside a signal handler: a blocking wait here deadlocks
+        on the lock the interrupted ``wait()`` holds, and ``poll()`` cannot see the exit for the
+        same reason: read /proc.
+        """
+        import submitit
+
+        started = time.monotonic()
+        self._signals.append("notice")
+        log("notice received: waiting for the workers to save checkpoint_last.pt")
+        self.note("notice", signal="USR2")
+        proc, marker = self._proc, self._marker
+        wait_s = self.save_wait_s()
+
+        def saved_or_exited() -> str | None:
+            if marker is not None and marker.exists():
+                return "the save on notice is durable"
+            if proc is None or has_exited(proc.pid):
+                return "workers exited"
+            return None
+
+        try:
+            what = wait_until(saved_or_exited, "the save on notice", wait_s, FAST)
+            log(f"{what} {time.monotonic() - started:.1f} s after the notice: requeueing")
+            saved = marker is not None and marker.exists()
+        except TimeoutError:
+            log(f"no save on notice after {wait_s:.0f} s: requeueing anyway")
+            saved = False
+        why = "saved on notice" if saved else "notice, but no save on notice in time"
+        self.note("stopped", cause="notice", why=why, saved=saved)
+        self.note("requeued", by="submitit (notice)")
+        return submitit.helpers.DelayedSubmission(Launcher(self.spec))

@@ -1,0 +1,95 @@
+"""What the launcher does when torchrun exits: the restart policy, pure.
+
+``--max-restarts N`` is the number of restarts a run may have in all, whatever caused them
+(preemption, node failure, a crash, the time limit): start number N + 1 is the last one. Slurm
+counts them (``SLURM_RESTART_COUNT``), so requeues Slurm performs by itself count too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+def restart_allowed(restart: int, max_restarts: int) -> bool:
+    """May the run have restart number ``restart`` (1 = the first restart)?"""
+    return restart <= max_restarts
+
+
+# crashes a node may cause: no report at all (a rank killed), or an infrastructure error
+BLAMED_CRASHES = frozenset({"crash", "infrastructure"})
+
+
+class Action(Enum):
+    FINISHED = "finished"  # training reached max-update: the task succeeds
+    STOPPED = "stopped"  # saved on notice; Slurm or task 0 requeues (this task succeeds)
+    CANCELLED = "cancelled"  # the user cancelled the job: never requeued
+    REQUEUE = "requeue"  # task 0 asks Slurm to requeue the job
+    FAIL = "fail"  # the task fails: no restarts left, or a peer task decides
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    why: str
+    cause: str = ""  # the class of the stop, for the ledger: notice, crash, cancelled, finished
+    blame: bool = False  # task 0 names a suspect node, drains it (unless --no-drain), excludes it
+
+
+def after_exit(
+    returncode: int,
+    saved_on_notice: bool,
+    task: int,
+    restart: int,
+    max_restarts: int,
+    cancelled: bool = False,
+    hang: str | None = None,
+    crash: tuple[str, str] | None = None,
+    repeated: bool = False,
+) -> Decision:
+    """The launcher's move once torchrun has exited on one node.
+
+    ``saved_on_notice``: the workers left a stop marker for this start. ``cancelled``: Slurm says
+    the job was cancelled (``scancel``): a cancel is final, whatever the exit looked like.
+    ``hang``: the watchdog stopped the workers (why): task 0 blames a node and requeues.
+    ``crash``: (class, description) of the exception the workers reported (``hpc_train.faults.failures``);
+    ``repeated``: it is the same user error at the same update as in the start before, so the
+    run stops instead of spending its restarts on it. ``blame``: a hang, or a crash that is not
+    the training code's: task 0 looks for the node at fault (``hpc_train.faults.node_blame``). Only task 0 requeues, so one job is
+    requeued once however many nodes saw the failure.
+    """
+    if cancelled:
+        return Decision(
+            Action.CANCELLED, "the job was cancelled (scancel): not requeued", "cancelled"
+        )
+    if hang is not None:
+        why = f"hang: {hang}"
+        if task != 0:
+            return Decision(Action.FAIL, f"{why}; task 0 blames a node and requeues", "hang")
+        if not restart_allowed(restart + 1, max_restarts):
+            budget = f"no restarts left (--max-restarts {max_restarts})"
+            return Decision(Action.FAIL, f"{why}; {budget}", "hang", blame=True)
+        again = f"requeueing without the suspect node (restart {restart + 1}/{max_restarts})"
+        return Decision(Action.REQUEUE, f"{why}: {again}", "hang", blame=True)
+    if returncode == 0 and not saved_on_notice:
+        return Decision(Action.FINISHED, "training finished", "finished")
+    why = "stopped on notice" if returncode == 0 else f"torchrun exited with {returncode}"
+    cause = "notice" if saved_on_notice else "crash"
+    if crash is not None and not saved_on_notice and returncode != 0:
+        cause, why = crash[0], f"{why} ({crash[0]}: {crash[1]})"
+    if task != 0:
+        if saved_on_notice:  # durable; the requeue that follows may kill torchrun here first
+            return Decision(
+                Action.STOPPED, f"{why} after the save on notice: task 0 requeues", cause
+            )
+        return Decision(Action.FAIL, f"{why}; task 0 decides on a requeue", cause)
+    if repeated:
+        again = "the same error at the same update as the start before: stopping, no requeue"
+        return Decision(Action.FAIL, f"{why}; {again}", cause)
+    blame = cause in BLAMED_CRASHES  # a node may be at fault: task 0 looks for one
+    if not restart_allowed(restart + 1, max_restarts):
+        budget = f"no restarts left (--max-restarts {max_restarts})"
+        return Decision(Action.FAIL, f"{why}; {budget}", cause, blame)
+    return Decision(
+        Action.REQUEUE, f"{why}: requeueing (restart {restart + 1}/{max_restarts})", cause, blame
+    )

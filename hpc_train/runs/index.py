@@ -1,0 +1,260 @@
+"""Finding a run again and saying where it stands: a library for ``status`` and ``logs``.
+
+A run is a save dir. The user names it by its path or by a job id: ``submit`` recorded every
+job it submitted in the user's index (``hpc_core.ledger.user_index``), and Slurm, while it still
+remembers the job, knows where its task logs go (``<save-dir>/slurm/``). What a run did comes
+from its ledger; its losses from ``train.log``; the job's state from Slurm, and from the ledger
+once Slurm has forgotten the job.
+
+Rehearsals (integration tests, benchmarks) drive a run as a user would: ``submit_tiny`` through
+the real CLI, then ``wait_for_update`` (its train.log) and ``wait_for_event`` (its ledger).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_core import ledger, slurm
+from hpc_core.rundir import RunDir
+from hpc_core.wait import Backoff, wait_until
+from hpc_train.runs import follow, goodput
+from hpc_train.runs.named_nodes import NodeNote, node_notes
+
+STEADY = Backoff(0.5, 1.0, 0.5)  # rehearsals poll at a steady 0.5 s
+
+
+class RunNotFound(ValueError):
+    """The argument names no run this user has (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    save_dir: Path
+    job: str | None = None  # the newest job that trained it, when known
+    name: str = ""
+    max_update: int | None = None
+
+    @property
+    def dir(self) -> RunDir:
+        return RunDir(self.save_dir)
+
+
+def _is_run_dir(path: Path) -> bool:
+    run = RunDir(path)
+    return run.state.is_dir() or run.train_log.exists() or run.slurm_logs.is_dir()
+
+
+def from_index(entry: dict[str, Any]) -> Run:
+    max_update = entry.get("max_update")
+    return Run(
+        Path(entry["save_dir"]),
+        str(entry["job"]),
+        str(entry.get("name", "")),
+        int(max_update) if max_update is not None else None,
+    )
+
+
+def resolve(arg: str, warn: Callable[[str], None] | None = None) -> Run:
+    """A save dir, or a job id (the user's index, then Slurm's StdOut path for the job)."""
+    path = Path(arg).expanduser()
+    if path.is_dir():
+        if not _is_run_dir(path):
+            raise RunNotFound(f"{arg}: not a run directory (no train.log, slurm/ or .hpc-train/)")
+        submitted = [e for e in ledger.read(RunDir(path).ledger, warn) if e.kind == "submitted"]
+        last = submitted[-1] if submitted else None
+        return Run(
+            path.resolve(),
+            last.job if last else None,
+            str(last.get("name", "")) if last else "",
+            int(last.get("max_update")) if last and last.get("max_update") is not None else None,
+        )
+    if not arg.isdigit():
+        raise RunNotFound(f"{arg}: no such directory, and not a job id")
+    for entry in reversed(ledger.indexed_runs(warn)):
+        if str(entry["job"]) == arg:
+            return from_index(entry)
+    try:
+        info = slurm.job_info(arg)
+    except slurm.SlurmError:
+        info = None
+    out = Path(info.get("StdOut", "")) if info else None
+    if out is not None and out.parent.name == RunDir(Path("/")).slurm_logs.name:
+        return Run(out.parent.parent, arg, info.get("JobName", "") if info else "")
+    raise RunNotFound(f"job {arg}: not in your run index ({ledger.user_index()}) nor in Slurm")
+
+
+def user_runs(warn: Callable[[str], None] | None = None) -> list[Run]:
+    return [from_index(entry) for entry in ledger.indexed_runs(warn)]
+
+
+@dataclass
+class RunStatus:
+    run: Run
+    state: str
+    nodes: str
+    updates: int
+    max_update: int | None
+    last_loss: float | None
+    checkpoint_update: int | None
+    checkpoint_age_s: float | None
+    restarts: list[tuple[int, str]] = field(default_factory=list)
+    goodput: goodput.Goodput | None = None
+    eta_s: float | None = None
+    nodes_named: list[NodeNote] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "save_dir": str(self.run.save_dir),
+            "job": self.run.job,
+            "name": self.run.name,
+            "state": self.state,
+            "nodes": self.nodes,
+            "updates": self.updates,
+            "max_update": self.max_update,
+            "last_loss": self.last_loss,
+            "checkpoint_update": self.checkpoint_update,
+            "checkpoint_age_s": self.checkpoint_age_s,
+            "restarts": [{"resumed_at": u, "previous": why} for u, why in self.restarts],
+            "goodput": self.goodput.as_json() if self.goodput else None,
+            "eta_s": self.eta_s,
+            "nodes_named": [n.as_json() for n in self.nodes_named],
+        }
+
+
+def slurm_state(job: str | None) -> slurm.JobState | None:
+    """What Slurm says of the job now; None when there is no job or no controller to ask."""
+    if job is None:
+        return None
+    try:
+        return slurm.job_state(job)
+    except slurm.SlurmError:
+        return None
+
+
+def ledger_state(events: list[ledger.Event]) -> str:
+    """The run's state by its own record (for a job Slurm has forgotten)."""
+    ends = [e for e in events if e.kind in ("finished", "stopped", "started", "submitted")]
+    if not ends:
+        return "UNKNOWN"
+    last = ends[-1]
+    if last.kind == "finished":
+        return "FINISHED"
+    if last.kind == "stopped":
+        return "CANCELLED" if last.get("cause") == "cancelled" else f"STOPPED ({last.get('cause')})"
+    return "ENDED?" if last.kind == "started" else "SUBMITTED"
+
+
+def status_of(
+    run: Run,
+    now: float | None = None,
+    job_state: slurm.JobState | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> RunStatus:
+    """Where ``run`` stands; ``job_state`` is Slurm's word (None: ask the ledger only)."""
+    now = time.time() if now is None else now
+    events = ledger.read(run.dir.ledger, warn)
+    summary = follow.run_summary(run.dir, run.max_update)
+    alive = job_state is not None and not job_state.finished and job_state.state != "GONE"
+    if job_state is not None and job_state.state != "GONE":
+        state = job_state.state
+    else:
+        state = ledger_state(events)
+    end = now if alive or not events else max(e.time for e in events)
+    saves = [e for e in events if e.kind == "checkpoint"]
+    ckpt_update = int(saves[-1].get("update", 0)) if saves else None
+    ckpt_age = now - saves[-1].time if saves else None
+    if not saves and run.dir.checkpoint_last.exists():
+        ckpt_age = now - run.dir.checkpoint_last.stat().st_mtime
+    spu = seconds_per_update(events, summary.updates, end)
+    max_update = run.max_update
+    eta = (max_update - summary.updates) * spu if alive and spu and max_update else None
+    return RunStatus(
+        run=run,
+        state=state,
+        nodes=job_state.nodes if alive and job_state else "",
+        updates=summary.updates,
+        max_update=max_update,
+        last_loss=summary.final_loss,
+        checkpoint_update=ckpt_update,
+        checkpoint_age_s=ckpt_age,
+        restarts=goodput.restarts(events),
+        goodput=goodput.account(events, end) if events else None,
+        eta_s=eta,
+        nodes_named=node_notes(events),
+    )
+
+
+def seconds_per_update(events: list[ledger.Event], updates: int, now: float) -> float | None:
+    """Mean seconds per update of the current start (first update .. now)."""
+    starts = [e for e in events if e.kind == "started"]
+    firsts = [e for e in events if e.kind == "first_update"]
+    if not starts or not firsts or firsts[-1].time < starts[-1].time:
+        return None
+    done = updates - int(firsts[-1].get("update", 0))
+    return (now - firsts[-1].time) / done if done > 0 else None
+
+
+# --- rehearsals: a tiny run submitted and watched as a user would (tests, benchmarks) -----------
+
+
+def submit_tiny(
+    data: Path,
+    save: Path,
+    max_update: int,
+    name: str,
+    nodes: str = "2",
+    options: Sequence[str] = (),
+    fairseq: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    time_min: int = 10,
+) -> str:
+    """Submit the tiny preset on CPU nodes through the real CLI (``python -m hpc_train.submit``
+    with ``options``, then ``-- fairseq``); the job id. RuntimeError with the CLI's error."""
+    cmd = [
+        sys.executable, "-m", "hpc_train.submit", "--preset", "tiny", "--nodes", nodes,
+        "--gpus-per-node", "0", "--data", str(data), "--save-dir", str(save),
+        "--max-update", str(max_update), "--time", str(time_min), "--job-name", name, *options,
+    ]  # fmt: skip
+    if fairseq:
+        cmd += ["--", *fairseq]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+    )
+    found = re.search(r"submitted job (\d+)", proc.stdout)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"submit failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
+    return found.group(1)
+
+
+def wait_for_update(run: RunDir, update: int, timeout: float, backoff: Backoff = STEADY) -> int:
+    """Wait until train.log shows ``update`` trained; the highest update logged by then."""
+
+    def reached() -> int | None:
+        n = follow.run_summary(run).updates
+        return n if n >= update else None
+
+    return wait_until(reached, f"update {update} in {run.root}", timeout, backoff)
+
+
+def wait_for_event(
+    run: RunDir,
+    what: str,
+    match: Callable[[ledger.Event], bool],
+    timeout: float | None,
+    backoff: Backoff = STEADY,
+) -> ledger.Event:
+    """Wait until the run's ledger holds an event ``match`` accepts; the first such event.
+    ``match`` may raise to give up early (the job ended without it)."""
+
+    def found() -> ledger.Event | None:
+        return next((e for e in ledger.read(run.ledger) if match(e)), None)
+
+    return wait_until(found, what, timeout, backoff)

@@ -1,0 +1,68 @@
+"""The nodes a run named, from its ledger: every node it ``blamed`` (a hang's suspect, a crash's
+node, a node Slurm lost, a start short of GPUs) and every ``straggler`` it measured, with what
+followed (drained, evicted, quarantined). ``status`` and the end-of-run report show them: a run
+left alone overnight accounts in the morning for every node it took out (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_core import ledger
+from hpc_train.faults import quarantine
+
+
+@dataclass(frozen=True)
+class NodeNote:
+    """A node the run named: a ``straggler`` it measured, or a node it ``blamed`` (and maybe
+    drained) for a hang, a crash, a node failure, a start short of GPUs or slowness."""
+
+    node: str
+    kind: str  # "straggler" or "blamed"
+    why: str
+    job: str
+    start: int  # 1 for the job's first start
+    drained: bool = False
+    evicted: bool = False  # a straggler the run then blamed (--evict-stragglers)
+    quarantined: bool = False  # blamed twice within a day: kept out of the run
+
+    def describe(self) -> str:
+        where = f"(job {self.job}, start #{self.start})"
+        if self.kind == "straggler":
+            return f"straggler: {self.node} {self.why} {where}" + (
+                "; evicted" if self.evicted else ""
+            )
+        held = "; quarantined" if self.quarantined else ""
+        return f"blamed: {self.node}: {self.why} {where}{'; drained' if self.drained else ''}{held}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def node_notes(events: Sequence[ledger.Event]) -> list[NodeNote]:
+    """The nodes the ledger names, in its order (pure)."""
+
+    def eviction(e: ledger.Event) -> bool:  # the blame of a straggler it then evicted
+        return e.kind == "blamed" and str(e.get("why", "")).startswith("straggler")
+
+    evicted = {(e.job, e.restart, e.get("node")) for e in events if eviction(e)}
+    held = {q.node for q in quarantine.decide(events)}
+    out = []
+    for e in events:
+        node = str(e.get("node") or "")
+        if e.kind == "straggler" and node:
+            why = (
+                f"{float(e.get('ratio', 0)):.2f}x the other nodes' median compute "
+                f"for {float(e.get('seconds', 0)):.0f} s"
+            )
+            gone = (e.job, e.restart, node) in evicted
+            out.append(NodeNote(node, "straggler", why, e.job, e.restart + 1, evicted=gone))
+        elif e.kind == "blamed" and node and not eviction(e):
+            out.append(
+                NodeNote(
+                    node, "blamed", str(e.get("why", "")), e.job, e.restart + 1,
+                    drained=bool(e.get("drained")), quarantined=node in held,
+                )
+            )  # fmt: skip
+    return out

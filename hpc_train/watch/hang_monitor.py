@@ -1,0 +1,320 @@
+"""On every node, while torchrun runs: watch this node's ranks, and act on a hang.
+
+``Monitor`` is a thread beside the launcher's ``Popen.wait()`` (signal handlers stay on the main
+thread). Every ``POLL_S`` it reads this node's heartbeats and asks ``hpc_train.watch.hangs``. On a
+hang, seen here or declared by another node (``hang.json`` in the incident dir):
+
+1. evidence: SIGUSR1 to each rank (faulthandler writes its Python stacks, even from inside a
+   collective; a stopped rank writes nothing), copied to
+   ``<save-dir>/.hpc-train/incidents/<job>-<restart>/stacks-rank<r>.txt``, and this node's report
+   ``node-<node>.json`` (each rank's last update, heartbeat time, whether it gave a stack);
+   GPU ranks also get a write on their NCCL flight-recorder FIFO (``flight_recorder_env``):
+   their dumps of the last collectives are copied there too (``nccl_trace_rank_<r>``);
+2. it waits (at most ``REPORT_WAIT_S``) for every node's report, so no node stops its ranks
+   before the others have dumped theirs;
+3. it kills this node's ranks and torchrun: the launcher then sees the hang
+   (``restarts.after_exit(hang=…)``), and task 0 calls ``blame``: the suspect
+   (``hangs.suspect``) is written to ``suspect.json``; ``hpc_train.faults.node_blame`` records it,
+   drains it unless ``--no-drain``, and the launcher requeues without it. Lost work: the updates since the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from hpc_core import instances
+from hpc_core.rundir import (
+    HANG_DECLARED,
+    SUSPECT,
+    RunDir,
+    atomic_write,
+    incident_report,
+    incident_reports,
+    incident_stacks,
+    nccl_pipe,
+    nccl_pipe_prefix,
+    nccl_trace_prefix,
+    nccl_traces,
+    stacks_file,
+)
+from hpc_core.wait import FAST, Backoff, wait_until
+from hpc_train.watch import hangs
+from hpc_train.watch.hangs import Beat, RankReport, Suspect
+from hpc_train.worker.heartbeat import STACKS_SIGNAL, read_beats
+
+POLL_S = 2.0  # how often each launcher reads its ranks' heartbeats
+STACK_WAIT_S = 5.0  # for the ranks' faulthandler output after SIGUSR1
+REPORT_WAIT_S = 20.0  # for the other nodes' reports
+KILL_WAIT_S = 15.0  # for torchrun's exit after SIGTERM, before SIGKILL
+FLIGHT_RECORDER_WAIT_S = 20.0  # GPU ranks: their dumps after the pipe write (7.2 s on an H100)
+
+
+def declaration(incident: Path) -> dict[str, Any] | None:
+    """The hang declared in this start (by any node): node, why, time, allowance_s; or None."""
+    try:
+        record = json.loads((incident / HANG_DECLARED).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and "why" in record else None
+
+
+def declared(incident: Path) -> str | None:
+    """Why a hang was declared in this start (by any node), or None."""
+    record = declaration(incident)
+    return None if record is None else str(record["why"])
+
+
+def declare(incident: Path, node: str, why: str, allowance_s: float | None = None) -> None:
+    """Record the hang (``allowance_s``: the T the watchdog applied) unless one already is."""
+    if declared(incident) is None:  # two nodes at once: either record will do
+        record = {"node": node, "why": why, "time": time.time(), "allowance_s": allowance_s}
+        atomic_write(incident / HANG_DECLARED, json.dumps(record))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def dump_stacks(beats: Sequence[Beat], directory: Path, incident: Path) -> dict[int, bool]:
+    """Ask each rank for its Python stacks; copy what they wrote. {rank: gave a stack}."""
+    before = {b.rank: _size(stacks_file(directory, b.rank)) for b in beats}
+    for b in beats:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(b.pid, STACKS_SIGNAL)
+
+    def grown() -> dict[int, bool]:
+        return {b.rank: _size(stacks_file(directory, b.rank)) > before[b.rank] for b in beats}
+
+    # a stopped rank, or one stuck outside Python, writes nothing: that is evidence too
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: all(grown().values()) or None, "the ranks' stacks", STACK_WAIT_S, FAST)
+    gave = grown()
+    for b in beats:
+        if gave[b.rank]:
+            text = stacks_file(directory, b.rank).read_bytes()[before[b.rank] :]
+            atomic_write(incident_stacks(incident, b.rank), text)
+    return gave
+
+
+def flight_recorder_env(directory: Path) -> dict[str, str]:
+    """GPU ranks' environment for PyTorch's NCCL flight recorder (``instances.flight_recorder_env``),
+    dumping into this node's heartbeat ``directory`` (made here: each rank makes its FIFO in it
+    at start). The dumps are copied into the incident dir on a hang, so that dir still exists
+    only when a hang was declared."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env = instances.flight_recorder_env(
+        str(nccl_trace_prefix(directory)), str(nccl_pipe_prefix(directory))
+    )
+    return instances.plain(env)
+
+
+def poke_flight_recorders(directory: Path, ranks: Sequence[int]) -> list[int]:
+    """Write to each rank's flight-recorder FIFO: the rank dumps its last collectives within
+    about a second. The ranks poked (none on CPU ranks: gloo makes no FIFO; a rank that is gone
+    has no reader, and is skipped; a stopped one takes the write and dumps nothing)."""
+    poked = []
+    for rank in ranks:
+        pipe = nccl_pipe(directory, rank)
+        if not pipe.is_fifo():
+            continue
+        try:
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: no reader
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"dump\n")
+            poked.append(rank)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return poked
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def save_flight_records(
+    directory: Path, incident: Path, poked: Sequence[int], since: float, timeout: float
+) -> int:
+    """Wait (at most ``timeout``) for a dump newer than ``since`` from every poked rank, then
+    copy every dump in ``directory`` (an NCCL timeout's too) into the incident dir; how many."""
+
+    def dumped() -> bool | None:
+        prefix = nccl_trace_prefix(directory)
+        return all(_mtime(Path(f"{prefix}{r}")) >= since for r in poked) or None
+
+    if poked and timeout > 0:
+        with contextlib.suppress(TimeoutError):
+            wait_until(dumped, "the ranks' flight-recorder dumps", timeout, FAST)
+    traces = nccl_traces(directory)
+    for path in traces:
+        atomic_write(incident / path.name, path.read_bytes())
+    return len(traces)
+
+
+def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
+    """Wait until ``nodes`` nodes have reported (or ``timeout``); how many did."""
+    with contextlib.suppress(TimeoutError):
+        wait_until(
+            lambda: len(incident_reports(incident)) >= nodes or None,
+            "every node's hang report",
+            timeout,
+            Backoff(0.2, 1.5, 1.0),
+        )
+    return len(incident_reports(incident))
+
+
+class Monitor:
+    """Watches this node's ranks while torchrun runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        job_id: str,
+        restart: int,
+        node: str,
+        ranks: int,
+        nodes: int,
+        limits: hangs.Limits,
+        torchrun_pid: int,
+        exited: Callable[[], bool],
+        log: Callable[[str], None],
+    ) -> None:
+        self.directory = run.heartbeats(job_id, restart, node)
+        self.incident = run.incident(job_id, restart)
+        self.node, self.ranks, self.nodes, self.limits = node, ranks, nodes, limits
+        self.torchrun_pid, self.exited, self.log = torchrun_pid, exited, log
+        self.hang: str | None = None
+        self._stop = threading.Event()
+        self._started = time.time()
+        self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
+
+    def start(self) -> Monitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> str | None:
+        """torchrun has exited: end the thread; the hang it acted on, or one another node
+        declared (this node's ranks may have died of it first)."""
+        self._stop.set()
+        self._thread.join(timeout=STACK_WAIT_S + REPORT_WAIT_S + FLIGHT_RECORDER_WAIT_S)
+        return self.hang or declared(self.incident)
+
+    def _nap(self, seconds: float) -> None:
+        self._stop.wait(seconds)  # torchrun's exit wakes the thread at once
+
+    def _check(self) -> str | bool | None:
+        if self._stop.is_set():
+            return True
+        elsewhere = declared(self.incident)
+        if elsewhere is not None:
+            return elsewhere
+        beats = read_beats(self.directory)
+        found = hangs.assess(beats, self.ranks, self._started, time.time(), self.limits)
+        if found is None:
+            return None
+        declare(self.incident, self.node, found.why, found.allowance_s)
+        return found.why
+
+    def _watch(self) -> None:
+        poll = Backoff(POLL_S, 1.0, POLL_S)
+        why = wait_until(self._check, "a hang", None, poll, sleep=self._nap)
+        if why is True:
+            return
+        assert isinstance(why, str)
+        self.hang = why
+        try:
+            self.respond(why)
+        except Exception as err:  # never leave torchrun running on a hang
+            self.log(f"hang: collecting evidence failed ({type(err).__name__}: {err})")
+        self.stop_ranks()
+
+    def respond(self, why: str) -> None:
+        self.log(f"hang: {why}: saving this node's stacks in {self.incident}")
+        beats = read_beats(self.directory)
+        poked_at = time.time()  # GPU ranks first: their dumps come while the stacks do
+        poked = poke_flight_recorders(self.directory, [b.rank for b in beats])
+        gave = dump_stacks(beats, self.directory, self.incident)
+        left = FLIGHT_RECORDER_WAIT_S - (time.time() - poked_at)
+        traces = save_flight_records(self.directory, self.incident, poked, poked_at, left)
+        if poked or traces:
+            self.log(f"hang: flight recorder poked on ranks {poked}: {traces} dump(s) saved")
+        ranks = [
+            RankReport(b.rank, b.node, b.update, b.time, gave.get(b.rank, False)) for b in beats
+        ]
+        report = {
+            "node": self.node,
+            "why": why,
+            "time": time.time(),
+            "ranks": [asdict(r) for r in ranks],
+        }
+        atomic_write(incident_report(self.incident, self.node), json.dumps(report))
+        stackless = [r.rank for r in ranks if not r.stack]
+        self.log(f"hang: {len(ranks) - len(stackless)} stack(s) saved; no stack from {stackless}")
+        got = wait_for_reports(self.incident, self.nodes, REPORT_WAIT_S)
+        self.log(f"hang: {got}/{self.nodes} node report(s): stopping this node's ranks")
+
+    def stop_ranks(self) -> None:
+        """SIGKILL this node's ranks (a stopped one too), then end torchrun: SIGTERM (it tears
+        down what is left), SIGKILL after ``KILL_WAIT_S`` (a stopped or stuck agent)."""
+        for b in read_beats(self.directory):
+            _kill(b.pid, signal.SIGKILL)
+        _kill(self.torchrun_pid, signal.SIGTERM)
+        _kill(self.torchrun_pid, signal.SIGCONT)
+        try:
+            wait_until(lambda: self.exited() or None, "torchrun's exit", KILL_WAIT_S, FAST)
+        except TimeoutError:
+            self.log(f"hang: torchrun still there {KILL_WAIT_S:.0f} s after SIGTERM: SIGKILL")
+            _kill(self.torchrun_pid, signal.SIGKILL)
+
+
+def _kill(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _ranks_of(report: dict[str, Any]) -> list[RankReport]:
+    return [RankReport(**r) for r in report.get("ranks", [])]
+
+
+def blame(
+    run: RunDir, job_id: str, restart: int, hosts: Sequence[str], log: Callable[[str], None]
+) -> Suspect | None:
+    """Task 0, after a hang: name the suspect from every node's report and record it in
+    ``suspect.json`` (``hpc_train.faults.node_blame`` drains and excludes it). None when no node can
+    be named."""
+    incident = run.incident(job_id, restart)
+    wait_for_reports(incident, len(hosts), REPORT_WAIT_S)
+    reports = []
+    for path in incident_reports(incident):
+        try:
+            reports.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    ranks = [r for report in reports for r in _ranks_of(report)]
+    nodes = list(hosts) or sorted({r.node for r in ranks})
+    found = hangs.suspect(ranks, [str(r["node"]) for r in reports], nodes)
+    record = {"suspect": asdict(found) if found else None, "time": time.time()}
+    atomic_write(incident / SUSPECT, json.dumps(record))
+    if found is None:
+        log("hang: no suspect node (no rank had completed an update)")
+    else:
+        log(f"hang: suspect {found.node}: {found.why}")
+    return found

@@ -1,0 +1,164 @@
+"""Task 0, while torchrun runs: name a straggler node, and with ``--evict-stragglers`` evict it.
+
+A thread beside task 0's launcher reads every node's heartbeats each ``POLL_S`` (each rank's
+median compute time per update, ``Beat.compute_s``; a node's is its slowest rank's) and asks
+``hpc_train.watch.stragglers`` who has been slow for the whole window. A straggler is logged once
+("straggler: node n2 computes an update in ... 1.40x the median ... for 300 s") and recorded in
+the ledger (``straggler``: node, ratio, seconds, compute_s, median_s).
+
+``--evict-stragglers`` treats the first one as a bad node at the next checkpoint: it is blamed
+(``hpc_train.faults.node_blame``: a ledger ``blamed``, the quarantine list, drained with the reason
+``hpc-train: straggler in job J: ...`` unless ``--no-drain``), and
+this node's ranks get the notice (SIGUSR2). The workers agree on it (all-reduce), all save
+``checkpoint_last.pt`` at the same update and stop; the launcher then requeues the job itself
+(not submitit: its requeue ends the launcher at once) and excludes the node once the job is
+pending again (``node_blame.exclude``). With ``--nodes MIN-MAX`` the run continues without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from hpc_core.rundir import RunDir
+from hpc_train.faults import node_blame
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch.restart_policy import Action, Decision, restart_allowed
+from hpc_train.watch import stragglers
+from hpc_train.watch.hangs import Suspect
+from hpc_train.worker.heartbeat import node_name, read_beats
+
+POLL_S = 5.0  # how often task 0 reads every node's heartbeats
+KEEP_S = 3600.0  # samples kept beyond the window (the streak only needs the window)
+
+
+class Watch:
+    """Task 0's straggler thread for one start (see the module docstring)."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        job_id: str,
+        restart: int,
+        hosts: Sequence[str],
+        limits: stragglers.Limits,
+        evict: bool,
+        drain: bool,
+        note: Callable[..., Any],
+        log: Callable[[str], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.run, self.job_id, self.restart, self.hosts = run, job_id, restart, list(hosts)
+        self.limits, self.evict, self.drain = limits, evict, drain
+        self.note, self.log, self.clock = note, log, clock
+        self.samples: list[stragglers.Sample] = []
+        self.named: set[str] = set()
+        self.evicted: Suspect | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="stragglers", daemon=True)
+
+    def start(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> Suspect | None:
+        """torchrun has exited: end the thread; the node it evicted, if any."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        return self.evicted
+
+    def sample(self) -> stragglers.Sample:
+        """Every node's compute time now: its slowest rank's recent median."""
+        compute = {}
+        for host in self.hosts:
+            beats = read_beats(self.run.heartbeats(self.job_id, self.restart, host))
+            times = [b.compute_s for b in beats if b.compute_s]
+            if times:
+                compute[host] = max(times)
+        return stragglers.Sample(self.clock(), compute)
+
+    def check(self) -> list[stragglers.Straggler]:
+        """One poll: sample, decide, act on the stragglers not named before."""
+        self.samples.append(self.sample())
+        horizon = self.samples[-1].time - self.limits.window_s - KEEP_S
+        self.samples = [s for s in self.samples if s.time >= horizon]
+        new = [s for s in stragglers.find(self.samples, self.limits) if s.node not in self.named]
+        for found in new:
+            self.named.add(found.node)
+            self.log(f"straggler: {found.describe()}")
+            self.note(
+                "straggler", node=found.node, ratio=round(found.ratio, 3),
+                seconds=round(found.seconds), compute_s=found.compute_s, median_s=found.median_s,
+            )  # fmt: skip
+            if self.evict and self.evicted is None:
+                self.evict_node(found)
+        return new
+
+    def evict_node(self, found: stragglers.Straggler) -> None:
+        why = f"straggler in job {self.job_id}: {found.describe()}"
+        node_blame.blame(
+            self.run, self.job_id, self.restart, found.node, why, self.drain, self.note, self.log
+        )
+        self.evicted = Suspect(found.node, None, f"straggler: {found.describe()}")
+        ranks = read_beats(self.run.heartbeats(self.job_id, self.restart, node_name()))
+        for beat in ranks:  # one rank's notice is every rank's (they all-reduce it)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(beat.pid, signal.SIGUSR2)
+        self.log(
+            f"straggler: evicting {found.node}: notice to {len(ranks)} rank(s) here, save, "
+            "requeue without it"
+        )
+
+    def _watch(self) -> None:
+        failed = False
+        while not self._stop.wait(POLL_S):
+            try:
+                self.check()
+            except Exception as err:  # a record, never a reason to stop training
+                if not failed:  # once: the next polls may fail the same way
+                    self.log(f"straggler check failed ({type(err).__name__}: {err})")
+                failed = True
+            if self.evicted is not None:
+                return
+
+
+class Start(Protocol):
+    """What this needs of the launcher's ``Start``."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def task(self) -> int: ...
+    @property
+    def restart(self) -> int: ...
+    @property
+    def hosts(self) -> tuple[str, ...]: ...
+
+
+def watch(
+    spec: JobSpec, start: Start, note: Callable[..., Any], log: Callable[[str], None]
+) -> Watch | None:
+    """Task 0's straggler thread for this start; None on other tasks, on one node, or with
+    ``--no-watchdog`` (no heartbeats)."""
+    if start.task != 0 or len(start.hosts) < 2 or spec.no_watchdog:
+        return None
+    # no eviction without a restart left to resume without the node: naming it is all then
+    evict = spec.evict_stragglers and restart_allowed(start.restart + 1, spec.max_restarts)
+    return Watch(
+        spec.run_dir, start.job_id, start.restart, start.hosts, spec.straggler_limits,
+        evict, not spec.no_drain, note, log,
+    ).start()  # fmt: skip
+
+
+def evicting(outcome: Decision, evicted: Suspect | None) -> Decision:
+    """The launcher's decision once the workers stopped to evict a straggler: the stop's class
+    is ``straggler`` (the save on notice was ours), the requeue excludes the node."""
+    if evicted is None or outcome.action is not Action.REQUEUE:
+        return outcome
+    return replace(outcome, cause="straggler", why=f"{outcome.why}; evicting {evicted.node}")

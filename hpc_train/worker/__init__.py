@@ -1,0 +1,5 @@
+"""A training rank: the process torchrun starts on every GPU (``python -m hpc_train.worker.train``).
+
+``train.main`` installs fairseq's extensions (atomic and async saves, save on notice, heartbeats,
+ledger hooks, crash reports) and runs fairseq's training loop. Nothing here runs in the launcher.
+"""

@@ -1,0 +1,106 @@
+"""Heartbeats: each rank records its progress every update; its launcher reads them.
+
+The worker side (``Heartbeat``) writes ``rank-<r>.json`` in the directory its launcher passes
+(``HPC_TRAIN_HEARTBEAT_DIR``) twice per update, around fairseq's validate-and-save step: once
+when the update completed (phase ``checkpoint``: validation and saves may follow) and once when
+it goes back to training (``train``; ``epoch`` at the end of an epoch, ``stopping`` once
+fairseq decided to stop). A write is a small
+JSON renamed into place without fsync (both writes: about 0.5 ms per update on a local disk, busy
+2-core machine): whole for a reader, never durable (a heartbeat only matters while the job runs). It also arms faulthandler: SIGUSR1 writes the
+rank's Python stacks (all threads) to ``rank-<r>.stacks``, even while blocked in a collective.
+With ``hpc_train.worker.compute_time`` installed, each beat also carries ``compute_s``: the median of
+the rank's own compute per update over its recent updates, which ``hpc_train.watch.stragglers`` compares
+across nodes.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import socket
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO
+
+from hpc_core.rundir import atomic_write, heartbeat_file, stacks_file
+from hpc_train.watch.hangs import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN, Beat
+
+STACKS_SIGNAL = signal.SIGUSR1
+RECENT = 50  # the slowest of this many recent updates sets the allowance
+COMPUTE_RECENT = 20  # the median of this many updates' own compute times (stragglers)
+
+
+def node_name() -> str:
+    """The Slurm node this process runs on (emulated nodes share one host name)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+class Heartbeat:
+    """One rank's heartbeat writer."""
+
+    def __init__(self, directory: Path, rank: int, clock: Callable[[], float] = time.time) -> None:
+        self.path = heartbeat_file(directory, rank)
+        self.rank, self.node, self.pid = rank, node_name(), os.getpid()
+        self.clock = clock
+        self.recent: deque[float] = deque(maxlen=RECENT)
+        self.training_since: float | None = None  # when it went back to training
+        self.update = 0
+        self.computes: deque[float] = deque(maxlen=COMPUTE_RECENT)
+        self._computing = 0.0  # this update's compute so far (``compute``)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._stacks: IO[str] | None = None
+
+    def arm_stacks(self, directory: Path) -> None:
+        """SIGUSR1 → this rank's Python stacks in ``rank-<r>.stacks`` (faulthandler, C level);
+        then the first beat (``startup``: no update yet)."""
+        self._stacks = open(stacks_file(directory, self.rank), "w")  # noqa: SIM115  kept open
+        faulthandler.register(STACKS_SIGNAL, file=self._stacks, all_threads=True, chain=False)
+        self._write(STARTUP)  # a rank hung in start-up now has a pid to ask for its stacks
+
+    def _write(self, phase: str) -> None:
+        slowest = max(self.recent) if self.recent else None
+        compute = statistics.median(self.computes) if self.computes else None
+        now = self.clock()
+        beat = Beat(self.rank, self.node, self.pid, self.update, now, phase, slowest, compute)
+        atomic_write(self.path, json.dumps(asdict(beat)), durable=False)
+
+    def completed(self, update: int) -> None:
+        """Update ``update`` is done; validate-and-save follows."""
+        now = self.clock()
+        if self.training_since is not None and update > self.update:
+            self.recent.append(now - self.training_since)
+        if self._computing > 0:
+            self.computes.append(self._computing)
+            self._computing = 0.0
+        self.update = update
+        self._write(CHECKPOINT)
+
+    def compute(self, seconds: float) -> None:
+        """Add a micro-batch's own compute time (collectives excluded) to the current update's
+        (``hpc_train.worker.compute_time`` calls it)."""
+        self._computing += seconds
+
+    def training(self, end_of_epoch: bool = False, stopping: bool = False) -> None:
+        """Validate-and-save returned: back to training, to the next epoch, or (``stopping``:
+        max-update reached) to the end of training and the workers' exit."""
+        self._write(STOPPING if stopping else EPOCH if end_of_epoch else TRAIN)
+        self.training_since = None if end_of_epoch or stopping else self.clock()
+
+
+def read_beats(directory: Path, node: str | None = None) -> list[Beat]:
+    """The latest heartbeat of every rank in ``directory`` (only ``node``'s, if given)."""
+    beats = []
+    for path in sorted(directory.glob("rank-*.json")) if directory.is_dir() else []:
+        try:
+            beat = Beat(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue  # a rank's file being replaced right now: read it at the next poll
+        if node is None or beat.node == node:
+            beats.append(beat)
+    return beats

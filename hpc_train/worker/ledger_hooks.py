@@ -1,0 +1,95 @@
+"""The worker's ledger events: the first update of each start, and every checkpoint save.
+
+Rank 0 alone writes them (one writer per event), to the ledger of the run it trains
+(``RunDir.ledger``); the launcher passes which start this is in ``HPC_TRAIN_START`` ("JOB:RESTART").
+Both hooks wrap fairseq functions the training loop looks up at call time:
+``fairseq_cli.train.validate_and_save`` (called after every update) and
+``fairseq.checkpoint_utils.save_checkpoint`` (every save: periodic, end of epoch, on notice).
+With async saves (``hpc_train.worker.async_save``) a save's event is recorded once it is durable:
+``seconds`` is the training stall, ``snapshot_s`` / ``write_s`` what the snapshot and the
+background write took (tiered saves: ``write_s`` the local write, ``copy_s`` the copy to the
+save dir).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from hpc_core import ledger
+from hpc_core.rundir import START_ENV, RunDir
+
+
+def start_of(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """(job, restart) from ``HPC_TRAIN_START``; None outside a launcher (a plain fairseq run)."""
+    job, sep, restart = env.get(START_ENV, "").partition(":")
+    return (job, int(restart)) if sep and job and restart.isdigit() else None
+
+
+def install(run: RunDir, env: Mapping[str, str]) -> bool:
+    """Wrap fairseq's update and save steps so rank 0 records them; False when not recording."""
+    start = start_of(env)
+    if start is None or env.get("RANK", "0") != "0":
+        return False
+    import fairseq_cli.train as fairseq_train
+    from fairseq import checkpoint_utils
+
+    from hpc_train.worker import async_save, preemption
+
+    job, restart = start
+
+    def note(kind: str, **data: Any) -> None:
+        ledger.record(run.ledger, kind, job, restart, **data)
+
+    step = fairseq_train.validate_and_save
+    first = {"seen": False}
+
+    @functools.wraps(step)
+    def validate_and_save(cfg: Any, trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        if not first["seen"]:
+            first["seen"] = True
+            note("first_update", update=trainer.get_num_updates())
+        return step(cfg, trainer, *args, **kwargs)
+
+    save = checkpoint_utils.save_checkpoint
+
+    @functools.wraps(save)
+    def save_checkpoint(cfg: Any, trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        notice = preemption.saving_on_notice()  # not notice_received(): one may land mid-save
+        began = time.monotonic()
+        out = save(cfg, trainer, *args, **kwargs)
+        seconds = time.monotonic() - began  # the training stall (async: wait + snapshot)
+        update = trainer.get_num_updates()
+
+        def record() -> None:  # once the save is durable (async: on the writer thread)
+            last = run.checkpoint_last
+            size = last.stat().st_size if last.exists() else 0
+            saver = async_save.active()
+            timing = {} if saver is None or saver.last is None else {
+                "snapshot_s": round(saver.last.snapshot_s, 3),
+                "write_s": round(saver.last.write_s, 3),
+            }  # fmt: skip
+            if saver is not None and saver.last is not None and saver.last.copy_s is not None:
+                timing["copy_s"] = round(saver.last.copy_s, 3)  # tiered: local → save dir
+            note(
+                "checkpoint",
+                update=update,
+                seconds=round(seconds, 3),
+                bytes=size,
+                notice=notice,
+                **timing,
+            )
+
+        async_save.when_durable(record, "the ledger's checkpoint event")
+        return out
+
+    fairseq_train.validate_and_save = validate_and_save
+    checkpoint_utils.save_checkpoint = save_checkpoint
+    return True
+
+
+def start_value(job: str, restart: int) -> str:
+    """What the launcher puts in ``HPC_TRAIN_START`` for this start."""
+    return f"{job}:{restart}"

@@ -1,0 +1,232 @@
+"""The training worker: one per rank, started by torchrun as ``python -m hpc_train.worker.train ARGS``.
+
+It runs fairseq's own training entry with the few fixes this stack needs:
+- distributed init from torchrun's environment (env://, WORLD_SIZE, RANK). Without it fairseq on
+  a CPU node takes its world size from the CUDA device count (0 → 1) and every rank silently
+  trains alone;
+- checkpoint loading under torch's weights_only default through an explicit allow-list
+  (see ``hpc_train.worker.checkpoints``), instead of switching the safety off;
+- atomic checkpoint files (write, fsync, rename) instead of fairseq's in-place copies;
+- async saves: a host-memory snapshot written in the background (``hpc_train.worker.async_save``),
+  through node-local disk first with ``--local-save-dir`` (tiered);
+- save on notice: SIGUSR2 → all ranks save at the same update and stop (``hpc_train.worker.preemption``);
+- a heartbeat every update for the launcher's hang watchdog, and SIGUSR1 → Python stacks
+  (``hpc_train.worker.heartbeat``);
+- on GPUs: the process bound to LOCAL_RANK's GPU before NCCL starts (bound to it), the group torn
+  down at exit, bf16 without fairseq's implied ``--tpu``, ``--optimizer fused_adamw`` registered;
+- fairseq's timestamped log format on stdout, and its known warnings silenced one by one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpc_core.rundir import HEARTBEAT_DIR_ENV, STOP_MARKER_ENV, RunDir
+from hpc_train.faults import failures
+from hpc_train.worker import (
+    async_save,
+    checkpoints,
+    compute_time,
+    ledger_hooks,
+    preemption,
+    save_interval,
+)
+from hpc_train.worker.heartbeat import Heartbeat
+
+
+def distributed_args(env: Mapping[str, str]) -> list[str]:
+    """fairseq flags for the rank torchrun started us as; none outside torchrun."""
+    if "WORLD_SIZE" not in env or "RANK" not in env:
+        return []
+    return [
+        "--distributed-init-method", "env://",
+        "--distributed-world-size", env["WORLD_SIZE"],
+        "--distributed-rank", env["RANK"],
+        "--distributed-no-spawn",
+    ]  # fmt: skip
+
+
+def local_gpu(env: Mapping[str, str], args: Sequence[str], visible: int) -> int | None:
+    """The GPU this rank binds to: LOCAL_RANK, for a GPU rank torchrun started; None on a CPU
+    rank (``--cpu``), outside torchrun or with no GPU visible. ValueError when LOCAL_RANK names
+    a GPU that is not there."""
+    if "WORLD_SIZE" not in env or "RANK" not in env or "--cpu" in args or visible < 1:
+        return None
+    local = int(env.get("LOCAL_RANK", "0"))
+    if not 0 <= local < visible:
+        raise ValueError(f"LOCAL_RANK={local} but {visible} GPU(s) visible")
+    return local
+
+
+def start_process_group(env: Mapping[str, str], args: Sequence[str]) -> int | None:
+    """On a GPU rank: bind the process to its GPU, then start NCCL bound to it (``device_id``).
+
+    fairseq would start the group unbound, and NCCL would then guess each rank's GPU from its
+    global rank ("can cause a hang if rank to GPU mapping is heterogeneous") and barrier() would
+    use "the device under current context". CPU ranks are left to fairseq (gloo). Returns the
+    GPU index, or None.
+    """
+    import torch
+    import torch.distributed as dist
+
+    gpu = local_gpu(env, args, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if gpu is None:
+        return None
+    device = torch.device("cuda", gpu)
+    torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl",
+        init_method="env://",
+        world_size=int(env["WORLD_SIZE"]),
+        rank=int(env["RANK"]),
+        device_id=device,
+    )
+    return gpu
+
+
+def stop_process_group() -> None:
+    """Tear the process group down once training has returned (NCCL warns at exit otherwise)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def stop_marker(run: RunDir, env: Mapping[str, str]) -> Path:
+    """Where to record a save on notice: the path the launcher chose for this start, or (a
+    worker run by hand, outside the launcher) the run directory's marker for a local run."""
+    return Path(env[STOP_MARKER_ENV]) if STOP_MARKER_ENV in env else run.stop_marker("local", 0)
+
+
+def heartbeat_of(env: Mapping[str, str]) -> Heartbeat | None:
+    """This rank's heartbeat, with its stacks armed, when its launcher asked for one."""
+    if HEARTBEAT_DIR_ENV not in env:
+        return None
+    directory = Path(env[HEARTBEAT_DIR_ENV])
+    beat = Heartbeat(directory, int(env.get("RANK", "0")))
+    beat.arm_stacks(directory)
+    return beat
+
+
+def save_dir_of(args: Sequence[str]) -> Path:
+    """The (last) ``--save-dir`` among fairseq arguments; fairseq's default otherwise."""
+    found = "checkpoints"
+    for flag, value in itertools.pairwise(args):
+        if flag == "--save-dir":
+            found = value
+    return Path(found)
+
+
+def log_to_file(path: Path) -> None:
+    """Copy this rank's log records to ``path`` (one handler on the root logger).
+
+    fairseq's own ``--log-file`` adds a new handler for every epoch's progress bar, so its lines
+    repeat from the second epoch on. Ranks other than 0 log warnings only (fairseq lowers them).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    logging.getLogger().addHandler(handler)
+
+
+def setup_logging() -> None:
+    """fairseq's own log format (with timestamps), on stdout, before anything imports fairseq.
+
+    fairseq_cli.train sets this up when imported, but importing fairseq first (its models
+    package runs ``logging.basicConfig(level=DEBUG)`` in wav2vec2_classification) makes that a
+    no-op: worker logs lost their timestamps and went to stderr with hydra's DEBUG lines.
+    Whoever configures the root logger first wins, so this runs first.
+    """
+    logging.basicConfig(
+        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        level=os.environ.get("LOGLEVEL", "INFO").upper(),
+        stream=sys.stdout,
+    )
+
+
+def quiet_known_warnings() -> None:
+    """Hide deprecation noise fairseq 0.12 triggers in hydra and torch on every rank."""
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"hydra\.")  # raised in hydra
+    # attributed to our caller (stacklevel 11), and its text starts with a newline:
+    # "\n'config' is validated against ConfigStore schema with the same name. …"
+    warnings.filterwarnings("ignore", message=r"\s*'\w+' is validated against ConfigStore schema")
+    # the worker starts the process group itself, bound to its GPU (start_process_group)
+    warnings.filterwarnings(
+        "ignore", message="Distributed is already initialized, cannot initialize"
+    )
+    warnings.filterwarnings("ignore", message=".*pin_memory.*no accelerator")
+    warnings.filterwarnings("ignore", message=r".*torch\.cuda\.amp\.autocast")
+    # bf16 keeps per-parameter gradients; fairseq suggests apex for their norm (not used here)
+    warnings.filterwarnings("ignore", message="amp_C fused kernels unavailable")
+
+
+def main(argv: list[str] | None = None) -> None:
+    preemption.install_handler()  # first: a notice during start-up is kept, not lost
+    setup_logging()
+    quiet_known_warnings()
+    args = list(sys.argv[1:] if argv is None else argv) + distributed_args(os.environ)
+    save_dir = save_dir_of(args)
+    checkpoints.allow_fairseq_globals()
+    from hpc_train.worker import optim  # noqa: F401  registers --optimizer fused_adamw with fairseq
+
+    run = RunDir(save_dir)
+    log_to_file(run.train_log)
+    checkpoints.install_atomic_writes()
+    async_save.install(os.environ, run)  # after: its deferred copies are the atomic ones
+    heartbeat = heartbeat_of(os.environ)
+    compute_time.install(heartbeat.compute if heartbeat else None)  # for the straggler check
+    preemption.install_save_on_notice(
+        stop_marker(run, os.environ),
+        heartbeat,
+        save_interval.AutoInterval.from_env(os.environ),
+    )
+    ledger_hooks.install(run, os.environ)  # after: its save hook also times the notice save
+    progress = {"update": 0}
+    failures.install(run, os.environ, progress)
+    start_process_group(os.environ, args)
+    sys.argv = ["fairseq-train", *args]
+    try:
+        run_fairseq(args)
+    except BaseException as err:  # the launcher reads why (and at which update) this rank died
+        failures.report_crash(run, os.environ, err, progress["update"])
+        raise
+    async_save.flush()  # the last save is durable before the worker exits
+    stop_process_group()
+
+
+def fairseq_config(args: list[str]) -> Any:
+    """fairseq-train's arguments parsed into its config, with bf16 off TPUs allowed.
+
+    fairseq 0.12's ``--bf16`` implies ``--tpu`` (bf16 was a TPU feature then), and with ``tpu``
+    set the trainer asks torch_xla for its device. Unless ``--tpu`` was asked for, that implied
+    flag is cleared: the model runs in bf16 on its GPU with fp32 master weights (fairseq's
+    FP16Optimizer, no loss scaling).
+    """
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parsed = options.parse_args_and_arch(options.get_training_parser(), input_args=args)
+    if parsed.bf16 and "--tpu" not in args:
+        parsed.tpu = False
+    return convert_namespace_to_omegaconf(parsed)
+
+
+def run_fairseq(args: list[str]) -> None:
+    """fairseq_cli.train.cli_main on ``fairseq_config`` (its plasma-store and profiler options,
+    which this stack does not use, are left out)."""
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq_cli.train import main as fairseq_main
+
+    distributed_utils.call_main(fairseq_config(args), fairseq_main)
+
+
+if __name__ == "__main__":
+    main()

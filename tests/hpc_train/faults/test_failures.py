@@ -1,0 +1,81 @@
+"""The failure policy: what a crash was, and when retrying stops (pure, and the worker's files)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpc_core.rundir import RunDir
+from hpc_train.faults import failures
+from hpc_train.faults.failures import INFRASTRUCTURE, USER_ERROR, Failure
+from hpc_train.launch import restart_policy
+from hpc_train.launch.restart_policy import Action
+
+
+@pytest.mark.parametrize(
+    ("exc_type", "message", "cause"),
+    [
+        ("DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", INFRASTRUCTURE),
+        ("RuntimeError", "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer", INFRASTRUCTURE),
+        ("RuntimeError", "CUDA error: an illegal memory access was encountered", INFRASTRUCTURE),
+        ("FloatingPointError", "Minimum loss scale reached (0.0001).", USER_ERROR),
+        ("KeyError", "'encoder.layers.12.weight'", USER_ERROR),
+        ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB", USER_ERROR),
+        ("InjectedCrash", "chaos: crash injected at update 30 on rank 0", USER_ERROR),
+    ],
+)  # fmt: skip
+def test_classify(exc_type, message, cause):
+    assert failures.classify(exc_type, message) == cause
+
+
+def test_the_user_error_explains_a_start_not_the_peers_it_took_down():
+    peer = Failure(1, 30, "RuntimeError", "Connection closed by peer")
+    raised = Failure(0, 30, "ValueError", "bad batch")
+    assert failures.first([peer, raised]) == raised
+    assert failures.first([]) is None
+
+
+def test_the_same_error_at_the_same_update_twice_is_repeated_anything_else_is_not():
+    bug = Failure(0, 30, "ValueError", "bad batch")
+    assert failures.repeated([bug], [Failure(1, 30, "ValueError", "bad batch")]) == bug
+    assert failures.repeated([bug], [Failure(0, 31, "ValueError", "bad batch")]) is None
+    assert failures.repeated([bug], []) is None
+    flaky = Failure(0, 30, "RuntimeError", "NCCL timeout")
+    assert failures.repeated([flaky], [flaky]) is None  # infrastructure: retried, with exclusion
+
+
+def test_reports_round_trip_and_a_cut_report_is_no_evidence(tmp_path):
+    run = RunDir(tmp_path)
+    failures.write(run, "41", 0, Failure(0, 30, "ValueError", "bad batch"))
+    run.failure_report("41", 0, 1).write_text('{"rank": 1, "upd')
+    assert failures.read(run, "41", 0) == [Failure(0, 30, "ValueError", "bad batch")]
+    assert failures.read(run, "41", 1) == []
+
+
+def test_a_worker_reports_its_exception_only_under_a_launcher(tmp_path):
+    run = RunDir(tmp_path)
+    err = ValueError("bad batch\nmore detail")
+    failures.report_crash(run, {}, err, 12)  # plain fairseq run: nothing to tell
+    assert not (run.state / "failures").exists()
+    failures.report_crash(run, {"HPC_TRAIN_START": "41:2", "RANK": "3"}, err, 12)
+    assert failures.read(run, "41", 2) == [Failure(3, 12, "ValueError", "bad batch")]
+
+
+def test_an_injected_crash_raises_at_its_update_and_rank_only(tmp_path):
+    run = RunDir(tmp_path)
+    failures.crash_if_asked(run, 30, 0)  # nothing injected: nothing happens
+    failures.inject(run, 30, 1)
+    failures.crash_if_asked(run, 29, 1)
+    failures.crash_if_asked(run, 30, 0)
+    with pytest.raises(failures.InjectedCrash, match="update 30 on rank 1"):
+        failures.crash_if_asked(run, 30, 1)
+
+
+def test_a_repeated_user_error_stops_the_run_an_infrastructure_crash_requeues():
+    bug = (USER_ERROR, "ValueError: bad batch (rank 0, update 30)")
+    stop = restart_policy.after_exit(1, False, 0, 1, 20, crash=bug, repeated=True)
+    assert stop.action is Action.FAIL and stop.cause == USER_ERROR
+    assert "same error at the same update" in stop.why and "bad batch" in stop.why
+    once = restart_policy.after_exit(1, False, 0, 0, 20, crash=bug)
+    assert once.action is Action.REQUEUE and once.cause == USER_ERROR
+    infra = restart_policy.after_exit(1, False, 0, 1, 20, crash=(INFRASTRUCTURE, "NCCL timeout"))
+    assert infra.action is Action.REQUEUE and infra.cause == INFRASTRUCTURE

@@ -1,0 +1,184 @@
+"""Blaming a node after a crash or a node failure; the drain and the quarantine that follow
+(a fake Slurm records drains: no Slurm in this tier; tests/integration has the real runs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpc_core import ledger
+from hpc_core.rundir import RunDir
+from hpc_train.faults import node_blame, quarantine
+from hpc_train.faults.agent_exit import NodeExit
+from hpc_train.faults.failures import Failure
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch import launcher
+
+GLOO_PEER = ("DistBackendError", "[gloo] Connection closed by peer [10.0.0.2]:5")
+CUDA = ("RuntimeError", "CUDA error: an illegal memory access was encountered")
+RANKS = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+
+
+def failure(rank: int, kind: tuple[str, str], update: int = 40) -> Failure:
+    return Failure(rank, update, *kind)
+
+
+HOSTS = ("n1", "n2")
+
+
+def exits(*records: tuple[str, int, int | None, int | None]) -> list[NodeExit]:
+    return [NodeExit(i, node, rc, rank, code) for i, (node, rc, rank, code) in enumerate(records)]
+
+
+def test_a_rank_with_its_own_machine_error_is_blamed_not_its_witnesses():
+    found = node_blame.crash_suspect(
+        [failure(0, GLOO_PEER), failure(3, CUDA), failure(1, GLOO_PEER)],
+        exits(("n1", 1, 0, 1), ("n2", 1, 3, 1)), HOSTS, RANKS,
+    )  # fmt: skip
+    assert (
+        found is not None and found[0] == "n2" and "rank 3 failed: RuntimeError: CUDA" in found[1]
+    )
+
+
+def test_the_node_whose_agent_or_root_rank_was_killed_is_blamed():
+    """What the local cluster showed (kill -9 of n2's torchrun at update 25): n2's orphaned
+    rank reported a reset connection, n1's agent stopped its own rank with SIGTERM."""
+    seen = exits(("n1", 1, 0, -15), ("n2", -9, None, None))
+    found = node_blame.crash_suspect([failure(1, GLOO_PEER)], seen, HOSTS, {0: "n1", 1: "n2"})
+    assert found == ("n2", "torchrun on n2 was killed (SIGKILL)")
+    oom = exits(("n1", 1, 0, -15), ("n2", 1, 1, -9))  # the OOM killer took rank 1
+    assert node_blame.crash_suspect([], oom, HOSTS, {}) == (
+        "n2",
+        "rank 1 on n2 was killed (SIGKILL)",
+    )
+
+
+def test_the_one_node_that_wrote_no_exit_record_is_blamed():
+    found = node_blame.crash_suspect([failure(0, GLOO_PEER)], exits(("n1", 1, 0, 1)), HOSTS, {})
+    assert found is not None and found[0] == "n2" and "no exit record" in found[1]
+
+
+def test_no_node_is_blamed_without_evidence_against_one():
+    quiet = exits(("n1", 1, 0, 1), ("n2", 1, 0, -15))
+    assert node_blame.crash_suspect([], quiet, HOSTS, RANKS) is None  # nobody said anything
+    user_bug = failure(2, ("ValueError", "bad shape"))
+    killed = exits(("n1", -9, None, None), ("n2", 1, None, None))
+    assert node_blame.crash_suspect([user_bug], killed, HOSTS, RANKS) is None  # the code's
+    both = exits(("n1", -9, None, None), ("n2", -9, None, None))
+    assert node_blame.crash_suspect([], both, HOSTS, RANKS) is None  # two: no one stands out
+    assert node_blame.crash_suspect([], [], ("n1", "n2", "n3"), {}) is None  # three silent
+
+
+def test_blamed_twice_the_node_is_quarantined_and_its_drain_reason_says_so(tmp_path, fake_slurm):
+    run, notes = RunDir(tmp_path), []
+
+    def note(kind: str, **data: object) -> None:
+        notes.append(data)
+        ledger.record(run.ledger, kind, "9", len(notes), **data)
+
+    said: list[str] = []
+    node_blame.blame(run, "9", 0, "n2", "hang in job 9: x", True, note, said.append)
+    node_blame.blame(run, "9", 1, "n2", "crash in job 9: y", True, note, said.append)
+    node_blame.blame(run, "9", 2, "n3", "z", False, note, said.append)
+    first, second = fake_slurm.drained
+    assert first == ("n2", "hpc-train: hang in job 9: x")
+    assert second[1].startswith("hpc-train: quarantined, blamed 2x within 24 h: crash in job 9")
+    assert [n["drained"] for n in notes] == [True, True, False]  # n3: --no-drain
+    assert (
+        quarantine.nodes(run) == ["n2"]
+        and "quarantined" in said[1]
+        and "quarantined" not in said[2]
+    )
+
+
+def test_a_node_slurm_lost_is_named_with_its_state(monkeypatch):
+    states = {
+        "n1": {"State": "ALLOCATED"},
+        "n2": {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"},
+        "n3": {"State": "IDLE+DRAIN"},
+    }
+
+    class Nodes:
+        SlurmError = node_blame.slurm.SlurmError
+
+        @staticmethod
+        def node_info(node: str) -> dict[str, str]:
+            if node == "n4":
+                raise Nodes.SlurmError("Invalid node name")
+            return states[node]
+
+    monkeypatch.setattr(node_blame, "slurm", Nodes)
+    said: list[str] = []
+    lost = node_blame.lost_nodes(["n1", "n2", "n3", "n4"], said.append)
+    assert lost == [("n2", "DOWN+NOT_RESPONDING (Not responding)")]
+    assert said == ["cannot read node n4 (Invalid node name)"]
+
+
+def test_crash_evidence_is_every_nodes_exit_record_and_the_reports(tmp_path, monkeypatch):
+    from hpc_train.faults import agent_exit, failures
+
+    run = RunDir(tmp_path)
+    failures.write(run, "9", 0, failure(0, GLOO_PEER))
+    agent_exit.write(run, "9", 0, NodeExit(0, "n1", 1, 0, 1))
+    monkeypatch.setattr(node_blame, "EVIDENCE_WAIT_S", 0.3)  # n2 never writes its record
+    reports = node_blame.crash_evidence(run, "9", 0, HOSTS)  # returns after the wait
+    seen = agent_exit.read(run, "9", 0, len(HOSTS)).values()
+    assert [f.rank for f in reports] == [0] and [e.node for e in seen] == ["n1"]
+
+
+class CrashingRank(launcher.Launcher):
+    """torchrun replaced by one rank on n1 that beats at update 7, reports a CUDA error (as a
+    worker's crash handler does) and exits 1."""
+
+    def torchrun_command(self, start, nproc, args):
+        body = (
+            "import os; from pathlib import Path; from hpc_train.worker.heartbeat import Heartbeat\n"
+            "from hpc_core.rundir import RunDir; from hpc_train.faults import failures\n"
+            "hb = Heartbeat(Path(os.environ['HPC_TRAIN_HEARTBEAT_DIR']), 0); hb.completed(7)\n"
+            f"run = RunDir(Path({str(self.spec.save_dir)!r}))\n"
+            "failures.write(run, '41', 0, failures.Failure(0, 7, 'RuntimeError', "
+            "'CUDA error: uncorrectable ECC error encountered'))\n"
+            "raise SystemExit(1)\n"
+        )
+        return [sys.executable, "-c", body]
+
+
+def test_task_0_blames_the_node_of_a_machine_error_drains_and_excludes_it(
+    tmp_path, fake_slurm, monkeypatch
+):
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        CrashingRank(spec).run(launcher.Start("41", 0, 1, "n1", 0, ("n1",)), gpus=0)
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n1"])]
+    ((node, reason),) = fake_slurm.drained
+    assert node == "n1" and reason.startswith("hpc-train: crash in job 41: rank 0 failed")
+    events = ledger.read(RunDir(tmp_path).ledger)
+    assert [e.get("cause") for e in events if e.kind == "stopped"] == ["infrastructure"]
+
+
+class Trains(launcher.Launcher):
+    """torchrun replaced by a process that exits 0 (training finished)."""
+
+    def torchrun_command(self, start, nproc, args):
+        return [sys.executable, "-c", "pass"]
+
+
+def test_after_slurm_requeued_by_itself_task_0_blames_the_node_it_lost(tmp_path, fake_slurm):
+    """Start #1 on n1, n2 ended with no word (NODE_FAIL); start #2: n2 is DOWN."""
+    run = RunDir(tmp_path)
+    ledger.record(run.ledger, "started", "41", 0, nodes=["n1", "n2"])
+    fake_slurm.nodes["n2"] = {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, no_watchdog=True)
+    done = Trains(spec).run(launcher.Start("41", 0, 1, "n1", 1, ("n1",)), gpus=0)
+    assert done["restarts"] == 1
+    assert fake_slurm.drained == [
+        ("n2", "hpc-train: node failure in job 41: DOWN+NOT_RESPONDING (Not responding)")
+    ]
+    events = ledger.read(run.ledger)
+    (started,) = [e for e in events if e.kind == "started" and e.restart == 1]
+    assert started.get("previous").startswith("node failure (n2 DOWN+NOT_RESPONDING")
+    # the next start finds the end recorded (blamed): no second blame
+    assert node_blame.unrecorded_end(run, "41", 2) == []

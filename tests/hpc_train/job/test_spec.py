@@ -1,0 +1,61 @@
+from pathlib import Path
+
+import pytest
+
+from hpc_train.job.spec import JobSpec, SpecError, check_writable, parse_nodes, parse_time, validate
+
+
+def make_corpus(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name in ("dict.txt", "train.bin", "train.idx"):
+        (root / name).write_bytes(b"x")
+    return root
+
+
+@pytest.mark.parametrize(("text", "expected"), [("2", (2, 2)), ("1-4", (1, 4)), (" 3 ", (3, 3))])
+def test_parse_nodes(text, expected):
+    assert parse_nodes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "4-1", "two", "1-", "-2"])
+def test_parse_nodes_rejects(text):
+    with pytest.raises(SpecError, match="--nodes"):
+        parse_nodes(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"), [("90", 90), ("1:30:00", 90), ("2-00:00:00", 2880), ("1-12", 2160)]
+)
+def test_parse_time_slurm_formats(text, minutes):
+    assert parse_time(text) == minutes
+
+
+def test_validate_accepts_a_good_spec(tmp_path):
+    spec = JobSpec("roberta-base", make_corpus(tmp_path / "d"), tmp_path / "s", 2, 2, 8)
+    assert validate(spec).update_freq == 2  # 2048 / (64 per V100 (hpc_train.job.devices) x 16)
+
+
+def test_validate_uses_the_largest_world_of_an_elastic_range(tmp_path):
+    spec = JobSpec("tiny", make_corpus(tmp_path / "d"), tmp_path / "s", 1, 4, 0, global_batch=16)
+    with pytest.raises(SpecError, match="smaller than one step"):
+        validate(spec)  # 4 nodes x 8 sequences = 32 > 16
+
+
+def test_validate_rejects_missing_and_raw_data(tmp_path):
+    with pytest.raises(SpecError, match="no such directory"):
+        validate(JobSpec("tiny", tmp_path / "nope", tmp_path / "s", gpus_per_node=0))
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "wiki.train.raw").write_text("text\n")
+    with pytest.raises(SpecError, match="not a binarized fairseq corpus"):
+        validate(JobSpec("tiny", tmp_path / "raw", tmp_path / "s", gpus_per_node=0))
+
+
+def test_save_dir_under_a_file_is_not_writable(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SpecError, match="not writable"):
+        check_writable(tmp_path / "file" / "run")
+
+
+def test_dry_run_validation_skips_paths(tmp_path):
+    spec = JobSpec("roberta-large", tmp_path / "D", tmp_path / "S", 2, 2, 8)
+    assert validate(spec, check_paths=False).update_freq == 4  # 2048 / (32 per V100 x 16)

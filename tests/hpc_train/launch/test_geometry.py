@@ -1,0 +1,65 @@
+"""One geometry per start, from every node's report (pure), and the launcher refusing a start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpc_core import ledger
+from hpc_core.rundir import RunDir
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch import geometry, launcher
+from hpc_train.launch.geometry import NodeReport
+
+
+def reports(*gpus: int) -> list[NodeReport]:
+    return [NodeReport(i, f"n{i + 1}", g) for i, g in enumerate(gpus)]
+
+
+def test_healthy_nodes_run_what_was_asked_capped_by_what_they_have():
+    assert geometry.decide(8, reports(8, 8)) == geometry.Geometry(2, 8, True)
+    assert geometry.decide(4, reports(8, 8)).ranks_per_node == 4
+    assert geometry.decide(8, reports(4, 4)).ranks_per_node == 4  # g5-style nodes, honest
+
+
+def test_no_gpu_anywhere_is_the_cpu_fallback():
+    assert geometry.decide(8, reports(0, 0)) == geometry.Geometry(2, 1, False)
+    assert geometry.decide(0, reports(8, 8)) == geometry.Geometry(2, 1, False)
+
+
+def test_a_node_short_of_gpus_is_refused_by_name_whichever_task_it_is():
+    shape = geometry.decide(8, reports(7, 8, 0))  # n1 lost a GPU, n3's CUDA is broken
+    assert shape.ranks_per_node == 8 and shape.bad_nodes == ("n1", "n3")
+    assert shape.refused == (
+        "node(s) n1 (7), n3 (0) see fewer GPUs than the 8 per node this start needs"
+    )
+
+
+def test_a_quarantined_node_is_refused_before_anything_else():
+    shape = geometry.decide(8, reports(8, 0, 8), quarantined={"n3", "n9"})
+    assert shape.bad_nodes == ("n3",) and "n3 quarantined" in shape.refused
+    assert geometry.decide(8, reports(8, 8), quarantined={"n9"}).refused == ""
+
+
+class NoTorchrun(launcher.Launcher):
+    def torchrun_command(self, start, nproc, args):
+        raise AssertionError("a refused start never runs torchrun")
+
+
+def test_task_0_refuses_the_start_drains_requeues_and_excludes_the_short_node(tmp_path, fake_slurm):
+    """Task 1 (n2) reported 6 GPUs (its report written here as its launcher would)."""
+    run = RunDir(tmp_path)
+    run.node_report("41", 0, 1).parent.mkdir(parents=True)
+    run.node_report("41", 0, 1).write_text(json.dumps({"task": 1, "node": "n2", "gpus": 6}))
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8)
+    with pytest.raises(RuntimeError, match=r"start refused: node\(s\) n2 \(6\) see fewer GPUs"):
+        NoTorchrun(spec).run(launcher.Start("41", 0, 2, "n1", 0, ("n1", "n2")), gpus=8)
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
+    assert [node for node, _ in fake_slurm.drained] == ["n2"]
+    kinds = [(e.kind, e.get("cause") or e.get("node")) for e in ledger.read(run.ledger)]
+    assert kinds == [("stopped", "bad node"), ("blamed", "n2"), ("requeued", None)]
+    with pytest.raises(RuntimeError, match="task 0 requeues"):  # task 1 reads the refusal
+        NoTorchrun(spec).run(launcher.Start("41", 1, 2, "n1", 0, ("n1", "n2")), gpus=6)
+    assert fake_slurm.requeued == ["41"]

@@ -1,0 +1,79 @@
+from pathlib import Path
+
+import pytest
+
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch.launcher import Launcher
+
+
+def test_gpu_node_runs_one_rank_per_gpu():
+    launcher = Launcher(JobSpec("roberta-base", Path("/d"), Path("/s"), 2, 2, 8))
+    use_gpu, nproc, args, plan = launcher.plan_node(nnodes=2, gpus=8)
+    assert use_gpu and nproc == 8
+    assert args[args.index("--update-freq") + 1] == "2"  # 2048 / (64 per V100 x 16)
+    assert "16 ranks" in plan.describe()
+
+
+def test_no_gpu_falls_back_to_one_cpu_rank_per_node_and_keeps_the_global_batch():
+    launcher = Launcher(JobSpec("roberta-base", Path("/d"), Path("/s"), 2, 2, 8))
+    use_gpu, nproc, args, _ = launcher.plan_node(nnodes=2, gpus=0)
+    assert not use_gpu and nproc == 1
+    assert "--cpu" in args
+    assert args[args.index("--update-freq") + 1] == "64"  # 2048 / (16 x 2)
+
+
+def test_a_restart_on_fewer_nodes_raises_update_freq():
+    launcher = Launcher(JobSpec("tiny", Path("/d"), Path("/s"), 1, 4, 0, global_batch=32))
+    freqs = {n: launcher.plan_node(nnodes=n, gpus=0)[2] for n in (1, 2, 4)}
+    assert [f[f.index("--update-freq") + 1] for f in freqs.values()] == ["4", "2", "1"]
+
+
+def test_has_exited_sees_a_zombie_without_reaping_it():
+    import subprocess
+    import time
+
+    from hpc_train.launch.launcher import has_exited
+
+    proc = subprocess.Popen(["sleep", "0.2"])
+    assert not has_exited(proc.pid)
+    time.sleep(0.6)
+    assert has_exited(proc.pid)  # exited, not yet reaped
+    assert proc.wait() == 0  # still reapable by its owner
+
+
+def test_restart_reason_comes_from_the_stop_marker(tmp_path):
+    from hpc_core.rundir import RunDir, StopMarker, write_stop
+    from hpc_train.launch import starts
+
+    run = RunDir(tmp_path)
+    assert starts.previous_stop(run, "7", 0) == "first start"
+    assert "no save on notice" in starts.previous_stop(run, "7", 1)
+    write_stop(run.stop_marker("7", 0), StopMarker(118, "SIGUSR2"))
+    assert starts.previous_stop(run, "7", 1) == "saved on notice (SIGUSR2) at update 118"
+
+
+def test_other_tasks_follow_task_0s_resume_decision(tmp_path):
+    from hpc_core.rundir import RunDir
+    from hpc_train.launch import starts
+
+    run = RunDir(tmp_path)
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # bad, and no interval checkpoint
+    decided = starts.decide_start(run, starts.Start("9", 0, 1, "n1", 0), 0, gpus=0, log=print)
+    assert (decided.args, decided.at_update) == ([], 0)
+    assert list(tmp_path.glob("checkpoint_last.pt.bad-*"))  # moved aside by task 0 only
+    other = starts.decide_start(run, starts.Start("9", 1, 2, "n1", 0), 0, gpus=0, log=print)
+    assert other == decided  # read, not decided again
+
+
+@pytest.mark.fairseq
+def test_a_run_already_at_max_update_is_not_trained_further(trained_save_dir, tmp_path):
+    """fairseq resumed at max-update would train one update more; the launcher stops first."""
+    import shutil
+
+    from hpc_core.rundir import RunDir
+    from hpc_train.launch import starts
+
+    save = tmp_path / "run"
+    shutil.copytree(trained_save_dir, save)
+    start = starts.Start("5", 0, 1, "n1", 1)
+    assert starts.decide_start(RunDir(save), start, 0, gpus=0, log=print).at_update == 12

@@ -1,0 +1,277 @@
+"""The launcher's decisions after torchrun exits, in milliseconds: the real ``Launcher.run``
+with a fake Slurm (records requeues instead of calling scontrol: no Slurm needed) and a fake
+torchrun (a Python one-liner that exits with a code and may write the stop marker, as the
+workers do after a save on notice). The real-Slurm tests in tests/integration cover the rest."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpc_core import ledger
+from hpc_core.rundir import ResumeDecision, RunDir, StopMarker, write_stop
+from hpc_train.faults import failures
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch import launcher as launcher_module
+from hpc_train.launch import restart_policy, starts
+from hpc_train.launch.restart_policy import Action
+
+
+class FakeTorchrun(launcher_module.Launcher):
+    """torchrun replaced by ``python -c``: exits ``code``; with ``save`` it first writes the
+    stop marker at the path the launcher passed (what preemption.install_save_on_notice does)."""
+
+    def __init__(
+        self, spec: JobSpec, code: int, save: bool = False, term: bool = False, notice: bool = False
+    ) -> None:
+        super().__init__(spec)
+        self.code, self.save, self.term, self.notice = code, save, term, notice
+        self.argv: list[str] = []
+
+    def torchrun_command(
+        self, start: launcher_module.Start, nproc: int, args: list[str]
+    ) -> list[str]:
+        self.argv = args
+        body = "import json, os, sys\n"
+        if self.save:
+            body += "p = os.environ['HPC_TRAIN_STOP_MARKER']\n"
+            body += (
+                "open(p, 'w').write(json.dumps({'update': 7, 'signal': 'SIGUSR2', 'time': 1.0}))\n"
+            )
+        if self.notice:  # a preemption's USR2 reaches every task's launcher first
+            body += "import signal, time; os.kill(os.getppid(), signal.SIGUSR2); time.sleep(0.2)\n"
+        if self.term:  # what scancel does to the launcher: SIGTERM, with no notice before it
+            body += "import signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(0.2)\n"
+        return [sys.executable, "-c", body + f"sys.exit({self.code})"]
+
+
+def spec_in(tmp_path: Path, max_restarts: int = 3) -> JobSpec:
+    return JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, max_restarts=max_restarts)
+
+
+def start(task: int = 0, restart: int = 0) -> launcher_module.Start:
+    """Task 0 of a one-node start (it decides at once), or task 1 of two (it waits for the
+    decision the test wrote for task 0)."""
+    return launcher_module.Start("41", task, 1 if task == 0 else 2, "n1", restart)
+
+
+def test_clean_exit_finishes_without_requeue(tmp_path, fake_slurm):
+    assert FakeTorchrun(spec_in(tmp_path), 0).run(start(), gpus=0)["restarts"] == 0
+    assert fake_slurm.requeued == []
+
+
+def test_a_crash_on_task_0_requeues_once_and_the_task_fails(tmp_path, fake_slurm):
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(), gpus=0)
+    assert fake_slurm.requeued == ["41"]
+
+
+def test_a_crash_on_another_task_leaves_the_requeue_to_task_0(tmp_path, fake_slurm):
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))  # task 0 decided
+    with pytest.raises(RuntimeError, match="task 0 decides"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(task=1), gpus=0)
+    assert fake_slurm.requeued == []
+
+
+def test_save_on_notice_is_a_stop_not_a_finish(tmp_path, fake_slurm):
+    """Exit 0 with the marker on task 1: this task succeeds as stopped; task 0 requeues."""
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    out = FakeTorchrun(spec_in(tmp_path), 0, save=True).run(start(task=1), gpus=0)
+    assert out["stopped"] is True
+    assert RunDir(tmp_path).read_stop("41", 0) == StopMarker(7, "SIGUSR2", 1.0)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec_in(tmp_path), 0, save=True).run(start(task=0), gpus=0)
+    assert fake_slurm.requeued == ["41"]
+
+
+def test_a_cancelled_job_is_never_requeued(tmp_path, fake_slurm):
+    """scancel: SIGTERM to the launcher, torchrun exits non-zero; Slurm says COMPLETING."""
+    fake_slurm.state = "COMPLETING"
+    out = FakeTorchrun(spec_in(tmp_path), 1, term=True).run(start(task=0), gpus=0)
+    assert out["restarts"] == 0 and fake_slurm.requeued == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the launcher's handler is gone
+
+
+def test_slurms_cancelled_state_counts_as_a_cancel_too(tmp_path, fake_slurm):
+    fake_slurm.state = "CANCELLED"
+    FakeTorchrun(spec_in(tmp_path), 1).run(start(task=0), gpus=0)
+    assert fake_slurm.requeued == []
+
+
+def test_sigterm_after_a_notice_is_the_end_of_a_grace_time_not_a_cancel(tmp_path, fake_slurm):
+    launcher = FakeTorchrun(spec_in(tmp_path), 1, term=True)
+    launcher._signals.append("notice")  # USR2 came first (preemption, time limit)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        launcher.run(start(task=0), gpus=0)
+    assert fake_slurm.requeued == ["41"]
+
+
+def test_the_requeue_after_a_save_on_notice_is_not_a_cancel_on_the_other_tasks(
+    tmp_path, fake_slurm, capsys
+):
+    """Task 0 requeues once the save is durable; Slurm's SIGTERM then reaches task 1's launcher
+    before its workers exit. That task stopped on notice: it was not cancelled."""
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    fake_slurm.state = "COMPLETING"
+    out = FakeTorchrun(spec_in(tmp_path), -15, save=True, term=True).run(start(task=1), gpus=0)
+    assert out["stopped"] is True and fake_slurm.requeued == []
+    said = capsys.readouterr().out
+    assert "after the save on notice" in said and "cancelled" not in said
+
+
+def test_the_last_allowed_restart_fails_instead_of_requeueing(tmp_path, fake_slurm):
+    spec = spec_in(tmp_path, max_restarts=2)
+    with pytest.raises(RuntimeError, match=r"no restarts left \(--max-restarts 2\)"):
+        FakeTorchrun(spec, 1).run(start(restart=2), gpus=0)
+    with pytest.raises(RuntimeError, match="restart budget exhausted"):
+        FakeTorchrun(spec, 0).run(start(restart=3), gpus=0)
+    assert fake_slurm.requeued == []
+
+
+def test_the_resume_decision_reaches_the_workers(tmp_path, fake_slurm):
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision(["--continue-once", "/c.pt"], 5))
+    launcher = FakeTorchrun(spec_in(tmp_path), 0)
+    launcher.run(start(task=1), gpus=0)
+    assert launcher.argv[-2:] == ["--continue-once", "/c.pt"]
+
+
+@pytest.mark.parametrize(
+    ("code", "saved", "task", "restart", "action"),
+    [
+        (0, False, 0, 0, Action.FINISHED),
+        (0, False, 1, 5, Action.FINISHED),
+        (0, True, 1, 0, Action.STOPPED),
+        (-15, True, 1, 0, Action.STOPPED),
+        (0, True, 0, 0, Action.REQUEUE),
+        (1, False, 0, 2, Action.REQUEUE),
+        (1, False, 0, 3, Action.FAIL),
+        (1, False, 1, 0, Action.FAIL),
+    ],
+)
+def test_after_exit_policy(code, saved, task, restart, action):
+    assert restart_policy.after_exit(code, saved, task, restart, max_restarts=3).action is action
+    cancelled = restart_policy.after_exit(code, saved, task, restart, 3, cancelled=True)
+    assert cancelled.action is Action.CANCELLED  # a cancel is final, whatever the exit
+
+
+def test_restart_budget_counts_restarts_of_any_kind():
+    assert restart_policy.restart_allowed(3, 3) and not restart_policy.restart_allowed(4, 3)
+    assert not restart_policy.restart_allowed(1, 0)
+
+
+def test_notice_wait_ends_when_the_save_is_durable_not_when_workers_exit(tmp_path, monkeypatch):
+    """The workers may take tens of seconds to exit after their save (DataLoader processes);
+    task 0 lets submitit requeue as soon as the stop marker says the checkpoint is on disk."""
+    import subprocess
+    import time
+
+    launcher = launcher_module.Launcher(spec_in(tmp_path))
+    run = RunDir(tmp_path)
+    launcher._marker = run.stop_marker("41", 0)
+    launcher._proc = subprocess.Popen(["sleep", "30"])  # workers still tearing down
+    monkeypatch.setenv(launcher_module.SAVE_WAIT_ENV, "20")
+    try:
+        write_stop(launcher._marker, StopMarker(7, "SIGUSR2"))
+        started = time.monotonic()
+        resubmission = launcher.checkpoint()
+        assert time.monotonic() - started < 2  # not the workers' exit, not the 20 s bound
+        assert resubmission.function.spec == launcher.spec  # submitit requeues the same run
+        assert launcher._signals == ["notice"]
+    finally:
+        launcher._proc.kill()
+        launcher._proc.wait()
+
+
+def kinds(tmp_path: Path) -> list[tuple[str, int]]:
+    return [(e.kind, e.restart) for e in ledger.read(RunDir(tmp_path).ledger)]
+
+
+def test_task_0_records_each_stage_in_the_ledger(tmp_path, fake_slurm):
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(restart=1), gpus=0)
+    assert kinds(tmp_path) == [("started", 1), ("stopped", 1), ("requeued", 1)]
+    started, stopped, _ = ledger.read(RunDir(tmp_path).ledger)
+    assert started.get("world") == 1 and started.get("update_freq") == 2
+    assert started.get("previous").startswith("no save on notice")
+    assert (stopped.get("cause"), stopped.get("returncode")) == ("crash", 1)
+    FakeTorchrun(spec_in(tmp_path), 0).run(start(restart=2), gpus=0)
+    assert kinds(tmp_path)[-2:] == [("started", 2), ("finished", 2)]
+
+
+def test_other_tasks_write_no_ledger_events(tmp_path, fake_slurm):
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    FakeTorchrun(spec_in(tmp_path), 0).run(start(task=1), gpus=0)
+    assert kinds(tmp_path) == []
+
+
+def test_a_cancel_is_recorded_as_its_own_cause(tmp_path, fake_slurm):
+    fake_slurm.state = "CANCELLED"
+    FakeTorchrun(spec_in(tmp_path), 1).run(start(task=0), gpus=0)
+    assert [e.get("cause") for e in ledger.read(RunDir(tmp_path).ledger)] == [None, "cancelled"]
+
+
+def test_notify_runs_the_users_command_on_stop_and_requeue_and_finish(tmp_path, fake_slurm):
+    """--notify: `sh -c CMD` on task 0, the ledger event as JSON on stdin."""
+    got = tmp_path / "events.jsonl"
+    spec = dataclasses.replace(spec_in(tmp_path), notify=f"cat >> {got}; echo >> {got}")
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec, 1).run(start(), gpus=0)
+    FakeTorchrun(spec, 0).run(start(restart=1), gpus=0)
+    events = [json.loads(line) for line in got.read_text().splitlines()]
+    assert [(e["event"], e["restart"]) for e in events] == [
+        ("stopped", 0),
+        ("requeued", 0),
+        ("finished", 1),
+    ]  # never "started": only what a human needs to hear
+    assert events[0]["cause"] == "crash" and events[0]["save_dir"] == str(tmp_path)
+
+
+def test_a_failing_notify_command_is_logged_and_training_goes_on(tmp_path, fake_slurm, capsys):
+    spec = dataclasses.replace(spec_in(tmp_path), notify="echo mail server down >&2; exit 3")
+    assert FakeTorchrun(spec, 0).run(start(), gpus=0)["restarts"] == 0
+    assert "--notify command exited 3 on finished: mail server down" in capsys.readouterr().out
+
+
+def test_the_next_start_says_why_the_previous_one_stopped(tmp_path):
+    run = RunDir(tmp_path)
+    assert starts.previous_stop(run, "41", 1).startswith("no save on notice (node failure")
+    ledger.record(run.ledger, "stopped", "41", 0, cause="hang", why="no update for 31 s")
+    assert starts.previous_stop(run, "41", 1) == (
+        "hang (no update for 31 s): last periodic checkpoint"
+    )
+    write_stop(run.stop_marker("41", 1), StopMarker(7, "SIGUSR2"))
+    assert starts.previous_stop(run, "41", 2) == "saved on notice (SIGUSR2) at update 7"
+
+
+def test_the_same_user_error_in_two_starts_in_a_row_stops_the_run(tmp_path, fake_slurm):
+    """The workers' reports (hpc_train.faults.failures) written as a crashing rank would."""
+    run = RunDir(tmp_path)
+    bug = failures.Failure(0, 30, "ValueError", "bad batch")
+    failures.write(run, "41", 0, bug)
+    failures.write(run, "41", 1, bug)
+    with pytest.raises(RuntimeError, match="same error at the same update"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(restart=1), gpus=0)
+    assert fake_slurm.requeued == []
+    stopped = [e for e in ledger.read(run.ledger) if e.kind == "stopped"]
+    assert [e.get("cause") for e in stopped] == ["user error"]
+    assert "ValueError: bad batch (rank 0, update 30)" in stopped[0].get("why")
+
+
+def test_a_notice_then_the_requeues_sigterm_is_not_a_cancel_even_without_a_save(
+    tmp_path, fake_slurm, capsys
+):
+    """Preempted as training ended: no save on notice, task 0 requeued, Slurm's SIGTERM killed
+    torchrun on task 1. Its launcher saw USR2 first (seen on the real cluster): no cancel."""
+    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    fake_slurm.state = "COMPLETING"
+    launcher = FakeTorchrun(spec_in(tmp_path), 1, notice=True, term=True)
+    with pytest.raises(RuntimeError, match="task 0 decides on a requeue"):
+        launcher.run(start(task=1), gpus=0)
+    assert launcher._signals == ["notice", "SIGTERM"]
+    assert "cancelled" not in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # handlers restored

@@ -1,0 +1,76 @@
+"""Goodput (ETTR) from a ledger, against hand-computed figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpc_core.ledger import Event
+from hpc_train.runs import goodput
+
+
+def ev(kind: str, t: float, restart: int = 0, **data) -> Event:
+    return Event(kind, t, "41", restart, data)
+
+
+# submitted at 0; start #1 at 10 (queue 10), first update at 40 (start-up 30), a 5 s save,
+# notice-stop at 100; requeued, start #2 at 130 (queue 30), first update at 150 (start-up 20),
+# a 3 s save, finished at 250.
+PREEMPTED = [
+    ev("submitted", 0),
+    ev("started", 10, previous="first start"),
+    ev("first_update", 40, update=1),
+    ev("checkpoint", 60, update=20, seconds=5.0),
+    ev("notice", 98),
+    ev("stopped", 100, cause="notice"),
+    ev("requeued", 100),
+    ev("started", 130, 1, resume_at=60, previous="saved on notice (SIGUSR2) at update 60"),
+    ev("first_update", 150, 1, update=61),
+    ev("checkpoint", 200, 1, update=100, seconds=3.0),
+    ev("finished", 250, 1),
+]
+
+
+def test_a_preempted_run_by_hand():
+    g = goodput.account(PREEMPTED, now=999)
+    assert g.wall_s == 250
+    assert g.queue_s == 10 + 30
+    assert g.startup_s == 30 + 20
+    assert g.checkpoint_s == 8
+    # training: (100 - 40) + (250 - 150) = 160, less the 8 s of saves
+    assert g.productive_s == 152 and g.restarts == 1
+    assert g.ettr == pytest.approx(152 / 250)
+    assert goodput.restarts(PREEMPTED) == [(60, "saved on notice (SIGUSR2) at update 60")]
+
+
+def test_recomputed_updates_cost_their_time():
+    g = goodput.account(PREEMPTED, now=999, recomputed_updates=10, seconds_per_update=1.5)
+    assert g.recomputed_s == 15 and g.productive_s == 152 - 15
+
+
+def test_a_running_run_counts_until_now():
+    g = goodput.account(PREEMPTED[:3], now=100)
+    assert (g.wall_s, g.queue_s, g.startup_s, g.productive_s) == (100, 10, 30, 60)
+    assert goodput.segments(PREEMPTED[:3], now=100)[0].cause == "running"
+
+
+def test_a_start_that_vanished_ends_at_its_last_event_and_the_gap_is_queue():
+    """Node failure: no stop recorded; the next start is what the ledger knows."""
+    events = [
+        ev("submitted", 0),
+        ev("started", 0),
+        ev("first_update", 10, update=1),
+        ev("checkpoint", 50, update=40, seconds=2.0),
+        ev("started", 90, 1, resume_at=40),
+        ev("first_update", 100, 1, update=41),
+        ev("finished", 120, 1),
+    ]
+    segs = goodput.segments(events, now=999)
+    assert [s.cause for s in segs] == ["unknown", "finished"]
+    assert segs[0].ended == 50
+    g = goodput.account(events, now=999)
+    assert g.queue_s == 40 and g.productive_s == (50 - 10 - 2) + (120 - 100)
+
+
+def test_no_start_yet_is_all_queue():
+    g = goodput.account([ev("submitted", 0)], now=30)
+    assert (g.wall_s, g.queue_s, g.productive_s, g.ettr) == (30, 30, 0, 0)

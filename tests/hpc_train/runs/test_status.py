@@ -1,0 +1,153 @@
+"""`hpc-train status`: rows from the ledger, train.log and Slurm's word (faked here: Slurm's
+state is an input of ``index.status_of``; the real-Slurm path is in tests/integration)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hpc_core import ledger, slurm
+from hpc_core.rundir import RunDir
+from hpc_train.runs import index, status
+
+
+def loss_line(n: int, loss: float) -> str:
+    payload = {"loss": str(loss), "num_updates": str(n)}
+    return f"2026-11-22 10:00:00 | INFO | train_inner | {json.dumps(payload)}"
+
+
+def make_run(root, job: str, updates: int, finished: bool, t0: float = 1000.0) -> RunDir:
+    run = RunDir(root)
+    run.state.mkdir(parents=True)
+    lines = [loss_line(n, 10 - n / 10) for n in range(1, updates + 1)]
+    run.train_log.write_text("\n".join(lines) + "\n")
+    ledger.record(run.ledger, "submitted", job, 0, when=t0, max_update=100, name=f"run{job}")
+    ledger.record(run.ledger, "started", job, 0, when=t0 + 10, previous="first start")
+    ledger.record(run.ledger, "first_update", job, 0, when=t0 + 20, update=1)
+    ledger.record(run.ledger, "checkpoint", job, 0, when=t0 + 50, update=30, seconds=2.0)
+    if finished:
+        ledger.record(run.ledger, "finished", job, 0, when=t0 + 120)
+    ledger.index_run(job, run.root, f"run{job}", 100)
+    return run
+
+
+@pytest.fixture
+def two_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    done = make_run(tmp_path / "a", "11", 100, finished=True)
+    going = make_run(tmp_path / "b", "12", 40, finished=False)
+    said = {"11": slurm.JobState("11", "GONE", 0, "", ""),
+            "12": slurm.JobState("12", "RUNNING", 0, "n[1-2]", "")}  # fmt: skip
+    monkeypatch.setattr(index, "slurm_state", lambda job: said.get(job or ""))
+    return done, going
+
+
+def test_status_json_on_two_runs_at_once(two_runs, capsys, monkeypatch):
+    monkeypatch.setattr(status.time, "time", lambda: 1100.0)
+    assert status.main(["--json"]) == 0
+    rows = {r["job"]: r for r in json.loads(capsys.readouterr().out)}
+    done, going = rows["11"], rows["12"]
+    assert done["state"] == "FINISHED"  # Slurm forgot it: the ledger says
+    assert done["updates"] == 100 and done["goodput"]["wall_s"] == 120
+    assert done["goodput"]["ettr"] == pytest.approx((120 - 20 - 2) / 120)
+    assert done["eta_s"] is None
+    assert going["state"] == "RUNNING" and going["nodes"] == "n[1-2]"
+    assert going["updates"] == 40 and going["last_loss"] == pytest.approx(6.0)
+    assert going["checkpoint_update"] == 30 and going["checkpoint_age_s"] == 50
+    # 39 updates in the 80 s since the first one: 60 to go
+    assert going["eta_s"] == pytest.approx(60 * 80 / 39)
+
+
+def test_status_table_and_one_run_in_detail(two_runs, capsys):
+    done, _ = two_runs
+    assert status.main([]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == status.HEADER and len(table) == 3
+    assert table[1].split()[:3] == ["11", "run11", "FINISHED"]
+    assert status.main([str(done.root)]) == 0
+    detail = capsys.readouterr().out
+    assert "save dir:" in detail and "ETTR 82% of 120 s" in detail
+
+
+def test_restarts_and_their_causes_show(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "r", "21", 50, finished=False)
+    ledger.record(run.ledger, "stopped", "21", 0, when=1100.0, cause="notice")
+    ledger.record(run.ledger, "started", "21", 1, when=1130.0, resume_at=30,
+                  previous="saved on notice (SIGUSR2) at update 30")  # fmt: skip
+    monkeypatch.setattr(index, "slurm_state", lambda job: None)
+    assert status.main(["21"]) == 0
+    out = capsys.readouterr().out
+    assert "1 (saved on notice)" in out
+    assert "restart 1: resumed at update 30; before it: saved on notice (SIGUSR2)" in out
+
+
+def test_no_runs_yet_says_how_to_get_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "empty"))
+    assert status.main([]) == 0
+    assert "hpc-train submit" in capsys.readouterr().out
+
+
+def test_an_unknown_run_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "empty"))
+    monkeypatch.setattr(index.slurm, "job_info", lambda job: None)
+    with pytest.raises(SystemExit) as exit_:
+        status.main(["999"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.startswith("hpc-train status: error: job 999: not in your")
+
+
+def test_a_job_id_slurm_still_knows_finds_its_save_dir(tmp_path, monkeypatch):
+    """Not in the index (submitted by hand): Slurm's StdOut path points into <save>/slurm/."""
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "empty"))
+    out = RunDir(tmp_path / "save").task_log("77", 0)
+    monkeypatch.setattr(
+        index.slurm, "job_info", lambda job: {"StdOut": str(out), "JobName": "by-hand"}
+    )
+    found = index.resolve("77")
+    assert (found.save_dir, found.job, found.name) == (tmp_path / "save", "77", "by-hand")
+
+
+def test_a_straggler_shows_in_the_one_run_view(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "s", "31", 50, finished=False)
+    ledger.record(run.ledger, "straggler", "31", 0, when=1060.0, node="n2", ratio=1.4,
+                  seconds=300, compute_s=0.14, median_s=0.1)  # fmt: skip
+    monkeypatch.setattr(index, "slurm_state", lambda job: None)
+    assert status.main(["31"]) == 0
+    out = capsys.readouterr().out
+    said = "straggler: n2 1.40x the other nodes' median compute for 300 s (job 31, start #1)"
+    assert said + "\n" in out
+    ledger.record(run.ledger, "blamed", "31", 0, when=1061.0, node="n2", why="straggler: ...")
+    assert status.main(["31"]) == 0
+    assert "for 300 s (job 31, start #1); evicted" in capsys.readouterr().out
+
+
+def test_blamed_nodes_show_with_drain_and_quarantine_and_in_json(tmp_path, monkeypatch, capsys):
+    """The morning view accounts for every node the run blamed: why, which start, drained,
+    quarantined after a second blame within a day; a straggler's eviction is not listed twice."""
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "b", "41", 50, finished=False)
+    ledger.record(run.ledger, "blamed", "41", 0, when=1030.0, node="n3",
+                  why="hang: rank 2 made no progress for 300 s", drained=True)  # fmt: skip
+    ledger.record(run.ledger, "blamed", "41", 1, when=1090.0, node="n3",
+                  why="torchrun on n3 was killed (SIGKILL)", drained=False)  # fmt: skip
+    ledger.record(run.ledger, "straggler", "41", 2, when=1095.0, node="n4", ratio=2.5, seconds=30)
+    ledger.record(run.ledger, "blamed", "41", 2, when=1096.0, node="n4",
+                  why="straggler: 2.50x", drained=True)  # fmt: skip
+    monkeypatch.setattr(index, "slurm_state", lambda job: None)
+    assert status.main(["41"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    named = [line for line in out if line.startswith(("blamed:", "straggler:"))]
+    assert named == [
+        "blamed: n3: hang: rank 2 made no progress for 300 s (job 41, start #1); drained;"
+        " quarantined",
+        "blamed: n3: torchrun on n3 was killed (SIGKILL) (job 41, start #2); quarantined",
+        "straggler: n4 2.50x the other nodes' median compute for 30 s (job 41, start #3); evicted",
+    ]
+    assert status.main(["41", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert [(n["node"], n["kind"], n["drained"], n["quarantined"]) for n in row["nodes_named"]] == [
+        ("n3", "blamed", True, True), ("n3", "blamed", False, True), ("n4", "straggler", False, False)
+    ]  # fmt: skip

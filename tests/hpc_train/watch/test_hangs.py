@@ -1,0 +1,109 @@
+"""The watchdog's decisions on synthetic heartbeats: pure, milliseconds."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpc_train.watch import hangs
+from hpc_train.watch.hangs import (
+    CHECKPOINT,
+    EPOCH,
+    STARTUP,
+    STOPPING,
+    TRAIN,
+    Beat,
+    Limits,
+    RankReport,
+)
+
+LIMITS = Limits(factor=10, floor_s=30, save_s=120, startup_s=300)
+
+
+def beat(rank=0, update=5, at=1000.0, phase=TRAIN, slowest=1.0, node="n1") -> Beat:
+    return Beat(rank, node, 100 + rank, update, at, phase, slowest)
+
+
+def test_the_defaults_are_the_documented_ones():
+    assert Limits() == Limits(factor=10.0, floor_s=300.0, save_s=900.0, startup_s=900.0)
+    assert "factor 10, floor 300 s, save 900 s" in " ".join((hangs.__doc__ or "").split())
+
+
+def test_training_allowance_is_k_times_the_slowest_recent_update_or_the_floor():
+    assert hangs.allowance(beat(slowest=1.0), LIMITS) == 30  # the floor
+    assert hangs.allowance(beat(slowest=7.5), LIMITS) == 75  # 10 x 7.5 s
+    assert hangs.allowance(beat(slowest=None), LIMITS) == 30  # nothing timed yet
+
+
+@pytest.mark.parametrize("phase", [CHECKPOINT, EPOCH, STOPPING])
+def test_validation_saves_epoch_changes_and_the_exit_get_the_longer_allowance(phase):
+    assert hangs.allowance(beat(phase=phase), LIMITS) == 120
+    assert hangs.allowance(beat(phase=phase, slowest=20), LIMITS) == 200  # 10 x 20 s wins
+    assert hangs.allowance(None, LIMITS) == 300  # before the first update: start-up
+
+
+def test_no_progress_past_the_allowance_is_a_hang_naming_the_rank():
+    beats = [beat(0, update=41, at=1000.0), beat(1, update=40, at=995.0)]
+    assert hangs.assess(beats, 2, started=900.0, now=1020.0, limits=LIMITS) is None
+    hang = hangs.assess(beats, 2, started=900.0, now=1031.0, limits=LIMITS)
+    assert hang is not None and hang.rank == 1 and hang.allowance_s == 30
+    assert "rank 1 on n1: no update for 36 s after update 40" in hang.why
+
+
+def test_no_false_positive_across_a_slow_validation_and_save():
+    """A save taking 100 s (> the 30 s training allowance) is not a hang; 121 s is."""
+    saving = [beat(0, update=50, at=1000.0, phase=CHECKPOINT)]
+    assert hangs.assess(saving, 1, 0.0, now=1100.0, limits=LIMITS) is None
+    assert hangs.assess(saving, 1, 0.0, now=1121.0, limits=LIMITS) is not None
+    epoch_end = [beat(0, update=64, at=1000.0, phase=EPOCH)]
+    assert hangs.assess(epoch_end, 1, 0.0, now=1110.0, limits=LIMITS) is None
+
+
+def test_start_up_has_its_own_allowance_counted_from_torchruns_start():
+    assert hangs.assess([], 2, started=1000.0, now=1299.0, limits=LIMITS) is None
+    hang = hangs.assess([], 2, started=1000.0, now=1301.0, limits=LIMITS)
+    assert hang is not None and hang.rank is None and "2 rank(s) completed no update" in hang.why
+    # one rank trains, the other is still starting: fine until start-up runs out
+    one = [beat(0, at=1290.0)]
+    assert hangs.assess(one, 2, started=1000.0, now=1299.0, limits=LIMITS) is None
+    assert hangs.assess(one, 2, started=1000.0, now=1301.0, limits=LIMITS) is not None
+
+
+def test_a_rank_hung_in_start_up_is_named_by_its_first_beat():
+    """The rank's ``startup`` beat (written once its stacks can be asked for) gets the start-up
+    allowance from its own time, and names the rank (its pid: the watchdog can ask for stacks)."""
+    starting = [beat(0, update=0, at=1000.0, phase=STARTUP, slowest=None), beat(1, at=1290.0)]
+    assert hangs.allowance(starting[0], LIMITS) == 300
+    assert hangs.assess(starting, 2, started=990.0, now=1280.0, limits=LIMITS) is None
+    hang = hangs.assess(starting, 2, started=990.0, now=1301.0, limits=LIMITS)
+    assert hang is not None and hang.rank == 0 and hang.allowance_s == 300
+    assert (
+        hang.why == "rank 0 on n1: no update for 301 s after it started (start-up; allowed 300 s)"
+    )
+
+
+def test_a_slow_but_steady_run_never_hangs():
+    """Updates of 5 s each (allowance 50 s): polled every second for 10 minutes, no hang."""
+    for now in range(1000, 1600):
+        last = 1000 + 5 * ((now - 1000) // 5)
+        beats = [beat(0, update=(now - 1000) // 5, at=float(last), slowest=5.0)]
+        assert hangs.assess(beats, 1, 900.0, float(now), LIMITS) is None
+
+
+def report(rank, node, update, at, stack=True) -> RankReport:
+    return RankReport(rank, node, update, at, stack)
+
+
+def test_the_suspect_is_the_rank_that_gave_no_stack():
+    ranks = [report(0, "n1", 67, 10.0), report(1, "n2", 67, 11.0, stack=False)]
+    found = hangs.suspect(ranks, ["n1", "n2"], ["n1", "n2"])
+    assert found is not None and (found.node, found.rank) == ("n2", 1)
+    assert "gave no Python stack" in found.why
+
+
+def test_else_the_oldest_heartbeat_and_first_a_node_that_never_reported():
+    ranks = [report(0, "n1", 67, 10.0), report(1, "n2", 66, 11.0), report(2, "n3", 67, 5.0)]
+    found = hangs.suspect(ranks, ["n1", "n2", "n3"], ["n1", "n2", "n3"])
+    assert found is not None and (found.node, found.rank) == ("n2", 1)
+    silent = hangs.suspect(ranks[:1], ["n1"], ["n1", "n2"])
+    assert silent is not None and silent.node == "n2" and silent.rank is None
+    assert hangs.suspect([], [], []) is None

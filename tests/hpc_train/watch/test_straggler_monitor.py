@@ -1,0 +1,119 @@
+"""Task 0's straggler thread, in seconds: real heartbeat files, the real ``Launcher.run`` with
+the fake Slurm of tests/hpc_train/conftest.py (no Slurm in this tier) and a fake torchrun: one
+Python process that writes both nodes' heartbeats (n2's compute 3x n1's) and, on the notice,
+saves as a worker does (the stop marker) and exits. The real-Slurm test, with ``chaos slow``
+throttling a node, is tests/integration/test_stragglers.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_core import ledger
+from hpc_core.rundir import RunDir
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch import launcher
+from hpc_train.launch.restart_policy import Action, Decision
+from hpc_train.watch import straggler_monitor, stragglers
+from hpc_train.watch.hangs import Suspect
+from hpc_train.worker.heartbeat import Heartbeat
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def beat(run: RunDir, node: str, rank: int, compute_s: float) -> None:
+    hb = Heartbeat(run.heartbeats("7", 0, node), rank)
+    hb.compute(compute_s)
+    hb.completed(1)
+
+
+def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
+    run, clock = RunDir(tmp_path), Clock()
+    beat(run, "n1", 0, 0.10)
+    beat(run, "n2", 1, 0.14)  # 1.4x
+    beat(run, "n3", 2, 0.10)
+    notes: list[tuple[str, dict[str, Any]]] = []
+    lines: list[str] = []
+    watch = straggler_monitor.Watch(
+        run, "7", 0, ["n1", "n2", "n3", "n4"], stragglers.Limits(0.2, 60.0), False, False,
+        lambda kind, **data: notes.append((kind, data)), lines.append, clock,
+    )  # fmt: skip
+    assert watch.sample().compute_s == {"n1": 0.1, "n2": 0.14, "n3": 0.1}  # n4: no heartbeat
+    for _ in range(10):  # 0 ... 90 s
+        watch.check()
+        clock.now += 10
+    assert [kind for kind, _ in notes] == ["straggler"]
+    (_, data), (line,) = notes[0], lines
+    assert data["node"] == "n2" and data["ratio"] == pytest.approx(1.4) and data["seconds"] == 60
+    assert line.startswith("straggler: node n2") and "1.40x the median" in line
+    assert watch.evicted is None
+
+
+def test_the_eviction_decision():
+    requeue = Decision(Action.REQUEUE, "stopped on notice: requeueing (restart 1/20)", "notice")
+    node = Suspect("n2", None, "straggler: ...")
+    got = straggler_monitor.evicting(requeue, node)
+    assert (got.action, got.cause, got.why.endswith("evicting n2")) == (
+        Action.REQUEUE,
+        "straggler",
+        True,
+    )
+    assert straggler_monitor.evicting(requeue, None) is requeue
+    finished = Decision(Action.FINISHED, "training finished", "finished")
+    assert straggler_monitor.evicting(finished, node) is finished  # it ended first: nothing to do
+
+
+class SlowPeer(launcher.Launcher):
+    """torchrun replaced by one process writing both nodes' heartbeats (n2 3x slower); on the
+    notice it writes the stop marker, as the workers' save on notice does, and exits 0."""
+
+    def torchrun_command(self, start: launcher.Start, nproc: int, args: list[str]) -> list[str]:
+        body = (
+            "import os, signal, time; from pathlib import Path\n"
+            "from hpc_core.rundir import StopMarker, write_stop\n"
+            "from hpc_train.worker.heartbeat import Heartbeat\n"
+            "got = []; signal.signal(signal.SIGUSR2, lambda *a: got.append(1))\n"
+            "d = Path(os.environ['HPC_TRAIN_HEARTBEAT_DIR'])\n"
+            "for node, rank, s in ((d, 0, 0.1), (d.parent / 'n2', 1, 0.3)):\n"
+            "    hb = Heartbeat(node, rank); hb.compute(s); hb.completed(1); hb.training()\n"
+            "end = time.monotonic() + 20\n"
+            "while not got and time.monotonic() < end: time.sleep(0.02)\n"
+            "if not got: raise SystemExit(3)\n"
+            "write_stop(Path(os.environ['HPC_TRAIN_STOP_MARKER']), StopMarker(5, 'SIGUSR2'))\n"
+        )
+        return [sys.executable, "-c", body]
+
+
+def test_evict_stragglers_saves_drains_requeues_and_excludes_the_node(
+    tmp_path: Path, fake_slurm, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(straggler_monitor, "POLL_S", 0.05)
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    spec = JobSpec(
+        "tiny", Path("/d"), tmp_path, gpus_per_node=0, straggler_window=0.3,
+        evict_stragglers=True,
+    )  # fmt: skip
+    run = spec.run_dir
+    (run.node_report("42", 0, 1)).parent.mkdir(parents=True, exist_ok=True)
+    run.node_report("42", 0, 1).write_text('{"task": 1, "node": "n2", "gpus": 0}')
+    start = launcher.Start("42", 0, 2, "n1", 0, ("n1", "n2"))
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        SlowPeer(spec).run(start, gpus=0)
+    assert fake_slurm.requeued == ["42"] and fake_slurm.excluded == [("42", ["n2"])]
+    ((node, reason),) = fake_slurm.drained
+    assert node == "n2" and reason.startswith("hpc-train: straggler in job 42: node n2")
+    events = {e.kind: e for e in ledger.read(run.ledger)}
+    assert events["straggler"].get("node") == "n2"
+    assert events["straggler"].get("ratio") == pytest.approx(3.0)
+    assert events["blamed"].get("node") == "n2" and events["blamed"].get("drained") is True
+    assert events["stopped"].get("cause") == "straggler"
+    assert "evicting n2" in events["stopped"].get("why")

@@ -1,0 +1,96 @@
+"""``--save-interval auto``: Daly's interval from the run's own figures."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import pytest
+
+from hpc_train.job.spec import JobSpec, SpecError, parse_save_interval, validate
+from hpc_train.planning import plan
+from hpc_train.worker import save_interval
+from hpc_train.worker.save_interval import AutoInterval
+
+
+def test_interval_in_updates_is_dalys_interval_over_the_update_time():
+    # C = 2 s, M = 3600 s: Young sqrt(2*2*3600) = 120 s; Daly: 120 * (1 + sqrt(1/3600)/3 +
+    # (1/3600)/9) - 2 = 118.67 s; at 0.5 s per update: 237 updates
+    assert plan.daly_interval(2, 3600) == pytest.approx(118.67, abs=0.01)
+    assert save_interval.interval_updates(2, 0.5, 3600) == 237
+    assert save_interval.interval_updates(0.0, 10.0, 3600) == 1  # never below one update
+
+
+def test_rank_0_proposes_at_its_first_timed_update_and_after_each_save_only():
+    said: list[str] = []
+    auto = AutoInterval(mtbf_s=3600, estimated_save_s=2.0, log=said.append)
+    auto.completed(0.0)  # the first update: nothing timed yet (start-up)
+    assert auto.proposal() == 0
+    auto.step_ended(0.0, 1.0, saved=False)
+    auto.completed(1.5)  # one update of 0.5 s
+    assert auto.proposal() == 237  # the estimate: C = 2 s
+    auto.step_ended(1.5, 1.6, saved=False)
+    auto.completed(2.1)
+    assert auto.proposal() == 0  # between saves the interval holds
+    auto.step_ended(2.1, 2.6, saved=True)  # a save point measured: 0.5 s
+    auto.completed(3.1)
+    expected = round(plan.daly_interval(0.5, 3600) / 0.5)
+    assert auto.proposal() == expected < 237
+    assert said[0].startswith("save interval: every 237 updates") and "estimated" in said[0]
+    assert f"every {expected} updates" in said[1] and "measured" in said[1]
+
+
+def test_only_rank_0_under_auto_gets_a_chooser():
+    env = {save_interval.AUTO_ENV: "7200:1.5"}
+    auto = AutoInterval.from_env(env)
+    assert auto is not None and auto.mtbf_s == 7200 and auto.save_s == 1.5
+    assert AutoInterval.from_env({**env, "RANK": "3"}) is None
+    assert AutoInterval.from_env({}) is None
+
+
+def test_the_launcher_passes_the_job_mtbf_of_this_start(tmp_path):
+    spec = JobSpec("tiny", tmp_path, tmp_path, save_interval="auto", mtbf_hours=100)
+    value = save_interval.env_for(spec, nodes=4, gpu=False)[save_interval.AUTO_ENV]
+    mtbf, estimate = map(float, value.split(":"))
+    assert mtbf == pytest.approx(25 * 3600) and estimate > 0  # any of 4 nodes ends the start
+    assert save_interval.env_for(JobSpec("tiny", tmp_path, tmp_path), 4, False) == {}
+
+
+def test_save_interval_option_values(tmp_path):
+    assert parse_save_interval("AUTO") == "auto" and parse_save_interval("25") == "25"
+    for bad in ("0", "-3", "often", ""):
+        with pytest.raises(SpecError, match="--save-interval"):
+            parse_save_interval(bad)
+    spec = JobSpec("tiny", tmp_path, tmp_path, save_interval="25")
+    assert spec.save_interval_updates == 25
+    assert (
+        JobSpec("tiny", tmp_path, tmp_path).save_interval_updates
+        == spec.recipe.save_interval_updates
+    )
+    with pytest.raises(SpecError, match="--mtbf-hours"):
+        validate(JobSpec("tiny", tmp_path, tmp_path, mtbf_hours=0), check_paths=False)
+
+
+def test_fairseq_saves_at_the_interval_chosen_from_measured_costs(
+    corpus, tmp_path, tiny_run, monkeypatch
+):
+    """Real fairseq (one CPU process): the interval is set at update 2 from the estimate, then
+    from each measured save point, and fairseq saves exactly at its multiples."""
+    monkeypatch.setitem(os.environ, save_interval.AUTO_ENV, "10:0.05")  # job MTBF 10 s
+    tiny_run(corpus, tmp_path, 40, "--log-interval", "1")
+    log = (tmp_path / "train.log").read_text()
+    chosen = [
+        (m.start(), int(m.group(1)))
+        for m in re.finditer(r"save interval: every (\d+) updates", log)
+    ]
+    assert chosen and "estimated" in log and "measured" in log, log[-3000:]
+    saved = [
+        (m.start(), int(m.group(1)))
+        for m in re.finditer(r"Saved checkpoint \S+checkpoint_\d+_(\d+)\.pt", log)
+    ]
+    assert saved, log[-3000:]
+    for at, update in saved:  # each interval save is a multiple of the interval then in force
+        interval = [n for pos, n in chosen if pos < at][-1]
+        assert update % interval == 0, (update, interval)
+    assert math.isfinite(chosen[-1][1]) and len(saved) >= 2
