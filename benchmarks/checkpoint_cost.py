@@ -48,10 +48,10 @@ from typing import Any
 
 from benchmarks.report import fmt, ratio, run_and_write
 from hpc_core import instances, ledger
-from hpc_core.rundir import START_ENV, RunDir
+from hpc_core.rundir import RunDir
+from hpc_train import contract
 from hpc_train.job.command_lines import fairseq_args
 from hpc_train.job.spec import JobSpec
-from hpc_train.worker import async_save
 
 MODES = ("none", "sync", "async")
 GPU_INSTANCE = "p5.48xlarge"  # --gpu: an H100's precision (bf16) and batch rules
@@ -137,10 +137,10 @@ def run_mode(
         subprocess.run(["rm", "-rf", str(save)], check=True)
     save.mkdir(parents=True)
     times = work / f"{mode}-times.json"
-    env = {**os.environ, START_ENV: "bench:0"}  # rank 0 records its saves in the ledger
+    env = {**os.environ, contract.START: "bench:0"}  # rank 0 records its saves in the ledger
     if not gpu:
         env.update(instances.plain(instances.cpu_env()))  # as the launcher runs a CPU rank
-    env[async_save.SYNC_SAVE_ENV] = "1" if mode == "sync" else "0"
+    env[contract.SYNC_SAVE] = "1" if mode == "sync" else "0"
     os.sync()  # the previous run's dirty pages are not this run's to write
     started = time.monotonic()
     argv = [sys.executable, "-m", "benchmarks.checkpoint_cost", WORKER, str(times)]

@@ -37,14 +37,13 @@ old file or the new one, whole, never a mix; a write killed half-way leaves only
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,14 +52,8 @@ LAST = "checkpoint_last.pt"
 INTERVAL_RE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
 TASK_LOG_RE = re.compile(r"(\d+)_(\d+)_log\.(out|err)")
 STATE = ".hpc-train"
-# Set by the launcher in each worker's environment: the worker's stop marker, as a value.
-STOP_MARKER_ENV = "HPC_TRAIN_STOP_MARKER"
-# Set by the launcher in each worker's environment: where the worker's heartbeat goes.
-HEARTBEAT_DIR_ENV = "HPC_TRAIN_HEARTBEAT_DIR"
 HANG_DECLARED = "hang.json"  # in an incident dir: the first node that saw the hang
 SUSPECT = "suspect.json"  # in an incident dir: task 0's verdict (node, rank, why, drained)
-# ... and the (job, restart) this start is, for the worker's ledger events: "JOB:RESTART".
-START_ENV = "HPC_TRAIN_START"
 
 
 # --- atomic writes ----------------------------------------------------------------------------
@@ -129,33 +122,11 @@ def atomic_copy(src: Path | str, dst: Path | str, overwrite: bool = True) -> boo
     return True
 
 
-# --- what the launcher and the workers exchange ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StopMarker:
-    """A worker saved ``checkpoint_last.pt`` at ``update`` on a notice and stopped."""
-
-    update: int
-    signal: str | None  # the notice's signal name; None when a peer rank had it
-    time: float = field(default_factory=time.time)
-
-
-@dataclass(frozen=True)
-class ResumeDecision:
-    """Task 0's decision for one start, which every node follows."""
-
-    args: list[str]  # fairseq arguments (``--continue-once PATH`` for a fallback)
-    at_update: int  # the update the resumed checkpoint was saved at (0: fresh start)
-    reason: str = ""
-    ranks_per_node: int = 1  # the geometry every node uses (``hpc_train.launch.geometry``)
-    use_gpu: bool = False
-    refused: str = ""  # non-empty: this start does not run (a node is short of GPUs)
-    bad_nodes: list[str] = field(default_factory=list)
+# --- files the launcher and the workers exchange (their schemas: hpc_train.contract) ---------
 
 
 def heartbeat_file(directory: Path, rank: int) -> Path:
-    """A rank's heartbeat in the directory its launcher passed (``HEARTBEAT_DIR_ENV``)."""
+    """A rank's heartbeat in the directory its launcher passed (``hpc_train.contract``)."""
     return directory / f"rank-{rank}.json"
 
 
@@ -202,15 +173,6 @@ def incident_reports(incident: Path) -> list[Path]:
 
 def incident_stacks(incident: Path, rank: int) -> Path:
     return incident / f"stacks-rank{rank}.txt"
-
-
-def _write_json(path: Path, value: Any) -> None:
-    atomic_write(path, json.dumps(asdict(value)))
-
-
-def write_stop(path: Path, marker: StopMarker) -> None:
-    """Record a save on notice at ``path`` (the worker gets the path from its launcher)."""
-    _write_json(path, marker)
 
 
 @dataclass(frozen=True)
@@ -330,14 +292,3 @@ class RunDir:
 
     def resume_decision(self, job_id: str, restart: int) -> Path:
         return self.state / f"resume-{job_id}-{restart}.json"
-
-    def read_stop(self, job_id: str, restart: int) -> StopMarker | None:
-        path = self.stop_marker(job_id, restart)
-        return StopMarker(**json.loads(path.read_text())) if path.exists() else None
-
-    def write_decision(self, job_id: str, restart: int, decision: ResumeDecision) -> None:
-        _write_json(self.resume_decision(job_id, restart), decision)
-
-    def read_decision(self, job_id: str, restart: int) -> ResumeDecision | None:
-        path = self.resume_decision(job_id, restart)
-        return ResumeDecision(**json.loads(path.read_text())) if path.exists() else None

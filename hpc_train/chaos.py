@@ -31,7 +31,7 @@ from pathlib import Path
 
 from hpc_core import slurm
 from hpc_train import cli
-from hpc_train.faults import failures
+from hpc_train.contract import CrashRequest, write_crash_request
 from hpc_train.runs import index
 from hpc_train.worker import async_save
 
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"job {args.job_id} requeued")
         elif args.action == "crash":
             run = index.resolve(args.job_id).dir
-            failures.inject(run, args.at_update, args.rank)
+            write_crash_request(run, CrashRequest(args.at_update, args.rank))
             print(f"rank {args.rank} of job {args.job_id} will raise at update {args.at_update}")
         elif args.action == "slow-save":
             async_save.ask_slow_saves(index.resolve(args.job_id).dir, args.seconds)

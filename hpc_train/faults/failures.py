@@ -13,20 +13,17 @@ the update it had reached, the exception's type and first line, and a class:
                      log and the ledger, instead of spending the restart budget on it.
 
 A rank killed by a signal (the OOM killer, a node failure, a hang's kill) leaves no report: its
-start counts as a crash, retried. Also here: ``chaos JOB crash --at-update N`` (a crash injected
-on purpose, a user error, through a file the workers look for at every update).
+start counts as a crash, retried. The rank's side (writing the report, a crash injected by
+``chaos JOB crash``) is ``hpc_train.worker.crash``; this module is task 0's reading of them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from hpc_core.rundir import RunDir, atomic_write
-from hpc_train.worker import ledger_hooks
+from hpc_core.rundir import RunDir
+from hpc_train.contract import FailureRecord, read_failure_fields, write_failure
 
 # an infrastructure error that only says a *peer* went away: the reporting rank is a witness
 PEER_MARKS = (
@@ -42,11 +39,8 @@ INFRASTRUCTURE = "infrastructure"
 
 
 @dataclass(frozen=True)
-class Failure:
-    rank: int
-    update: int  # the last update this rank had reached when it raised
-    type: str
-    message: str  # the exception's first line
+class Failure(FailureRecord):
+    """A rank's report (``contract.FailureRecord``), classified."""
 
     @property
     def cause(self) -> str:
@@ -90,68 +84,15 @@ def repeated(now: Sequence[Failure], before: Sequence[Failure]) -> Failure | Non
     return this if this.signature == last.signature else None
 
 
-def write(run: RunDir, job: str, restart: int, failure: Failure) -> None:
-    atomic_write(run.failure_report(job, restart, failure.rank), json.dumps(asdict(failure)))
+def write(run: RunDir, job: str, restart: int, failure: FailureRecord) -> None:
+    write_failure(run, job, restart, failure)
 
 
 def read(run: RunDir, job: str, restart: int) -> list[Failure]:
     out = []
-    for path in run.failure_reports(job, restart):
+    for fields in read_failure_fields(run, job, restart):
         try:
-            out.append(Failure(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue  # a report cut short is no evidence
+            out.append(Failure(**fields))
+        except TypeError:
+            continue  # not a report of this schema: no evidence
     return out
-
-
-def from_exception(err: BaseException, rank: int, update: int) -> Failure:
-    lines = str(err).strip().splitlines()
-    return Failure(rank, update, type(err).__name__, lines[0][:300] if lines else "")
-
-
-def report_crash(run: RunDir, env: Mapping[str, str], err: BaseException, update: int) -> None:
-    """The worker's last act before an exception ends it (outside a launcher: nothing)."""
-    start = ledger_hooks.start_of(env)
-    if start is None or isinstance(err, KeyboardInterrupt | SystemExit):
-        return
-    rank = int(env.get("RANK", "0"))
-    with contextlib.suppress(OSError):  # the exception itself still reaches the log
-        write(run, *start, from_exception(err, rank, update))
-
-
-class InjectedCrash(RuntimeError):
-    """``chaos JOB crash``: raised on purpose by a worker (a user error by class)."""
-
-
-def inject(run: RunDir, update: int, rank: int) -> None:
-    """Ask every run of this save dir to raise in ``rank`` when it reaches ``update``."""
-    atomic_write(run.chaos_crash, json.dumps({"update": update, "rank": rank}))
-
-
-def crash_if_asked(run: RunDir, update: int, rank: int) -> None:
-    """Called at every update: one stat() unless a crash was injected (then one read)."""
-    path = run.chaos_crash
-    if not path.exists():
-        return
-    try:
-        asked: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
-    if asked.get("update") == update and asked.get("rank", 0) == rank:
-        raise InjectedCrash(f"chaos: crash injected at update {update} on rank {rank}")
-
-
-def install(run: RunDir, env: Mapping[str, str], progress: dict[str, int]) -> None:
-    """Track the update this rank reached (``progress["update"]``, for its crash report) and
-    raise an injected crash when asked, from fairseq's per-update step."""
-    import fairseq_cli.train as fairseq_train
-
-    step = fairseq_train.validate_and_save
-    rank = int(env.get("RANK", "0"))
-
-    def validate_and_save(cfg: Any, trainer: Any, *args: Any, **kwargs: Any) -> Any:
-        progress["update"] = trainer.get_num_updates()
-        crash_if_asked(run, progress["update"], rank)
-        return step(cfg, trainer, *args, **kwargs)
-
-    fairseq_train.validate_and_save = validate_and_save

@@ -21,10 +21,10 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
+from hpc_train.contract import read_beats, read_stop
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.failures import INFRASTRUCTURE, Failure
-from hpc_train.worker.heartbeat import read_beats
 
 EVIDENCE_WAIT_S = 15.0
 Log = Callable[[str], None]
@@ -115,7 +115,7 @@ def unrecorded_end(run: RunDir, job: str, restart: int) -> list[str]:
     """The nodes of the start before ``restart`` if it ended without a word from the toolkit (no
     save on notice, no stop task 0 recorded): Slurm ended and requeued it itself (NODE_FAIL, an
     administrator's requeue). Empty otherwise."""
-    if restart == 0 or run.read_stop(job, restart - 1) is not None:
+    if restart == 0 or read_stop(run, job, restart - 1) is not None:
         return []
     events = [e for e in ledger.read(run.ledger) if (e.job, e.restart) == (job, restart - 1)]
     if any(e.kind in ("stopped", "blamed") for e in events):

@@ -41,12 +41,23 @@ def torchrun_argv(
     ]
 
 
-def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], batch.BatchPlan]:
-    """fairseq-train arguments for ``spec`` on ``world_size`` ranks; raises ValueError if the
-    global batch cannot be kept (smaller than one step of this world)."""
-    recipe: presets.Preset = spec.recipe
+def batch_plan(spec: JobSpec, world_size: int, gpu: bool) -> batch.BatchPlan:
+    """The batch plan of ``spec`` on ``world_size`` ranks (the global batch kept by
+    ``--update-freq``); ValueError if it cannot be kept (smaller than one step of this world)."""
     per_device = spec.device_batch(gpu, world_size)
-    plan = batch.plan(spec.sequences_per_update, per_device, world_size)
+    return batch.plan(spec.sequences_per_update, per_device, world_size)
+
+
+def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], batch.BatchPlan]:
+    """fairseq-train arguments for ``spec`` on ``world_size`` ranks, and their batch plan."""
+    plan = batch_plan(spec, world_size, gpu)
+    return fairseq_argv(spec, plan, gpu), plan
+
+
+def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
+    """fairseq-train arguments for ``spec`` with a decided batch ``plan`` (task 0's, at a start)."""
+    recipe: presets.Preset = spec.recipe
+    per_device = plan.batch_per_device
     save_dir = Path(spec.save_dir)
     args = [
         str(spec.data),
@@ -79,7 +90,7 @@ def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], 
         args += ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
         args += ["--num-workers", "0"]
     args += list(spec.extra_args)
-    return args, plan
+    return args
 
 
 def shell(argv: Sequence[str]) -> str:

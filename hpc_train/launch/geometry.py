@@ -13,12 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class NodeReport:
-    task: int
-    node: str
-    gpus: int  # usable GPUs: 0 when CUDA is absent or broken
+from hpc_train.contract import NodeReport
 
 
 @dataclass(frozen=True)

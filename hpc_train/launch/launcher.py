@@ -30,25 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core import instances, ledger, slurm
-from hpc_core.rundir import (
-    HEARTBEAT_DIR_ENV,
-    START_ENV,
-    STOP_MARKER_ENV,
-    ResumeDecision,
-)
 from hpc_core.wait import FAST, wait_until
+from hpc_train.contract import StartDecision, WorkerEnv, node_name, read_stop
 from hpc_train.faults import agent_exit, failures, node_blame
 from hpc_train.job import command_lines
-from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
 from hpc_train.launch import notify, restart_policy
 from hpc_train.launch.restart_policy import Action
 from hpc_train.launch.spot import SpotWatcher, endpoint_to_watch
-from hpc_train.launch.starts import Start, decide_start, previous_stop, start_key
+from hpc_train.launch.starts import Start, batch_plan_of, decide_start, previous_stop, start_key
 from hpc_train.planning import costs
+from hpc_train.planning import plan as plan_mod
 from hpc_train.watch import hang_monitor, straggler_monitor
-from hpc_train.worker import async_save, ledger_hooks, local_tier, save_interval
-from hpc_train.worker.heartbeat import node_name
 
 # checkpoint() waits for the save on notice at most this long: HPC_TRAIN_SAVE_WAIT_S if set, else
 # the need of the run's slowest recent save (the ledger's) or, before one, the preset's estimate
@@ -161,14 +154,6 @@ class Launcher:
 
         return handler
 
-    def plan_node(self, nnodes: int, gpus: int) -> tuple[bool, int, list[str], BatchPlan]:
-        """(use_gpu, ranks on this node, fairseq args, batch plan) for this start."""
-        spec = self.spec
-        use_gpu = spec.gpus_per_node > 0 and gpus > 0
-        nproc = min(spec.gpus_per_node, gpus) if use_gpu else 1
-        args, plan = command_lines.fairseq_args(spec, nnodes * nproc, use_gpu)
-        return use_gpu, nproc, args, plan
-
     def torchrun_command(self, start: Start, nproc: int, args: list[str]) -> list[str]:
         return command_lines.torchrun_argv(
             torchrun_path(), start.num_nodes, nproc, start.first_host, start.job_id, args
@@ -195,11 +180,12 @@ class Launcher:
         if not restart_policy.restart_allowed(start.restart, spec.max_restarts):
             raise RuntimeError(f"restart budget exhausted (--max-restarts {spec.max_restarts})")
         spec.save_dir.mkdir(parents=True, exist_ok=True)
-        decision = decide_start(run, start, spec.gpus_per_node, gpus, log)
+        decision = decide_start(run, start, spec, gpus, log)
         if decision.refused:
             self.refuse(start, decision)
-        decided = decision.ranks_per_node if decision.use_gpu else 0
-        use_gpu, nproc, args, plan = self.plan_node(start.num_nodes, decided)
+        use_gpu, nproc = decision.use_gpu, decision.ranks_per_node
+        plan = batch_plan_of(spec, decision)  # task 0's, for every node
+        args = command_lines.fairseq_argv(spec, plan, use_gpu)
         if spec.gpus_per_node > 0 and not use_gpu:
             log(f"no GPU visible: falling back to CPU ranks (gloo, legacy_ddp), {nproc} per node")
         log(f"node {start.task + 1}/{start.num_nodes}, {nproc} rank(s) here; {plan.describe()}")
@@ -215,20 +201,22 @@ class Launcher:
             log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
             self.note("finished", why="max-update reached before this start")
             return done
-        env = dict(os.environ)
         self._marker = run.stop_marker(*start_key(start))
-        env[STOP_MARKER_ENV] = str(self._marker)
-        env[START_ENV] = ledger_hooks.start_value(*start_key(start))
-        env[async_save.SYNC_SAVE_ENV] = "1" if spec.sync_save else "0"
-        env.update(save_interval.env_for(spec, start.num_nodes, use_gpu))
-        if spec.local_save_dir is not None:  # tiered saves: this run's dir on local disk
-            env[local_tier.LOCAL_SAVE_ENV] = str(run.local_tier(spec.local_save_dir))
-        if not spec.no_watchdog:
-            env[HEARTBEAT_DIR_ENV] = str(run.heartbeats(*start_key(start), node_name()))
+        beats = run.heartbeats(*start_key(start), node_name())
+        worker = WorkerEnv(
+            save_dir=spec.save_dir,
+            start=start_key(start),
+            stop_marker=self._marker,
+            heartbeat_dir=None if spec.no_watchdog else beats,
+            sync_save=spec.sync_save,
+            # tiered saves: this run's dir on node-local disk
+            local_save_dir=run.local_tier(spec.local_save_dir) if spec.local_save_dir else None,
+            auto_interval=plan_mod.auto_interval(spec, start.num_nodes, use_gpu),
+        )
+        env = {**os.environ, **worker.to_env()}
         if not use_gpu:
             env.update(instances.plain(instances.cpu_env()))
-        else:  # NCCL's flight recorder, dumped on a hang (incidents) or an NCCL timeout
-            beats = run.heartbeats(*start_key(start), node_name())
+        else:  # NCCL's flight recorder, dumped on a hang (hang_monitor) or an NCCL timeout
             env.update(hang_monitor.flight_recorder_env(beats))
         argv = self.torchrun_command(start, nproc, args + decision.args)
         log(f"running: {command_lines.shell(argv)}")
@@ -257,7 +245,7 @@ class Launcher:
             evicted = slow.stop() if slow else None  # --evict-stragglers: the node it evicted
         if watcher:
             watcher.stop()
-        saved = run.read_stop(*start_key(start)) is not None
+        saved = read_stop(run, *start_key(start)) is not None
         # a SIGTERM after the save on notice is the requeue ending the job, not a cancel
         cancelled = returncode != 0 and not saved and self.cancelled(start.job_id)
         # the watchdog's kill makes the peers report lost connections: that is not the cause
@@ -291,7 +279,7 @@ class Launcher:
         time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
         raise RuntimeError("requeue did not take effect")
 
-    def refuse(self, start: Start, decision: ResumeDecision) -> None:
+    def refuse(self, start: Start, decision: StartDecision) -> None:
         """The start cannot run (a node short of GPUs): task 0 blames those nodes, drains them
         (unless --no-drain), requeues without them; every task fails this start."""
         why = f"start refused: {decision.refused}"

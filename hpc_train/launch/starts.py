@@ -2,24 +2,34 @@
 makes for every node (geometry and what to resume from).
 
 Each node's launcher writes what it found (``NodeReport``: its GPUs) to the run directory; task 0
-waits for every node's report, decides, and writes one ``ResumeDecision`` that the other tasks
+waits for every node's report, decides, and writes one ``contract.StartDecision`` that the other tasks
 wait for and use as is: one world per start, never one computed per node.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from hpc_core import ledger
-from hpc_core.rundir import ResumeDecision, RunDir, atomic_write
+from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
+from hpc_train.contract import (
+    NodeReport,
+    StartDecision,
+    node_name,
+    read_decision,
+    read_node_reports,
+    read_stop,
+    write_decision,
+    write_node_report,
+)
 from hpc_train.faults import quarantine
+from hpc_train.job import command_lines
+from hpc_train.job.batch import BatchPlan
+from hpc_train.job.spec import JobSpec
 from hpc_train.launch import geometry
-from hpc_train.launch.geometry import NodeReport
 from hpc_train.worker import checkpoints
-from hpc_train.worker.heartbeat import node_name
 
 DECISION_WAIT_S = 300.0
 
@@ -40,7 +50,7 @@ def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
     """Why the previous run of this job ended, for the log."""
     if restart == 0:
         return "first start"
-    marker = run.read_stop(job_id, restart - 1)
+    marker = read_stop(run, job_id, restart - 1)
     if marker is not None:
         return f"saved on notice ({marker.signal or 'peer'}) at update {marker.update}"
     for event in reversed(ledger.read(run.ledger)):  # task 0 said why it stopped (a hang ...)
@@ -50,56 +60,51 @@ def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
     return "no save on notice (node failure, requeue or crash): last periodic checkpoint"
 
 
-def node_reports(run: RunDir, job_id: str, restart: int, nodes: int) -> list[NodeReport] | None:
-    """Every node's report for this start, or None while one is missing."""
-    reports = []
-    for task in range(nodes):
-        path = run.node_report(job_id, restart, task)
-        if not path.exists():
-            return None
-        reports.append(NodeReport(**json.loads(path.read_text())))
-    return reports
-
-
 def decide_start(
-    run: RunDir, start: Start, gpus_per_node: int, gpus: int, log: Callable[[str], None]
-) -> ResumeDecision:
-    """Every node reports its GPUs; task 0 decides the geometry (``hpc_train.launch.geometry``, a
-    quarantined node refused) and what to resume from (verifying the checkpoints), the other
-    tasks wait for its decision."""
+    run: RunDir, start: Start, spec: JobSpec, gpus: int, log: Callable[[str], None]
+) -> StartDecision:
+    """Every node reports its GPUs; task 0 decides for all, once: the geometry
+    (``geometry.decide``, a quarantined node refused), the batch plan for that world and what to
+    resume from (verifying the checkpoints); the other tasks wait for its decision."""
     job_id, restart = start_key(start)
-    report = NodeReport(start.task, node_name(), gpus)
-    atomic_write(run.node_report(job_id, restart, start.task), json.dumps(asdict(report)))
-    if start.task == 0:
-        reports = wait_until(
-            lambda: node_reports(run, job_id, restart, start.num_nodes),
-            "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
-        )  # fmt: skip
-        shape = geometry.decide(gpus_per_node, reports, quarantine.nodes(run))
-        if shape.refused:
-            decision = ResumeDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
-                                      shape.refused, list(shape.bad_nodes))  # fmt: skip
-            run.write_decision(job_id, restart, decision)
-            return decision
-        resume = checkpoints.choose_resume(run.root)
-        log(f"resume: {resume.reason}")
-        if resume.moved_aside:
-            log(f"kept the bad checkpoint as {resume.moved_aside}")
-        decision = ResumeDecision(
-            resume.fairseq_args(), resume.at_update, resume.reason,
-            shape.ranks_per_node, shape.use_gpu,
-        )  # fmt: skip
-        run.write_decision(job_id, restart, decision)
+    write_node_report(run, job_id, restart, NodeReport(start.task, node_name(), gpus))
+    if start.task != 0:
+        try:
+            return wait_until(
+                lambda: read_decision(run, job_id, restart),
+                "task 0's decision", timeout=DECISION_WAIT_S, backoff=FAST,
+            )  # fmt: skip
+        except TimeoutError:
+            raise RuntimeError(f"task 0 wrote no decision in {DECISION_WAIT_S:.0f} s") from None
+    reports = wait_until(
+        lambda: read_node_reports(run, job_id, restart, start.num_nodes),
+        "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
+    )  # fmt: skip
+    shape = geometry.decide(spec.gpus_per_node, reports, quarantine.nodes(run))
+    if shape.refused:
+        decision = StartDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
+                                 refused=shape.refused, bad_nodes=list(shape.bad_nodes))  # fmt: skip
+        write_decision(run, job_id, restart, decision)
         return decision
-    try:
-        return wait_until(
-            lambda: run.read_decision(job_id, restart),
-            "task 0's decision",
-            timeout=DECISION_WAIT_S,
-            backoff=FAST,
-        )
-    except TimeoutError:
-        raise RuntimeError(f"task 0 wrote no decision in {DECISION_WAIT_S:.0f} s") from None
+    plan = command_lines.batch_plan(spec, shape.nodes * shape.ranks_per_node, shape.use_gpu)
+    resume = checkpoints.choose_resume(run.root)
+    log(f"resume: {resume.reason}")
+    if resume.moved_aside:
+        log(f"kept the bad checkpoint as {resume.moved_aside}")
+    decision = StartDecision(
+        resume.fairseq_args(), resume.at_update, resume.reason, shape.ranks_per_node,
+        shape.use_gpu, plan.world_size, plan.batch_per_device, plan.update_freq,
+    )  # fmt: skip
+    write_decision(run, job_id, restart, decision)
+    return decision
+
+
+def batch_plan_of(spec: JobSpec, decision: StartDecision) -> BatchPlan:
+    """The batch plan task 0 decided, as a value (never recomputed on a node)."""
+    return BatchPlan(
+        spec.sequences_per_update, decision.batch_per_device, decision.world_size,
+        decision.update_freq,
+    )  # fmt: skip
 
 
 def start_key(start: Start) -> tuple[str, int]:

@@ -34,7 +34,7 @@ from typing import Any
 from hpc_core import instances
 from hpc_train import cli
 from hpc_train.job import presets
-from hpc_train.job.spec import SIGNAL_DELAY_S
+from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
 from hpc_train.planning import costs
 
 PRICES = Path(__file__).with_name("prices.toml")
@@ -85,6 +85,14 @@ def job_mtbf_s(node_mtbf_h: float, nodes: int, spot_rate_per_h: float = 0.0) -> 
         raise PlanError(f"--spot-rate must be >= 0 (got {spot_rate_per_h:g})")
     node_rate = 1 / node_mtbf_h + spot_rate_per_h
     return 3600 / (node_rate * nodes)
+
+
+def auto_interval(spec: JobSpec, nodes: int, gpu: bool) -> tuple[float, float] | None:
+    """``--save-interval auto`` on ``nodes`` nodes: (the job's MTBF s, the preset's estimated
+    save s) for rank 0's chooser (``worker.save_interval``); None for a fixed interval."""
+    if spec.save_interval != "auto":
+        return None
+    return job_mtbf_s(spec.mtbf_hours, nodes), costs.estimated_save_s(spec.preset, gpu)
 
 
 def _check_positive(**values: float) -> None:

@@ -47,9 +47,9 @@ from hpc_core.rundir import (
     stacks_file,
 )
 from hpc_core.wait import FAST, Backoff, wait_until
+from hpc_train.contract import STACKS_SIGNAL, Beat, read_beats
 from hpc_train.watch import hangs
-from hpc_train.watch.hangs import Beat, RankReport, Suspect
-from hpc_train.worker.heartbeat import STACKS_SIGNAL, read_beats
+from hpc_train.watch.hangs import RankReport, Suspect
 
 POLL_S = 2.0  # how often each launcher reads its ranks' heartbeats
 STACK_WAIT_S = 5.0  # for the ranks' faulthandler output after SIGUSR1

@@ -27,28 +27,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-TRAIN = "train"  # training the next update
-CHECKPOINT = "checkpoint"  # in fairseq's validate_and_save: validation and saves happen here
-EPOCH = "epoch"  # the epoch ended: validation, save, then the next epoch's iterator
-STOPPING = "stopping"  # max-update reached (or a save on notice): final save, then exit
-STARTUP = "startup"  # the rank is up (its stacks armed), no update yet: the start-up allowance
+from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, Beat
+
 SLOW_PHASES = frozenset({CHECKPOINT, EPOCH, STOPPING})
-
-
-@dataclass(frozen=True)
-class Beat:
-    """One rank's heartbeat (the JSON file ``hpc_core.rundir.heartbeat_file``)."""
-
-    rank: int
-    node: str
-    pid: int
-    update: int  # the last update it completed
-    time: float  # when (time.time())
-    phase: str = TRAIN  # what it went on to do
-    slowest_s: float | None = None  # the slowest of its recent updates; None: none timed yet
-    compute_s: float | None = (
-        None  # median own compute per recent update (hpc_train.watch.stragglers)
-    )
 
 
 @dataclass(frozen=True)

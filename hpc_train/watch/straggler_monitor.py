@@ -27,12 +27,12 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from hpc_core.rundir import RunDir
+from hpc_train.contract import node_name, read_beats
 from hpc_train.faults import node_blame
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch.restart_policy import Action, Decision, restart_allowed
 from hpc_train.watch import stragglers
 from hpc_train.watch.hangs import Suspect
-from hpc_train.worker.heartbeat import node_name, read_beats
 
 POLL_S = 5.0  # how often task 0 reads every node's heartbeats
 KEEP_S = 3600.0  # samples kept beyond the window (the streak only needs the window)

@@ -15,7 +15,7 @@ previous save plus the snapshot.
   (``CheckpointWriteError``); what was queued behind it (its copies) is skipped.
 - fairseq's own ``--write-checkpoints-asynchronously`` writes tensors that training keeps
   changing and skips the copy to ``checkpoint_last.pt``; it is not used.
-- ``--sync-save`` (``SYNC_SAVE_ENV`` in the workers' environment) keeps fairseq's synchronous save.
+- ``--sync-save`` (``contract.WorkerEnv.sync_save``) keeps fairseq's synchronous save.
 
 Tiered saves (``--local-save-dir``): with a local tier the writer thread hands a periodic save
 to ``hpc_train.worker.local_tier`` (written to node-local disk, then copied to the save dir, older local
@@ -27,7 +27,7 @@ background write of that run first sleeps S seconds (counted in its write second
 file system's would be), so a preemption can be made to land while a write is in flight. The
 writer looks for ``RunDir.chaos_slow_save`` once per save: one stat() when it is absent.
 
-Nothing here imports torch or fairseq at module level (the launcher imports ``SYNC_SAVE_ENV``).
+Nothing here imports torch or fairseq at module level.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from hpc_train.worker import local_tier
 logger = logging.getLogger("hpc_train.worker.async_save")
 
 # Set to "1" by the launcher in each worker's environment for ``--sync-save``.
-SYNC_SAVE_ENV = "HPC_TRAIN_SYNC_SAVE"
 
 
 class CheckpointWriteError(RuntimeError):
@@ -67,10 +66,6 @@ class SaveStats:
     snapshot_s: float
     write_s: float
     copy_s: float | None = None
-
-
-def sync_requested(env: Mapping[str, str]) -> bool:
-    return env.get(SYNC_SAVE_ENV, "") not in ("", "0")
 
 
 def ask_slow_saves(run: RunDir, seconds: float) -> None:
@@ -371,30 +366,33 @@ def when_durable(task: Callable[[], None], what: str = "a record") -> None:
         _saver.after_writes(task, what, critical=False)
 
 
-def install(env: Mapping[str, str], run: RunDir | None = None) -> AsyncSaver | None:
-    """Route fairseq's Trainer.save_checkpoint through an AsyncSaver, unless ``--sync-save``;
-    with ``local_tier.LOCAL_SAVE_ENV``, through the local tier (``local_tier.from_env``).
+def install(
+    run: RunDir | None = None,
+    sync: bool = False,
+    local_dir: Path | None = None,
+    direct: Callable[[], bool] = lambda: False,
+) -> AsyncSaver | None:
+    """Route fairseq's Trainer.save_checkpoint through an AsyncSaver, unless ``sync``
+    (``--sync-save``); with ``local_dir`` (a usable local tier), through node-local disk first.
 
-    ``run``: the run whose ``chaos JOB slow-save`` the writer obeys. Call after
-    ``checkpoints.install_atomic_writes`` (the deferred copies are its atomic ones)."""
+    ``run``: the run whose ``chaos JOB slow-save`` the writer obeys. ``direct``: whether the save
+    being made skips the local tier (``preemption.saving_on_notice``: the notice's save). Call
+    after ``checkpoints.install_atomic_writes`` (the deferred copies are its atomic ones)."""
     global _saver
-    if sync_requested(env):
+    if sync:
         logger.info("synchronous checkpoint saves (--sync-save)")
         return None
     from fairseq import checkpoint_utils
     from fairseq.trainer import Trainer
 
-    from hpc_train.worker import preemption  # imports this module: not at the top
-
-    saver = AsyncSaver(local_dir=local_tier.from_env(env), run=run)
+    saver = AsyncSaver(local_dir=local_dir, run=run)
     copy_now = checkpoint_utils.PathManager.copy
     ls_now = checkpoint_utils.PathManager.ls
 
     def save_checkpoint(self: Any, filename: str, extra_state: dict[str, Any]) -> str | None:
         if not self.should_save_checkpoint_on_current_rank:
             return None
-        direct = preemption.saving_on_notice()  # the notice's save skips the local tier
-        snapshot_s = saver.save(self.state_dict(), filename, extra_state, direct=direct)
+        snapshot_s = saver.save(self.state_dict(), filename, extra_state, direct=direct())
         logger.info(f"snapshot for {filename} in {snapshot_s:.2f} s; writing in the background")
         return os.path.abspath(filename)
 

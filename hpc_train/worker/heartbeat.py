@@ -18,8 +18,6 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import signal
-import socket
 import statistics
 import time
 from collections import deque
@@ -29,16 +27,19 @@ from pathlib import Path
 from typing import IO
 
 from hpc_core.rundir import atomic_write, heartbeat_file, stacks_file
-from hpc_train.watch.hangs import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN, Beat
+from hpc_train.contract import (
+    CHECKPOINT,
+    EPOCH,
+    STACKS_SIGNAL,
+    STARTUP,
+    STOPPING,
+    TRAIN,
+    Beat,
+    node_name,
+)
 
-STACKS_SIGNAL = signal.SIGUSR1
 RECENT = 50  # the slowest of this many recent updates sets the allowance
 COMPUTE_RECENT = 20  # the median of this many updates' own compute times (stragglers)
-
-
-def node_name() -> str:
-    """The Slurm node this process runs on (emulated nodes share one host name)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 class Heartbeat:
@@ -91,16 +92,3 @@ class Heartbeat:
         max-update reached) to the end of training and the workers' exit."""
         self._write(STOPPING if stopping else EPOCH if end_of_epoch else TRAIN)
         self.training_since = None if end_of_epoch or stopping else self.clock()
-
-
-def read_beats(directory: Path, node: str | None = None) -> list[Beat]:
-    """The latest heartbeat of every rank in ``directory`` (only ``node``'s, if given)."""
-    beats = []
-    for path in sorted(directory.glob("rank-*.json")) if directory.is_dir() else []:
-        try:
-            beat = Beat(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            continue  # a rank's file being replaced right now: read it at the next poll
-        if node is None or beat.node == node:
-            beats.append(beat)
-    return beats

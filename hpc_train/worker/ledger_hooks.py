@@ -1,7 +1,7 @@
 """The worker's ledger events: the first update of each start, and every checkpoint save.
 
 Rank 0 alone writes them (one writer per event), to the ledger of the run it trains
-(``RunDir.ledger``); the launcher passes which start this is in ``HPC_TRAIN_START`` ("JOB:RESTART").
+(``RunDir.ledger``); the launcher passes which start this is (``contract.WorkerEnv``).
 Both hooks wrap fairseq functions the training loop looks up at call time:
 ``fairseq_cli.train.validate_and_save`` (called after every update) and
 ``fairseq.checkpoint_utils.save_checkpoint`` (every save: periodic, end of epoch, on notice).
@@ -15,23 +15,16 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from hpc_core import ledger
-from hpc_core.rundir import START_ENV, RunDir
+from hpc_core.rundir import RunDir
 
 
-def start_of(env: Mapping[str, str]) -> tuple[str, int] | None:
-    """(job, restart) from ``HPC_TRAIN_START``; None outside a launcher (a plain fairseq run)."""
-    job, sep, restart = env.get(START_ENV, "").partition(":")
-    return (job, int(restart)) if sep and job and restart.isdigit() else None
-
-
-def install(run: RunDir, env: Mapping[str, str]) -> bool:
-    """Wrap fairseq's update and save steps so rank 0 records them; False when not recording."""
-    start = start_of(env)
-    if start is None or env.get("RANK", "0") != "0":
+def install(run: RunDir, start: tuple[str, int] | None, rank: int) -> bool:
+    """Wrap fairseq's update and save steps so rank 0 records them (``start``: this start's
+    (job, restart)); False when not recording (another rank, or no launcher)."""
+    if start is None or rank != 0:
         return False
     import fairseq_cli.train as fairseq_train
     from fairseq import checkpoint_utils
@@ -88,8 +81,3 @@ def install(run: RunDir, env: Mapping[str, str]) -> bool:
     fairseq_train.validate_and_save = validate_and_save
     checkpoint_utils.save_checkpoint = save_checkpoint
     return True
-
-
-def start_value(job: str, restart: int) -> str:
-    """What the launcher puts in ``HPC_TRAIN_START`` for this start."""
-    return f"{job}:{restart}"

@@ -1,6 +1,6 @@
 """Tiered saves (``--local-save-dir``): periodic checkpoints land on node-local disk first.
 
-``LOCAL_SAVE_ENV`` (set by the launcher) names this run's directory on the node's local disk
+``contract.LOCAL_SAVE_DIR`` (set by the launcher) names this run's directory on the node's local disk
 (``RunDir.local_tier``). The background writer (``hpc_train.worker.async_save``) hands a periodic save
 to ``write_then_copy``: the snapshot is written to the local disk (atomic, durable there), then
 that file is copied to the save dir with the same protocol (``copy_durable``: temp, fsync,
@@ -11,7 +11,7 @@ Still one save in flight, and everything that waits for "durable" (``async_save.
 save dir: nothing ever believes in a checkpoint that is only local. Resume reads the save dir
 only (``checkpoints.choose_resume``). A save on notice (``preemption.saving_on_notice``) skips
 the local disk: it is written straight to the save dir, as without tiers. A local dir that
-cannot be made or written at start-up (``from_env``), or a local write that fails (disk full,
+cannot be made or written at start-up (``usable``), or a local write that fails (disk full,
 ``write_then_copy`` returns None), logs one line and the saves go straight to the save dir from
 then on: a save is never lost to the local tier.
 
@@ -37,7 +37,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ from hpc_core.rundir import RunDir, atomic_writer
 logger = logging.getLogger("hpc_train.worker.local_tier")
 
 # Set by the launcher with ``--local-save-dir``: this run's directory on node-local disk.
-LOCAL_SAVE_ENV = "HPC_TRAIN_LOCAL_SAVE_DIR"
 COPY_BLOCK = 16 << 20  # the copy to the save dir reads and writes in blocks this large
 
 
@@ -64,13 +63,11 @@ def problem(directory: Path) -> str | None:
     return None
 
 
-def from_env(env: Mapping[str, str]) -> Path | None:
-    """The local tier the launcher asked for (``LOCAL_SAVE_ENV``), if it is usable; one line
-    logged when it is not (the saves then go straight to the save dir)."""
-    value = env.get(LOCAL_SAVE_ENV, "")
-    if not value:
+def usable(directory: Path | None) -> Path | None:
+    """The local tier the launcher asked for (``contract.WorkerEnv.local_save_dir``), if it is
+    usable; one line logged when it is not (the saves then go straight to the save dir)."""
+    if directory is None:
         return None
-    directory = Path(value)
     found = problem(directory)
     if found is not None:
         logger.warning(f"local save dir {directory} unusable ({found}): saving to the save dir")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_core.rundir import StopMarker, write_stop
+from hpc_train.contract import StopMarker, write_stop
 from hpc_train.worker import async_save, save_interval
 from hpc_train.worker.heartbeat import Heartbeat
 from hpc_train.worker.save_interval import AutoInterval

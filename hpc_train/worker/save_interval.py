@@ -20,22 +20,12 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from hpc_train.job.spec import JobSpec
-from hpc_train.planning import costs, plan
+from hpc_train.planning import plan
 
-AUTO_ENV = "HPC_TRAIN_SAVE_INTERVAL_AUTO"  # "<job MTBF s>:<estimated save s>", set by the launcher
 RECENT = 50  # updates in the median
 logger = logging.getLogger("hpc_train.worker.save_interval")
-
-
-def env_for(spec: JobSpec, nodes: int, gpu: bool) -> dict[str, str]:
-    """The workers' environment for ``--save-interval auto`` on ``nodes`` nodes (else none)."""
-    if spec.save_interval != "auto":
-        return {}
-    mtbf_s = plan.job_mtbf_s(spec.mtbf_hours, nodes)
-    return {AUTO_ENV: f"{mtbf_s:.6g}:{costs.estimated_save_s(spec.preset, gpu):.6g}"}
 
 
 def interval_updates(save_s: float, update_s: float, mtbf_s: float) -> int:
@@ -59,13 +49,13 @@ class AutoInterval:
         self.interval: int | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> AutoInterval | None:
-        """The chooser for rank 0 under ``--save-interval auto``, logging to this module's
+    def for_rank(cls, inputs: tuple[float, float] | None, rank: int) -> AutoInterval | None:
+        """The chooser for rank 0 under ``--save-interval auto`` (``inputs``: the launcher's job
+        MTBF and estimated save, ``contract.WorkerEnv.auto_interval``), logging to this module's
         logger (the train log); None otherwise."""
-        mtbf, _, estimate = env.get(AUTO_ENV, "").partition(":")
-        if not mtbf or env.get("RANK", "0") != "0":
+        if inputs is None or rank != 0:
             return None
-        return cls(float(mtbf), float(estimate or 0), logger.info)
+        return cls(inputs[0], inputs[1], logger.info)
 
     def completed(self, now: float) -> None:
         """An update completed (validate-and-save begins)."""

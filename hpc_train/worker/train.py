@@ -28,13 +28,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpc_core.rundir import HEARTBEAT_DIR_ENV, STOP_MARKER_ENV, RunDir
-from hpc_train.faults import failures
+from hpc_core.rundir import RunDir
+from hpc_train.contract import WorkerEnv, rank_of
 from hpc_train.worker import (
     async_save,
     checkpoints,
     compute_time,
+    crash,
     ledger_hooks,
+    local_tier,
     preemption,
     save_interval,
 )
@@ -99,29 +101,30 @@ def stop_process_group() -> None:
         dist.destroy_process_group()
 
 
-def stop_marker(run: RunDir, env: Mapping[str, str]) -> Path:
-    """Where to record a save on notice: the path the launcher chose for this start, or (a
-    worker run by hand, outside the launcher) the run directory's marker for a local run."""
-    return Path(env[STOP_MARKER_ENV]) if STOP_MARKER_ENV in env else run.stop_marker("local", 0)
-
-
-def heartbeat_of(env: Mapping[str, str]) -> Heartbeat | None:
+def heartbeat_of(worker: WorkerEnv, rank: int) -> Heartbeat | None:
     """This rank's heartbeat, with its stacks armed, when its launcher asked for one."""
-    if HEARTBEAT_DIR_ENV not in env:
+    if worker.heartbeat_dir is None:
         return None
-    directory = Path(env[HEARTBEAT_DIR_ENV])
-    beat = Heartbeat(directory, int(env.get("RANK", "0")))
-    beat.arm_stacks(directory)
+    beat = Heartbeat(worker.heartbeat_dir, rank)
+    beat.arm_stacks(worker.heartbeat_dir)
     return beat
 
 
-def save_dir_of(args: Sequence[str]) -> Path:
-    """The (last) ``--save-dir`` among fairseq arguments; fairseq's default otherwise."""
-    found = "checkpoints"
-    for flag, value in itertools.pairwise(args):
-        if flag == "--save-dir":
-            found = value
-    return Path(found)
+def save_dir_of(worker: WorkerEnv, args: Sequence[str]) -> Path:
+    """The run's save dir: the launcher's (``WorkerEnv.save_dir``); for a rank started by hand,
+    its last ``--save-dir`` argument. ValueError when neither says (no silent default)."""
+    if worker.save_dir is not None:
+        return worker.save_dir
+    given = [value for flag, value in itertools.pairwise(args) if flag == "--save-dir"]
+    if not given:
+        raise ValueError("no save dir: not started by the launcher and no --save-dir given")
+    return Path(given[-1])
+
+
+def stop_marker(worker: WorkerEnv, run: RunDir) -> Path:
+    """Where to record a save on notice: the path the launcher chose for this start, or (a
+    worker run by hand, outside the launcher) the run directory's marker for a local run."""
+    return worker.stop_marker or run.stop_marker("local", 0)
 
 
 def log_to_file(path: Path) -> None:
@@ -168,35 +171,58 @@ def quiet_known_warnings() -> None:
     warnings.filterwarnings("ignore", message="amp_C fused kernels unavailable")
 
 
+def install_extensions(
+    run: RunDir, worker: WorkerEnv, rank: int, progress: dict[str, int]
+) -> Heartbeat | None:
+    """Every change this stack makes to fairseq, in the one order that works; each step's reason
+    is why it sits where it does. Returns the rank's heartbeat (None: no watchdog)."""
+    # 1. torch's weights_only loading: fairseq's own classes allowed, not the safety switched off
+    checkpoints.allow_fairseq_globals()
+    # 2. --optimizer fused_adamw registered with fairseq's optimizer registry
+    from hpc_train.worker import optim  # noqa: F401
+
+    # 3. atomic checkpoint files (temp, fsync, rename) instead of fairseq's in-place copies
+    checkpoints.install_atomic_writes()
+    # 4. async saves: after 3, because its deferred copies are the atomic ones
+    async_save.install(
+        run,
+        sync=worker.sync_save,
+        local_dir=local_tier.usable(worker.local_save_dir),
+        direct=preemption.saving_on_notice,  # the notice's save skips the local tier
+    )
+    # 5. the heartbeat and each update's own compute time (hang and straggler watchers)
+    heartbeat = heartbeat_of(worker, rank)
+    compute_time.install(heartbeat.compute if heartbeat else None)
+    # 6. save on notice: every rank agrees each update; after 4, its save flushes the writer
+    preemption.install_save_on_notice(
+        stop_marker(worker, run),
+        heartbeat,
+        save_interval.AutoInterval.for_rank(worker.auto_interval, rank),
+    )
+    # 7. rank 0's ledger events: after 6, so its save hook also times the notice save
+    ledger_hooks.install(run, worker.start, rank)
+    # 8. the update reached (for a crash report) and chaos's injected crash, every update
+    crash.install(run, rank, progress)
+    return heartbeat
+
+
 def main(argv: list[str] | None = None) -> None:
     preemption.install_handler()  # first: a notice during start-up is kept, not lost
     setup_logging()
     quiet_known_warnings()
+    worker = WorkerEnv.from_env(os.environ)  # the launcher's word, parsed once
+    rank = rank_of(os.environ)
     args = list(sys.argv[1:] if argv is None else argv) + distributed_args(os.environ)
-    save_dir = save_dir_of(args)
-    checkpoints.allow_fairseq_globals()
-    from hpc_train.worker import optim  # noqa: F401  registers --optimizer fused_adamw with fairseq
-
-    run = RunDir(save_dir)
+    run = RunDir(save_dir_of(worker, args))
     log_to_file(run.train_log)
-    checkpoints.install_atomic_writes()
-    async_save.install(os.environ, run)  # after: its deferred copies are the atomic ones
-    heartbeat = heartbeat_of(os.environ)
-    compute_time.install(heartbeat.compute if heartbeat else None)  # for the straggler check
-    preemption.install_save_on_notice(
-        stop_marker(run, os.environ),
-        heartbeat,
-        save_interval.AutoInterval.from_env(os.environ),
-    )
-    ledger_hooks.install(run, os.environ)  # after: its save hook also times the notice save
     progress = {"update": 0}
-    failures.install(run, os.environ, progress)
+    install_extensions(run, worker, rank, progress)
     start_process_group(os.environ, args)
     sys.argv = ["fairseq-train", *args]
     try:
         run_fairseq(args)
     except BaseException as err:  # the launcher reads why (and at which update) this rank died
-        failures.report_crash(run, os.environ, err, progress["update"])
+        crash.report(run, worker.start, rank, err, progress["update"])
         raise
     async_save.flush()  # the last save is durable before the worker exits
     stop_process_group()

@@ -1,14 +1,13 @@
-"""hpc_core.rundir: the save-dir layout, the markers' schema, and atomic writes."""
+"""hpc_core.rundir: the save-dir layout and atomic writes (the markers' schemas: test_contract)."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
 from hpc_core import rundir
-from hpc_core.rundir import ResumeDecision, RunDir, StopMarker
+from hpc_core.rundir import RunDir
 
 
 def test_layout_names_every_path_under_the_save_dir(tmp_path):
@@ -20,23 +19,6 @@ def test_layout_names_every_path_under_the_save_dir(tmp_path):
     assert run.stop_marker("12", 3) == tmp_path / ".hpc-train" / "stopped-12-3.json"
     assert run.resume_decision("12", 3).name == "resume-12-3.json"
     assert run.bad_last().name.startswith("checkpoint_last.pt.bad-")
-
-
-def test_stop_marker_round_trips_and_is_written_whole(tmp_path):
-    run = RunDir(tmp_path)
-    assert run.read_stop("12", 3) is None
-    rundir.write_stop(run.stop_marker("12", 3), StopMarker(57, "SIGUSR2", time=1.5))
-    assert run.read_stop("12", 3) == StopMarker(57, "SIGUSR2", 1.5)
-    assert json.loads(run.stop_marker("12", 3).read_text())["update"] == 57
-    assert [p.name for p in run.state.iterdir()] == ["stopped-12-3.json"]  # no temporaries
-
-
-def test_resume_decision_round_trips(tmp_path):
-    run = RunDir(tmp_path)
-    decision = ResumeDecision(["--continue-once", "/x/checkpoint_1_5.pt"], 5, "fallback")
-    run.write_decision("9", 0, decision)
-    assert run.read_decision("9", 0) == decision
-    assert run.read_decision("9", 1) is None
 
 
 def test_interval_checkpoints_newest_update_first(tmp_path):

@@ -51,25 +51,6 @@ def test_reports_round_trip_and_a_cut_report_is_no_evidence(tmp_path):
     assert failures.read(run, "41", 1) == []
 
 
-def test_a_worker_reports_its_exception_only_under_a_launcher(tmp_path):
-    run = RunDir(tmp_path)
-    err = ValueError("bad batch\nmore detail")
-    failures.report_crash(run, {}, err, 12)  # plain fairseq run: nothing to tell
-    assert not (run.state / "failures").exists()
-    failures.report_crash(run, {"HPC_TRAIN_START": "41:2", "RANK": "3"}, err, 12)
-    assert failures.read(run, "41", 2) == [Failure(3, 12, "ValueError", "bad batch")]
-
-
-def test_an_injected_crash_raises_at_its_update_and_rank_only(tmp_path):
-    run = RunDir(tmp_path)
-    failures.crash_if_asked(run, 30, 0)  # nothing injected: nothing happens
-    failures.inject(run, 30, 1)
-    failures.crash_if_asked(run, 29, 1)
-    failures.crash_if_asked(run, 30, 0)
-    with pytest.raises(failures.InjectedCrash, match="update 30 on rank 1"):
-        failures.crash_if_asked(run, 30, 1)
-
-
 def test_a_repeated_user_error_stops_the_run_an_infrastructure_crash_requeues():
     bug = (USER_ERROR, "ValueError: bad batch (rank 0, update 30)")
     stop = restart_policy.after_exit(1, False, 0, 1, 20, crash=bug, repeated=True)

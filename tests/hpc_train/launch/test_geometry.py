@@ -9,9 +9,9 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.contract import NodeReport
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import geometry, launcher
-from hpc_train.launch.geometry import NodeReport
 
 
 def reports(*gpus: int) -> list[NodeReport]:

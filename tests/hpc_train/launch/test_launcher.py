@@ -2,30 +2,49 @@ from pathlib import Path
 
 import pytest
 
+from hpc_train.job import command_lines
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch.launcher import Launcher
 
 
-def test_gpu_node_runs_one_rank_per_gpu():
-    launcher = Launcher(JobSpec("roberta-base", Path("/d"), Path("/s"), 2, 2, 8))
-    use_gpu, nproc, args, plan = launcher.plan_node(nnodes=2, gpus=8)
-    assert use_gpu and nproc == 8
+def decided(tmp_path, spec: JobSpec, gpus: list[int]):
+    """Task 0's decision for a start on len(gpus) nodes, the other nodes' reports written first;
+    then what task 1 reads back (the same value, never recomputed)."""
+    from hpc_core.rundir import RunDir
+    from hpc_train.contract import NodeReport, write_node_report
+    from hpc_train.launch import starts
+
+    run = RunDir(tmp_path)
+    for task, n in enumerate(gpus[1:], start=1):
+        write_node_report(run, "5", 0, NodeReport(task, f"n{task + 1}", n))
+    start = starts.Start("5", 0, len(gpus), "n1", 0, tuple(f"n{i + 1}" for i in range(len(gpus))))
+    decision = starts.decide_start(run, start, spec, gpus[0], lambda _: None)
+    other = starts.Start("5", 1, len(gpus), "n1", 0, start.hosts)
+    assert starts.decide_start(run, other, spec, 0, lambda _: None) == decision  # task 1 obeys
+    return decision, starts.batch_plan_of(spec, decision)
+
+
+def test_gpu_nodes_run_one_rank_per_gpu_with_task_0s_batch_plan(tmp_path):
+    spec = JobSpec("roberta-base", tmp_path / "d", tmp_path, 2, 2, 8)
+    decision, plan = decided(tmp_path, spec, [8, 8])
+    assert decision.use_gpu and decision.ranks_per_node == 8 and decision.world_size == 16
+    args = command_lines.fairseq_argv(spec, plan, decision.use_gpu)
     assert args[args.index("--update-freq") + 1] == "2"  # 2048 / (64 per V100 x 16)
     assert "16 ranks" in plan.describe()
 
 
-def test_no_gpu_falls_back_to_one_cpu_rank_per_node_and_keeps_the_global_batch():
-    launcher = Launcher(JobSpec("roberta-base", Path("/d"), Path("/s"), 2, 2, 8))
-    use_gpu, nproc, args, _ = launcher.plan_node(nnodes=2, gpus=0)
-    assert not use_gpu and nproc == 1
+def test_no_gpu_falls_back_to_one_cpu_rank_per_node_and_keeps_the_global_batch(tmp_path):
+    spec = JobSpec("roberta-base", tmp_path / "d", tmp_path, 2, 2, 8)
+    decision, plan = decided(tmp_path, spec, [0, 0])
+    assert not decision.use_gpu and decision.ranks_per_node == 1
+    args = command_lines.fairseq_argv(spec, plan, decision.use_gpu)
     assert "--cpu" in args
     assert args[args.index("--update-freq") + 1] == "64"  # 2048 / (16 x 2)
 
 
 def test_a_restart_on_fewer_nodes_raises_update_freq():
-    launcher = Launcher(JobSpec("tiny", Path("/d"), Path("/s"), 1, 4, 0, global_batch=32))
-    freqs = {n: launcher.plan_node(nnodes=n, gpus=0)[2] for n in (1, 2, 4)}
-    assert [f[f.index("--update-freq") + 1] for f in freqs.values()] == ["4", "2", "1"]
+    spec = JobSpec("tiny", Path("/d"), Path("/s"), 1, 4, 0, global_batch=32)
+    freqs = [command_lines.batch_plan(spec, n, gpu=False).update_freq for n in (1, 2, 4)]
+    assert freqs == [4, 2, 1]
 
 
 def test_has_exited_sees_a_zombie_without_reaping_it():
@@ -42,7 +61,8 @@ def test_has_exited_sees_a_zombie_without_reaping_it():
 
 
 def test_restart_reason_comes_from_the_stop_marker(tmp_path):
-    from hpc_core.rundir import RunDir, StopMarker, write_stop
+    from hpc_core.rundir import RunDir
+    from hpc_train.contract import StopMarker, write_stop
     from hpc_train.launch import starts
 
     run = RunDir(tmp_path)
@@ -57,11 +77,12 @@ def test_other_tasks_follow_task_0s_resume_decision(tmp_path):
     from hpc_train.launch import starts
 
     run = RunDir(tmp_path)
+    spec = JobSpec("tiny", tmp_path / "d", tmp_path, 1, 1, 0)
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # bad, and no interval checkpoint
-    decided = starts.decide_start(run, starts.Start("9", 0, 1, "n1", 0), 0, gpus=0, log=print)
+    decided = starts.decide_start(run, starts.Start("9", 0, 1, "n1", 0), spec, gpus=0, log=print)
     assert (decided.args, decided.at_update) == ([], 0)
     assert list(tmp_path.glob("checkpoint_last.pt.bad-*"))  # moved aside by task 0 only
-    other = starts.decide_start(run, starts.Start("9", 1, 2, "n1", 0), 0, gpus=0, log=print)
+    other = starts.decide_start(run, starts.Start("9", 1, 2, "n1", 0), spec, gpus=0, log=print)
     assert other == decided  # read, not decided again
 
 
@@ -76,4 +97,5 @@ def test_a_run_already_at_max_update_is_not_trained_further(trained_save_dir, tm
     save = tmp_path / "run"
     shutil.copytree(trained_save_dir, save)
     start = starts.Start("5", 0, 1, "n1", 1)
-    assert starts.decide_start(RunDir(save), start, 0, gpus=0, log=print).at_update == 12
+    spec = JobSpec("tiny", tmp_path / "d", save, 1, 1, 0)
+    assert starts.decide_start(RunDir(save), start, spec, gpus=0, log=print).at_update == 12

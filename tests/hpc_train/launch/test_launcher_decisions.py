@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from hpc_core import ledger
-from hpc_core.rundir import ResumeDecision, RunDir, StopMarker, write_stop
+from hpc_core.rundir import RunDir
+from hpc_train.contract import StartDecision, StopMarker, read_stop, write_decision, write_stop
 from hpc_train.faults import failures
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher as launcher_module
@@ -72,7 +73,12 @@ def test_a_crash_on_task_0_requeues_once_and_the_task_fails(tmp_path, fake_slurm
 
 
 def test_a_crash_on_another_task_leaves_the_requeue_to_task_0(tmp_path, fake_slurm):
-    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))  # task 0 decided
+    write_decision(
+        RunDir(tmp_path),
+        "41",
+        0,
+        StartDecision([], 0, world_size=1, batch_per_device=1, update_freq=1),
+    )  # task 0 decided
     with pytest.raises(RuntimeError, match="task 0 decides"):
         FakeTorchrun(spec_in(tmp_path), 1).run(start(task=1), gpus=0)
     assert fake_slurm.requeued == []
@@ -80,10 +86,15 @@ def test_a_crash_on_another_task_leaves_the_requeue_to_task_0(tmp_path, fake_slu
 
 def test_save_on_notice_is_a_stop_not_a_finish(tmp_path, fake_slurm):
     """Exit 0 with the marker on task 1: this task succeeds as stopped; task 0 requeues."""
-    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    write_decision(
+        RunDir(tmp_path),
+        "41",
+        0,
+        StartDecision([], 0, world_size=1, batch_per_device=1, update_freq=1),
+    )
     out = FakeTorchrun(spec_in(tmp_path), 0, save=True).run(start(task=1), gpus=0)
     assert out["stopped"] is True
-    assert RunDir(tmp_path).read_stop("41", 0) == StopMarker(7, "SIGUSR2", 1.0)
+    assert read_stop(RunDir(tmp_path), "41", 0) == StopMarker(7, "SIGUSR2", 1.0)
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         FakeTorchrun(spec_in(tmp_path), 0, save=True).run(start(task=0), gpus=0)
     assert fake_slurm.requeued == ["41"]
@@ -116,7 +127,12 @@ def test_the_requeue_after_a_save_on_notice_is_not_a_cancel_on_the_other_tasks(
 ):
     """Task 0 requeues once the save is durable; Slurm's SIGTERM then reaches task 1's launcher
     before its workers exit. That task stopped on notice: it was not cancelled."""
-    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    write_decision(
+        RunDir(tmp_path),
+        "41",
+        0,
+        StartDecision([], 0, world_size=1, batch_per_device=1, update_freq=1),
+    )
     fake_slurm.state = "COMPLETING"
     out = FakeTorchrun(spec_in(tmp_path), -15, save=True, term=True).run(start(task=1), gpus=0)
     assert out["stopped"] is True and fake_slurm.requeued == []
@@ -134,7 +150,14 @@ def test_the_last_allowed_restart_fails_instead_of_requeueing(tmp_path, fake_slu
 
 
 def test_the_resume_decision_reaches_the_workers(tmp_path, fake_slurm):
-    RunDir(tmp_path).write_decision("41", 0, ResumeDecision(["--continue-once", "/c.pt"], 5))
+    write_decision(
+        RunDir(tmp_path),
+        "41",
+        0,
+        StartDecision(
+            ["--continue-once", "/c.pt"], 5, world_size=1, batch_per_device=1, update_freq=1
+        ),
+    )
     launcher = FakeTorchrun(spec_in(tmp_path), 0)
     launcher.run(start(task=1), gpus=0)
     assert launcher.argv[-2:] == ["--continue-once", "/c.pt"]
@@ -204,7 +227,12 @@ def test_task_0_records_each_stage_in_the_ledger(tmp_path, fake_slurm):
 
 
 def test_other_tasks_write_no_ledger_events(tmp_path, fake_slurm):
-    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    write_decision(
+        RunDir(tmp_path),
+        "41",
+        0,
+        StartDecision([], 0, world_size=1, batch_per_device=1, update_freq=1),
+    )
     FakeTorchrun(spec_in(tmp_path), 0).run(start(task=1), gpus=0)
     assert kinds(tmp_path) == []
 
@@ -267,7 +295,12 @@ def test_a_notice_then_the_requeues_sigterm_is_not_a_cancel_even_without_a_save(
 ):
     """Preempted as training ended: no save on notice, task 0 requeued, Slurm's SIGTERM killed
     torchrun on task 1. Its launcher saw USR2 first (seen on the real cluster): no cancel."""
-    RunDir(tmp_path).write_decision("41", 0, ResumeDecision([], 0))
+    write_decision(
+        RunDir(tmp_path),
+        "41",
+        0,
+        StartDecision([], 0, world_size=1, batch_per_device=1, update_freq=1),
+    )
     fake_slurm.state = "COMPLETING"
     launcher = FakeTorchrun(spec_in(tmp_path), 1, notice=True, term=True)
     with pytest.raises(RuntimeError, match="task 0 decides on a requeue"):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hpc_core import ledger
-from hpc_core.rundir import SUSPECT, ResumeDecision, RunDir, incident_report
+from hpc_core.rundir import SUSPECT, RunDir, incident_report
+from hpc_train.contract import StartDecision, write_decision
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action
@@ -74,7 +75,12 @@ def test_no_drain_still_excludes_and_other_tasks_leave_the_blame_to_task_0(tmp_p
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         StoppedRank(spec_in(tmp_path, no_drain=True)).run(start, gpus=0)
     assert fake_slurm.drained == [] and fake_slurm.excluded == [("41", ["n1"])]
-    RunDir(tmp_path).write_decision("41", 1, ResumeDecision([], 0))
+    write_decision(
+        RunDir(tmp_path),
+        "41",
+        1,
+        StartDecision([], 0, world_size=1, batch_per_device=1, update_freq=1),
+    )
     with pytest.raises(RuntimeError, match="task 0 blames a node and requeues"):
         StoppedRank(spec_in(tmp_path)).run(launcher.Start("41", 1, 2, "n1", 1, ("n0", "n1")), 0)
     assert fake_slurm.requeued == ["41"] and len(fake_slurm.excluded) == 1

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN, Beat
 from hpc_train.watch import hangs
-from hpc_train.watch.hangs import (
-    CHECKPOINT,
-    EPOCH,
-    STARTUP,
-    STOPPING,
-    TRAIN,
-    Beat,
-    Limits,
-    RankReport,
-)
+from hpc_train.watch.hangs import Limits, RankReport
 
 LIMITS = Limits(factor=10, floor_s=30, save_s=120, startup_s=300)
 

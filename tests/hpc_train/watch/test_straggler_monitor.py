@@ -79,7 +79,7 @@ class SlowPeer(launcher.Launcher):
     def torchrun_command(self, start: launcher.Start, nproc: int, args: list[str]) -> list[str]:
         body = (
             "import os, signal, time; from pathlib import Path\n"
-            "from hpc_core.rundir import StopMarker, write_stop\n"
+            "from hpc_train.contract import StopMarker, write_stop\n"
             "from hpc_train.worker.heartbeat import Heartbeat\n"
             "got = []; signal.signal(signal.SIGUSR2, lambda *a: got.append(1))\n"
             "d = Path(os.environ['HPC_TRAIN_HEARTBEAT_DIR'])\n"

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from hpc_core import ledger
-from hpc_core.rundir import START_ENV, RunDir, atomic_copy
+from hpc_core.rundir import RunDir, atomic_copy
+from hpc_train import contract
 from hpc_train.worker import async_save, checkpoints
 
 # --- against real fairseq: the same tiny training, sync and async ------------------------------
@@ -29,10 +30,10 @@ def test_every_async_checkpoint_equals_a_sync_save_of_the_same_update(
     file's bytes and the snapshot and write seconds."""
     sync_dir, async_dir = tmp_path / "sync", tmp_path / "async"
     flags = ("--save-interval-updates", "5", *precision)
-    monkeypatch.setenv(async_save.SYNC_SAVE_ENV, "1")
+    monkeypatch.setenv(contract.SYNC_SAVE, "1")
     tiny_run(corpus, sync_dir, 12, *flags)
-    monkeypatch.setenv(async_save.SYNC_SAVE_ENV, "0")
-    monkeypatch.setenv(START_ENV, "7:0")  # as the launcher would: rank 0 writes the ledger
+    monkeypatch.setenv(contract.SYNC_SAVE, "0")
+    monkeypatch.setenv(contract.START, "7:0")  # as the launcher would: rank 0 writes the ledger
     tiny_run(corpus, async_dir, 12, *flags)
 
     assert "writing in the background" in (async_dir / "train.log").read_text()
@@ -144,9 +145,9 @@ def test_a_failed_background_write_fails_the_next_save_loudly(tmp_path, caplog):
 
 
 def test_sync_save_is_asked_for_through_the_environment():
-    assert async_save.sync_requested({async_save.SYNC_SAVE_ENV: "1"})
-    assert not async_save.sync_requested({async_save.SYNC_SAVE_ENV: "0"})
-    assert not async_save.sync_requested({})
+    assert contract.WorkerEnv.from_env({contract.SYNC_SAVE: "1"}).sync_save
+    assert not contract.WorkerEnv.from_env({contract.SYNC_SAVE: "0"}).sync_save
+    assert not contract.WorkerEnv.from_env({}).sync_save
 
 
 # --- kill -9 during a background write ---------------------------------------------------------

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from hpc_core.rundir import HEARTBEAT_DIR_ENV, heartbeat_file
+from hpc_core.rundir import heartbeat_file
+from hpc_train.contract import HEARTBEAT_DIR, read_beats
 from hpc_train.worker import compute_time
 from hpc_train.worker.compute_time import ComputeTimer
-from hpc_train.worker.heartbeat import Heartbeat, read_beats
+from hpc_train.worker.heartbeat import Heartbeat
 
 
 class Clock:
@@ -141,7 +142,7 @@ def test_real_fairseq_training_puts_the_compute_time_in_the_heartbeat(
     corpus, tmp_path, tiny_run, monkeypatch
 ):
     beats = tmp_path / "beats"
-    monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(beats))
+    monkeypatch.setenv(HEARTBEAT_DIR, str(beats))
     tiny_run(corpus, tmp_path / "run", 12)
     beat = json.loads(heartbeat_file(beats, 0).read_text())
     assert beat["update"] == 12

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from hpc_core.rundir import heartbeat_file, stacks_file
-from hpc_train.watch.hangs import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN
-from hpc_train.worker.heartbeat import Heartbeat, read_beats
+from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN, read_beats
+from hpc_train.worker.heartbeat import Heartbeat
 
 
 class Clock:

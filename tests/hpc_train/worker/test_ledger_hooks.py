@@ -11,6 +11,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.contract import parse_start
 from hpc_train.worker import ledger_hooks, preemption
 
 
@@ -49,7 +50,7 @@ def hooked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(fairseq_train, "validate_and_save", step)
     monkeypatch.setitem(preemption._notice, "at", None)
     monkeypatch.setitem(preemption._notice, "why", None)
-    assert ledger_hooks.install(run, {"HPC_TRAIN_START": "7:2", "RANK": "0"})
+    assert ledger_hooks.install(run, ("7", 2), rank=0)
     preemption.install_save_on_notice(run.state / "stop")
     world.run, world.step = run, fairseq_train.validate_and_save
     return world
@@ -78,7 +79,7 @@ def test_a_notice_landing_in_a_periodic_save_does_not_make_it_the_save_on_notice
 
 def test_other_ranks_and_plain_fairseq_runs_record_nothing(tmp_path):
     run = RunDir(tmp_path)
-    assert not ledger_hooks.install(run, {"HPC_TRAIN_START": "7:0", "RANK": "1"})
-    assert not ledger_hooks.install(run, {})
-    assert ledger_hooks.start_of({"HPC_TRAIN_START": "12:3"}) == ("12", 3)
-    assert ledger_hooks.start_of({"HPC_TRAIN_START": "12:x"}) is None
+    assert not ledger_hooks.install(run, ("7", 0), rank=1)
+    assert not ledger_hooks.install(run, None, rank=0)
+    assert parse_start("12:3") == ("12", 3)
+    assert parse_start("12:x") is None

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from hpc_train.contract import SAVE_INTERVAL_AUTO, WorkerEnv
 from hpc_train.job.spec import JobSpec, SpecError, parse_save_interval, validate
 from hpc_train.planning import plan
 from hpc_train.worker import save_interval
@@ -42,19 +43,20 @@ def test_rank_0_proposes_at_its_first_timed_update_and_after_each_save_only():
 
 
 def test_only_rank_0_under_auto_gets_a_chooser():
-    env = {save_interval.AUTO_ENV: "7200:1.5"}
-    auto = AutoInterval.from_env(env)
+    inputs = WorkerEnv.from_env({SAVE_INTERVAL_AUTO: "7200:1.5"}).auto_interval
+    auto = AutoInterval.for_rank(inputs, 0)
     assert auto is not None and auto.mtbf_s == 7200 and auto.save_s == 1.5
-    assert AutoInterval.from_env({**env, "RANK": "3"}) is None
-    assert AutoInterval.from_env({}) is None
+    assert AutoInterval.for_rank(inputs, 3) is None
+    assert AutoInterval.for_rank(WorkerEnv.from_env({}).auto_interval, 0) is None
 
 
 def test_the_launcher_passes_the_job_mtbf_of_this_start(tmp_path):
     spec = JobSpec("tiny", tmp_path, tmp_path, save_interval="auto", mtbf_hours=100)
-    value = save_interval.env_for(spec, nodes=4, gpu=False)[save_interval.AUTO_ENV]
-    mtbf, estimate = map(float, value.split(":"))
+    inputs = plan.auto_interval(spec, nodes=4, gpu=False)
+    assert inputs is not None
+    mtbf, estimate = inputs
     assert mtbf == pytest.approx(25 * 3600) and estimate > 0  # any of 4 nodes ends the start
-    assert save_interval.env_for(JobSpec("tiny", tmp_path, tmp_path), 4, False) == {}
+    assert plan.auto_interval(JobSpec("tiny", tmp_path, tmp_path), 4, False) is None
 
 
 def test_save_interval_option_values(tmp_path):
@@ -77,7 +79,7 @@ def test_fairseq_saves_at_the_interval_chosen_from_measured_costs(
 ):
     """Real fairseq (one CPU process): the interval is set at update 2 from the estimate, then
     from each measured save point, and fairseq saves exactly at its multiples."""
-    monkeypatch.setitem(os.environ, save_interval.AUTO_ENV, "10:0.05")  # job MTBF 10 s
+    monkeypatch.setitem(os.environ, SAVE_INTERVAL_AUTO, "10:0.05")  # job MTBF 10 s
     tiny_run(corpus, tmp_path, 40, "--log-interval", "1")
     log = (tmp_path / "train.log").read_text()
     chosen = [

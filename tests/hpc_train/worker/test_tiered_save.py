@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from hpc_core import ledger
-from hpc_core.rundir import START_ENV, RunDir
-from hpc_train import submit
+from hpc_core.rundir import RunDir
+from hpc_train import contract, submit
 from hpc_train.job import options
 from hpc_train.job.spec import JobSpec, SpecError, validate
 from hpc_train.launch import launcher
@@ -61,7 +61,7 @@ class EnvTorchrun(launcher.Launcher):
 
     def torchrun_command(self, start: launcher.Start, nproc: int, args: list[str]) -> list[str]:
         out = self.spec.save_dir / "env.txt"
-        name = local_tier.LOCAL_SAVE_ENV
+        name = contract.LOCAL_SAVE_DIR
         body = f"import os; open({str(out)!r}, 'w').write(os.environ.get({name!r}, ''))"
         return [sys.executable, "-c", body]
 
@@ -136,12 +136,12 @@ def test_a_direct_save_skips_the_local_dir(tmp_path):
 def test_an_unusable_local_dir_at_start_up_means_direct_saves_with_one_line(tmp_path, caplog):
     (tmp_path / "a-file").write_text("not a dir")
     broken = tmp_path / "a-file" / "tier"
-    assert local_tier.from_env({local_tier.LOCAL_SAVE_ENV: str(broken)}) is None
+    assert local_tier.usable(broken) is None
     lines = [r for r in caplog.records if "unusable" in r.getMessage()]
     assert len(lines) == 1 and str(broken) in lines[0].getMessage()
-    assert local_tier.from_env({}) is None
+    assert local_tier.usable(None) is None
     made = tmp_path / "made" / "tier"  # missing: made
-    assert local_tier.from_env({local_tier.LOCAL_SAVE_ENV: str(made)}) == made
+    assert local_tier.usable(made) == made
 
 
 def test_a_full_local_disk_falls_back_to_the_save_dir_and_loses_no_save(tmp_path, caplog):
@@ -176,11 +176,11 @@ def test_tiered_checkpoints_equal_sync_saves_and_resume_reads_the_save_dir(
     continues to 14: the resume read the save dir."""
     sync_dir, tiered_dir, local = tmp_path / "sync", tmp_path / "tiered", tmp_path / "local"
     flags = ("--save-interval-updates", "5")
-    monkeypatch.setenv(async_save.SYNC_SAVE_ENV, "1")
+    monkeypatch.setenv(contract.SYNC_SAVE, "1")
     tiny_run(corpus, sync_dir, 12, *flags)
-    monkeypatch.setenv(async_save.SYNC_SAVE_ENV, "0")
-    monkeypatch.setenv(local_tier.LOCAL_SAVE_ENV, str(local))
-    monkeypatch.setenv(START_ENV, "7:0")
+    monkeypatch.setenv(contract.SYNC_SAVE, "0")
+    monkeypatch.setenv(contract.LOCAL_SAVE_DIR, str(local))
+    monkeypatch.setenv(contract.START, "7:0")
     tiny_run(corpus, tiered_dir, 12, *flags)
 
     log = (tiered_dir / "train.log").read_text()
@@ -212,8 +212,8 @@ def test_a_save_on_notice_goes_straight_to_the_save_dir(corpus, tmp_path):
     save, local = tmp_path / "run", tmp_path / "local"
     spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=5000, keep_checkpoints=5)
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", local_tier.LOCAL_SAVE_ENV: str(local)}
-    env.pop(async_save.SYNC_SAVE_ENV, None)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", contract.LOCAL_SAVE_DIR: str(local)}
+    env.pop(contract.SYNC_SAVE, None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "hpc_train.worker.train", *args, "--save-interval-updates", "5"],
         stdout=subprocess.DEVNULL,
@@ -229,7 +229,7 @@ def test_a_save_on_notice_goes_straight_to_the_save_dir(corpus, tmp_path):
         assert proc.wait(120) == 0
     finally:
         proc.kill()
-    marker = RunDir(save).read_stop("local", 0)
+    marker = contract.read_stop(RunDir(save), "local", 0)
     assert marker is not None and marker.update >= 5
     assert checkpoints.inspect(save / checkpoints.LAST) == (None, marker.update)
     local_updates = [checkpoints.inspect(p)[1] for p in RunDir(local).checkpoint_files()]

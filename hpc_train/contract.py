@@ -1,0 +1,284 @@
+"""What crosses a process boundary: every variable, file and decision passed between the
+launcher on each node and its training ranks, or between task 0's launcher and the others.
+
+The paths are ``hpc_core.rundir.RunDir``'s; the names and the schemas are here, each with who
+writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
+
+| what | schema | written by | read by |
+|---|---|---|---|
+| the ranks' environment (``HPC_TRAIN_*``) | ``WorkerEnv`` | each launcher, per start (``to_env``) | every rank, once (``worker.train``: ``from_env``) |
+| ``.hpc-train/nodes/<job>-<restart>-task<t>.json`` | ``NodeReport`` | each launcher (its GPUs) | task 0 (``launch.starts``) |
+| ``.hpc-train/resume-<job>-<restart>.json`` | ``StartDecision`` | task 0, once per start | every launcher of that start |
+| ``.hpc-train/stopped-<job>-<restart>.json`` | ``StopMarker`` | rank 0, after the save on notice | the launchers (``checkpoint()``, the restart policy) |
+| ``heartbeats/<job>-<restart>/<node>/rank-<r>.json`` | ``Beat`` | each rank, every update (``worker.heartbeat``) | that node's hang monitor, task 0's straggler monitor, ``faults.node_blame`` |
+| ``rank-<r>.stacks`` | text | a rank's faulthandler on ``STACKS_SIGNAL`` | the hang monitor |
+| ``.hpc-train/failures/<job>-<restart>-rank<r>.json`` | ``FailureRecord`` | a rank, as an exception ends it (``worker.crash``) | task 0 (``faults.failures``) |
+| ``.hpc-train/chaos-crash.json`` | ``CrashRequest`` | ``hpc-train chaos JOB crash`` | every rank, each update (``worker.crash``) |
+| ``.hpc-train/nodes/<job>-<restart>-task<t>.exit.json`` | ``faults.agent_exit.NodeExit`` | each launcher (launcher to launcher) | task 0 |
+| ``.hpc-train/ledger.jsonl`` | ``hpc_core.ledger.Event`` | submit, task 0's launcher, rank 0 (``worker.ledger_hooks``) | ``runs``, ``costs``, the launcher |
+| ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
+
+The save dir reaches a rank here (``WorkerEnv.save_dir``), not through fairseq's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpc_core.rundir import RunDir, atomic_write
+
+# --- the ranks' environment ---------------------------------------------------------------------
+
+SAVE_DIR = "HPC_TRAIN_SAVE_DIR"  # the run's save dir (checkpoints, train.log, the ledger)
+START = "HPC_TRAIN_START"  # "JOB:RESTART": which start this is, for the ledger and crash reports
+STOP_MARKER = "HPC_TRAIN_STOP_MARKER"  # where rank 0 records the save on notice
+HEARTBEAT_DIR = "HPC_TRAIN_HEARTBEAT_DIR"  # this node's heartbeat dir; unset: --no-watchdog
+SYNC_SAVE = "HPC_TRAIN_SYNC_SAVE"  # "1": fairseq's synchronous save (--sync-save)
+LOCAL_SAVE_DIR = "HPC_TRAIN_LOCAL_SAVE_DIR"  # tiered saves: this run's dir on node-local disk
+SAVE_INTERVAL_AUTO = "HPC_TRAIN_SAVE_INTERVAL_AUTO"  # "<job MTBF s>:<estimated save s>"
+
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    """Everything a rank gets from its launcher, parsed once. A rank started by hand (a test, a
+    benchmark) gets the fields it was given: no ``start``, no ledger events, no crash reports."""
+
+    save_dir: Path | None = None  # None: the rank's own --save-dir (worker.train.save_dir_of)
+    start: tuple[str, int] | None = None  # (job, restart)
+    stop_marker: Path | None = None
+    heartbeat_dir: Path | None = None
+    sync_save: bool = False
+    local_save_dir: Path | None = None
+    auto_interval: tuple[float, float] | None = None  # (job MTBF s, estimated save s)
+
+    def to_env(self) -> dict[str, str]:
+        env = {SYNC_SAVE: "1" if self.sync_save else "0"}
+        if self.save_dir is not None:
+            env[SAVE_DIR] = str(self.save_dir)
+        if self.start is not None:
+            env[START] = f"{self.start[0]}:{self.start[1]}"
+        if self.stop_marker is not None:
+            env[STOP_MARKER] = str(self.stop_marker)
+        if self.heartbeat_dir is not None:
+            env[HEARTBEAT_DIR] = str(self.heartbeat_dir)
+        if self.local_save_dir is not None:
+            env[LOCAL_SAVE_DIR] = str(self.local_save_dir)
+        if self.auto_interval is not None:
+            mtbf_s, save_s = self.auto_interval
+            env[SAVE_INTERVAL_AUTO] = f"{mtbf_s:.6g}:{save_s:.6g}"
+        return env
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WorkerEnv:
+        """The launcher's variables in ``env`` (ValueError when one is malformed)."""
+
+        def path(name: str) -> Path | None:
+            return Path(env[name]) if env.get(name) else None
+
+        auto = None
+        if env.get(SAVE_INTERVAL_AUTO):
+            mtbf, _, estimate = env[SAVE_INTERVAL_AUTO].partition(":")
+            auto = (float(mtbf), float(estimate or 0))
+        if env.get(START) and parse_start(env[START]) is None:
+            raise ValueError(f"{START}={env[START]!r} is not JOB:RESTART")
+        return cls(
+            save_dir=path(SAVE_DIR),
+            start=parse_start(env.get(START, "")),
+            stop_marker=path(STOP_MARKER),
+            heartbeat_dir=path(HEARTBEAT_DIR),
+            sync_save=env.get(SYNC_SAVE, "") not in ("", "0"),
+            local_save_dir=path(LOCAL_SAVE_DIR),
+            auto_interval=auto,
+        )
+
+
+def parse_start(value: str) -> tuple[str, int] | None:
+    """(job, restart) from ``HPC_TRAIN_START``'s "JOB:RESTART"; None when absent or malformed."""
+    job, sep, restart = value.partition(":")
+    return (job, int(restart)) if sep and job and restart.isdigit() else None
+
+
+def rank_of(env: Mapping[str, str]) -> int:
+    """This rank's global rank (torchrun's ``RANK``; 0 outside torchrun)."""
+    return int(env.get("RANK", "0"))
+
+
+def node_name() -> str:
+    """The Slurm node this process runs on (emulated nodes share one host name)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+# --- launcher to launcher: one decision per start -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What one node's launcher found at a start."""
+
+    task: int
+    node: str
+    gpus: int  # usable GPUs: 0 when CUDA is absent or broken
+
+
+@dataclass(frozen=True)
+class StartDecision:
+    """Task 0's decision for one start, which every node follows as is: what to resume from
+    and the geometry (world, ranks per node, the batch plan), computed once."""
+
+    args: list[str]  # fairseq's resume arguments (``--continue-once PATH`` for a fallback)
+    at_update: int  # the update the resumed checkpoint was saved at (0: fresh start)
+    reason: str = ""
+    ranks_per_node: int = 1
+    use_gpu: bool = False
+    world_size: int = 0  # nodes x ranks_per_node
+    batch_per_device: int = 0  # sequences per rank per step
+    update_freq: int = 0  # steps per update: the global batch stays the recipe's
+    refused: str = ""  # non-empty: this start does not run (a node short of GPUs, quarantined)
+    bad_nodes: list[str] = field(default_factory=list)
+
+
+def write_decision(run: RunDir, job: str, restart: int, decision: StartDecision) -> None:
+    atomic_write(run.resume_decision(job, restart), json.dumps(asdict(decision)))
+
+
+def read_decision(run: RunDir, job: str, restart: int) -> StartDecision | None:
+    path = run.resume_decision(job, restart)
+    return StartDecision(**json.loads(path.read_text())) if path.exists() else None
+
+
+def write_node_report(run: RunDir, job: str, restart: int, report: NodeReport) -> None:
+    atomic_write(run.node_report(job, restart, report.task), json.dumps(asdict(report)))
+
+
+def read_node_reports(run: RunDir, job: str, restart: int, nodes: int) -> list[NodeReport] | None:
+    """Every node's report for this start, or None while one is missing."""
+    reports = []
+    for task in range(nodes):
+        path = run.node_report(job, restart, task)
+        if not path.exists():
+            return None
+        reports.append(NodeReport(**json.loads(path.read_text())))
+    return reports
+
+
+# --- rank 0 to the launchers: the save on notice ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopMarker:
+    """A worker saved ``checkpoint_last.pt`` at ``update`` on a notice and stopped."""
+
+    update: int
+    signal: str | None  # the notice's signal name; None when a peer rank had it
+    time: float = field(default_factory=time.time)
+
+
+def write_stop(path: Path, marker: StopMarker) -> None:
+    """Record a save on notice at ``path`` (``WorkerEnv.stop_marker``)."""
+    atomic_write(path, json.dumps(asdict(marker)))
+
+
+def read_stop(run: RunDir, job: str, restart: int) -> StopMarker | None:
+    path = run.stop_marker(job, restart)
+    return StopMarker(**json.loads(path.read_text())) if path.exists() else None
+
+
+# --- ranks to the watchers: heartbeats ----------------------------------------------------------
+
+STACKS_SIGNAL = signal.SIGUSR1  # a rank's faulthandler writes its Python stacks on this
+
+# what a rank went on to do after its last completed update
+TRAIN = "train"  # training the next update
+CHECKPOINT = "checkpoint"  # in fairseq's validate_and_save: validation and saves happen here
+EPOCH = "epoch"  # the epoch ended: validation, save, then the next epoch's iterator
+STOPPING = "stopping"  # max-update reached (or a save on notice): final save, then exit
+STARTUP = "startup"  # the rank is up (its stacks armed), no update yet: the start-up allowance
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One rank's heartbeat (``hpc_core.rundir.heartbeat_file``)."""
+
+    rank: int
+    node: str
+    pid: int
+    update: int  # the last update it completed
+    time: float  # when (time.time())
+    phase: str = TRAIN  # what it went on to do
+    slowest_s: float | None = None  # the slowest of its recent updates; None: none timed yet
+    compute_s: float | None = None  # median own compute per recent update (stragglers)
+
+
+def read_beats(directory: Path, node: str | None = None) -> list[Beat]:
+    """The latest heartbeat of every rank in ``directory`` (only ``node``'s, if given)."""
+    beats = []
+    for path in sorted(directory.glob("rank-*.json")) if directory.is_dir() else []:
+        try:
+            beat = Beat(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue  # a rank's file being replaced right now: read it at the next poll
+        if node is None or beat.node == node:
+            beats.append(beat)
+    return beats
+
+
+# --- ranks to task 0: why a rank died; chaos to the ranks: a crash on purpose -------------------
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """The exception that ended a rank (``faults.failures`` classifies it)."""
+
+    rank: int
+    update: int  # the last update this rank had reached when it raised
+    type: str
+    message: str  # the exception's first line
+
+
+def write_failure(run: RunDir, job: str, restart: int, record: FailureRecord) -> None:
+    atomic_write(run.failure_report(job, restart, record.rank), json.dumps(asdict(record)))
+
+
+def read_failure_fields(run: RunDir, job: str, restart: int) -> list[dict[str, Any]]:
+    """The fields of every whole failure report of a start (a report cut short is skipped)."""
+    out = []
+    for path in run.failure_reports(job, restart):
+        try:
+            fields = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(fields, dict):
+            out.append(fields)
+    return out
+
+
+@dataclass(frozen=True)
+class CrashRequest:
+    """``chaos JOB crash``: ``rank`` raises when it reaches ``update``."""
+
+    update: int
+    rank: int = 0
+
+
+def write_crash_request(run: RunDir, request: CrashRequest) -> None:
+    atomic_write(run.chaos_crash, json.dumps(asdict(request)))
+
+
+def read_crash_request(run: RunDir) -> CrashRequest | None:
+    """One stat() unless a crash was asked for (then one read)."""
+    path = run.chaos_crash
+    if not path.exists():
+        return None
+    try:
+        asked = json.loads(path.read_text())
+        return CrashRequest(int(asked["update"]), int(asked.get("rank", 0)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
