@@ -30,10 +30,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hpc_core import slurm
-from hpc_train import cli
+from hpc_train import cli, contract
 from hpc_train.contract import CrashRequest, write_crash_request
 from hpc_train.runs import index
-from hpc_train.worker import async_save
 
 # Processes of a training job on a node: the torchrun agent and the workers.
 TARGETS = ("hpc_train.worker.train", "torch.distributed.run", "bin/torchrun")
@@ -311,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             write_crash_request(run, CrashRequest(args.at_update, args.rank))
             print(f"rank {args.rank} of job {args.job_id} will raise at update {args.at_update}")
         elif args.action == "slow-save":
-            async_save.ask_slow_saves(index.resolve(args.job_id).dir, args.seconds)
+            contract.ask_slow_saves(index.resolve(args.job_id).dir, args.seconds)
             print(f"job {args.job_id}'s checkpoint writes sleep {args.seconds:g} s first")
         elif args.action == "slow":
             until = f"{args.seconds:g} s" if args.seconds else "the job ends or is requeued"

@@ -14,6 +14,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | ``rank-<r>.stacks`` | text | a rank's faulthandler on ``STACKS_SIGNAL`` | the hang monitor |
 | ``.hpc-train/failures/<job>-<restart>-rank<r>.json`` | ``FailureRecord`` | a rank, as an exception ends it (``worker.crash``) | task 0 (``faults.failures``) |
 | ``.hpc-train/chaos-crash.json`` | ``CrashRequest`` | ``hpc-train chaos JOB crash`` | every rank, each update (``worker.crash``) |
+| ``.hpc-train/chaos-slow-save.json`` | ``{"seconds": S}`` (``ask_slow_saves``) | ``hpc-train chaos JOB slow-save`` | each rank's checkpoint writer, per save (``worker.async_save``) |
 | ``.hpc-train/nodes/<job>-<restart>-task<t>.exit.json`` | ``faults.agent_exit.NodeExit`` | each launcher (launcher to launcher) | task 0 |
 | ``.hpc-train/ledger.jsonl`` | ``hpc_core.ledger.Event`` | submit, task 0's launcher, rank 0 (``worker.ledger_hooks``) | ``runs``, ``costs``, the launcher |
 | ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
@@ -282,3 +283,23 @@ def read_crash_request(run: RunDir) -> CrashRequest | None:
         return CrashRequest(int(asked["update"]), int(asked.get("rank", 0)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def ask_slow_saves(run: RunDir, seconds: float) -> None:
+    """``chaos JOB slow-save``: every background checkpoint write of this run (this start and
+    later ones) sleeps ``seconds`` first; 0 ends the rehearsal."""
+    if seconds > 0:
+        atomic_write(run.chaos_slow_save, json.dumps({"seconds": seconds}))
+    else:
+        run.chaos_slow_save.unlink(missing_ok=True)
+
+
+def slow_save_s(run: RunDir | None) -> float:
+    """The seconds ``ask_slow_saves`` asked for (0: none); one stat() when nothing was asked."""
+    path = None if run is None else run.chaos_slow_save
+    if path is None or not path.exists():
+        return 0.0
+    try:
+        return max(0.0, float(json.loads(path.read_text())["seconds"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0

@@ -28,6 +28,7 @@ from hpc_train import cli
 from hpc_train.faults import quarantine
 from hpc_train.job import command_lines, options, presets
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
+from hpc_train.launch import restart_policy
 from hpc_train.planning import costs
 
 
@@ -131,7 +132,8 @@ def make_executor(spec: JobSpec) -> Any:
     import submitit
 
     executor = submitit.SlurmExecutor(
-        folder=spec.run_dir.slurm_logs, max_num_timeout=spec.max_restarts
+        folder=spec.run_dir.slurm_logs,
+        max_num_timeout=restart_policy.submitit_max_num_timeout(spec.max_restarts),
     )
     executor.update_parameters(**sbatch_parameters(spec, quarantine.nodes(spec.run_dir)))
     return executor

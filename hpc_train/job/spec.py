@@ -16,7 +16,7 @@ from typing import Any
 from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
 from hpc_core.rundir import RunDir
 from hpc_train.job import batch, devices, presets
-from hpc_train.watch import hangs, stragglers
+from hpc_train.job.limits import HangLimits, StragglerLimits
 
 
 class SpecError(ValueError):
@@ -226,19 +226,19 @@ class JobSpec:
     )  # fmt: skip
     hang_factor: float = option(
         "--hang-factor", "a hang: no update for this many times the slowest recent update…",
-        default=hangs.Limits.factor, type=float, metavar="K",
+        default=HangLimits.factor, type=float, metavar="K",
     )  # fmt: skip
     hang_timeout_floor: float = option(
         "--hang-timeout-floor", "…or for this many seconds, whichever is longer",
-        default=hangs.Limits.floor_s, type=float, metavar="S",
+        default=HangLimits.floor_s, type=float, metavar="S",
     )  # fmt: skip
     hang_save_timeout: float = option(
         "--hang-save-timeout", "seconds allowed for validation, a checkpoint save, an epoch change",
-        default=hangs.Limits.save_s, type=float, metavar="S",
+        default=HangLimits.save_s, type=float, metavar="S",
     )  # fmt: skip
     hang_startup_timeout: float = option(
         "--hang-startup-timeout", "seconds allowed from torchrun's start to the first update",
-        default=hangs.Limits.startup_s, type=float, metavar="S",
+        default=HangLimits.startup_s, type=float, metavar="S",
     )  # fmt: skip
     no_drain: bool = option(
         "--no-drain", "never drain the node blamed for a hang (it is still excluded)",
@@ -247,11 +247,11 @@ class JobSpec:
     straggler_threshold: float = option(
         "--straggler-threshold", "a straggler: a node whose own compute per update is this "
         "much slower than the other nodes' median (0.2: 20 %)…",
-        default=stragglers.Limits.threshold, type=float, metavar="F",
+        default=StragglerLimits.threshold, type=float, metavar="F",
     )  # fmt: skip
     straggler_window: float = option(
         "--straggler-window", "…at every check for this many seconds (logged, in the ledger)",
-        default=stragglers.Limits.window_s, type=float, metavar="S",
+        default=StragglerLimits.window_s, type=float, metavar="S",
     )  # fmt: skip
     evict_stragglers: bool = option(
         "--evict-stragglers", "a straggler is a bad node: all ranks save at the next update, "
@@ -284,9 +284,9 @@ class JobSpec:
         return RunDir(self.save_dir)
 
     @property
-    def hang_limits(self) -> hangs.Limits:
+    def hang_limits(self) -> HangLimits:
         """The watchdog's allowances (``hpc_train.watch.hangs``)."""
-        return hangs.Limits(
+        return HangLimits(
             self.hang_factor,
             self.hang_timeout_floor,
             self.hang_save_timeout,
@@ -294,9 +294,9 @@ class JobSpec:
         )
 
     @property
-    def straggler_limits(self) -> stragglers.Limits:
+    def straggler_limits(self) -> StragglerLimits:
         """When a node counts as a straggler (``hpc_train.watch.stragglers``)."""
-        return stragglers.Limits(self.straggler_threshold, self.straggler_window)
+        return StragglerLimits(self.straggler_threshold, self.straggler_window)
 
     @property
     def nodes_arg(self) -> str:

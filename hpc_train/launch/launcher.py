@@ -233,7 +233,7 @@ class Launcher:
             )
             tee = agent_exit.Tee(self._proc.stderr, sys.stderr).start()  # type: ignore[arg-type]
             monitor = self._watch_hangs(start, nproc, self._proc.pid)
-            slow = straggler_monitor.watch(spec, start, self.note, log)  # task 0 only
+            slow = self._watch_stragglers(start)  # task 0 only
             returncode = self._proc.wait()
             root = tee.root_cause(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
             agent_exit.write(run, *start_key(start), agent_exit.NodeExit(
@@ -254,7 +254,7 @@ class Launcher:
             returncode, saved, start.task, start.restart, spec.max_restarts, cancelled, hang,
             crash, repeated,
         )  # fmt: skip
-        outcome = straggler_monitor.evicting(outcome, evicted)  # a save on notice to evict it
+        outcome = restart_policy.evicting(outcome, evicted.node if evicted else None)
         suspect = self._blame(start, outcome.cause) if outcome.blame else evicted
         if outcome.action is Action.FINISHED:
             log(outcome.why)
@@ -290,8 +290,9 @@ class Launcher:
         for node in decision.bad_nodes:
             node_blame.blame(self.spec.run_dir, *start_key(start), node, decision.refused,
                              not self.spec.no_drain, self.note, log)  # fmt: skip
-        if not restart_policy.restart_allowed(start.restart + 1, self.spec.max_restarts):
-            raise RuntimeError(f"{why}; no restarts left (--max-restarts {self.spec.max_restarts})")
+        outcome = restart_policy.after_refusal(why, start.restart, self.spec.max_restarts)
+        if outcome.action is Action.FAIL:
+            raise RuntimeError(outcome.why)
         self.note("requeued", by="task 0")
         slurm.requeue(start.job_id)
         node_blame.exclude(start.job_id, decision.bad_nodes, log)
@@ -332,6 +333,19 @@ class Launcher:
             run, start.job_id, start.restart, node, nproc, start.num_nodes, limits, pid,
             lambda: has_exited(pid), log,
         ).start()  # fmt: skip
+
+    def _watch_stragglers(self, start: Start) -> straggler_monitor.Watch | None:
+        """Task 0's straggler thread (``hpc_train.watch.straggler_monitor``), unless
+        ``--no-watchdog`` (no heartbeats); it evicts only with a restart left."""
+        spec = self.spec
+        if spec.no_watchdog:
+            return None
+        evict = spec.evict_stragglers and restart_policy.may_requeue(
+            start.restart, spec.max_restarts
+        )
+        return straggler_monitor.watch(
+            spec.run_dir, start, spec.straggler_limits, evict, not spec.no_drain, self.note, log
+        )
 
     def _blame_lost(self, start: Start, previous_end: str) -> str:
         """Task 0, after a start Slurm ended by itself: blame the nodes it lost (NODE_FAIL);

@@ -7,13 +7,24 @@ counts them (``SLURM_RESTART_COUNT``), so requeues Slurm performs by itself coun
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 
 def restart_allowed(restart: int, max_restarts: int) -> bool:
     """May the run have restart number ``restart`` (1 = the first restart)?"""
     return restart <= max_restarts
+
+
+def may_requeue(restart: int, max_restarts: int) -> bool:
+    """Is a restart left after start number ``restart`` (a requeue, an eviction)?"""
+    return restart_allowed(restart + 1, max_restarts)
+
+
+def submitit_max_num_timeout(max_restarts: int) -> int:
+    """submitit's own requeue counter (``max_num_timeout``: requeues on a notice) from the same
+    budget, so submitit never gives up before the launcher's check at the next start does."""
+    return max_restarts
 
 
 # crashes a node may cause: no report at all (a rank killed), or an infrastructure error
@@ -66,7 +77,7 @@ def after_exit(
         why = f"hang: {hang}"
         if task != 0:
             return Decision(Action.FAIL, f"{why}; task 0 blames a node and requeues", "hang")
-        if not restart_allowed(restart + 1, max_restarts):
+        if not may_requeue(restart, max_restarts):
             budget = f"no restarts left (--max-restarts {max_restarts})"
             return Decision(Action.FAIL, f"{why}; {budget}", "hang", blame=True)
         again = f"requeueing without the suspect node (restart {restart + 1}/{max_restarts})"
@@ -87,9 +98,26 @@ def after_exit(
         again = "the same error at the same update as the start before: stopping, no requeue"
         return Decision(Action.FAIL, f"{why}; {again}", cause)
     blame = cause in BLAMED_CRASHES  # a node may be at fault: task 0 looks for one
-    if not restart_allowed(restart + 1, max_restarts):
+    if not may_requeue(restart, max_restarts):
         budget = f"no restarts left (--max-restarts {max_restarts})"
         return Decision(Action.FAIL, f"{why}; {budget}", cause, blame)
     return Decision(
         Action.REQUEUE, f"{why}: requeueing (restart {restart + 1}/{max_restarts})", cause, blame
     )
+
+
+def evicting(outcome: Decision, node: str | None) -> Decision:
+    """The decision once the workers stopped to evict a straggler ``node``: the stop's class is
+    ``straggler`` (the save on notice was ours), the requeue excludes the node."""
+    if node is None or outcome.action is not Action.REQUEUE:
+        return outcome
+    return replace(outcome, cause="straggler", why=f"{outcome.why}; evicting {node}")
+
+
+def after_refusal(why: str, restart: int, max_restarts: int) -> Decision:
+    """Task 0's move when a start cannot run (a node short of GPUs, quarantined): requeue
+    without the nodes, while the budget lasts."""
+    if not may_requeue(restart, max_restarts):
+        return Decision(Action.FAIL, f"{why}; no restarts left (--max-restarts {max_restarts})",
+                        "bad node")  # fmt: skip
+    return Decision(Action.REQUEUE, why, "bad node", blame=True)

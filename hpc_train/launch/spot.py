@@ -17,11 +17,11 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from hpc_train.planning.costs import SPOT_POLL_S
+
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 DMI_VENDOR = Path("/sys/devices/virtual/dmi/id/sys_vendor")
 TOKEN_TTL_S = 21600
-NOTICE_S = 120.0  # EC2 posts the instance-action this long before it reclaims the instance
-POLL_S = 5.0  # the watcher's default poll interval: a notice is seen up to this late
 
 
 class NoMetadataService(RuntimeError):
@@ -90,7 +90,7 @@ class SpotWatcher(threading.Thread):
         on_notice: Callable[[dict[str, str]], None],
         log: Callable[[str], None],
         endpoint: str = DEFAULT_ENDPOINT,
-        interval_s: float = POLL_S,
+        interval_s: float = SPOT_POLL_S,
     ) -> None:
         super().__init__(name="spot-watcher", daemon=True)
         self.on_notice = on_notice

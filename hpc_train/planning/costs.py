@@ -29,7 +29,6 @@ from pathlib import Path
 
 from hpc_core.ledger import Event
 from hpc_train.job import presets
-from hpc_train.launch import spot as spot_notice
 
 # RoBERTa's GPT-2 BPE dictionary: 50,260 dict.txt symbols + 4 specials + <mask>.
 DEFAULT_VOCAB = 50265
@@ -41,6 +40,9 @@ ADAM_STATES = 2  # exp_avg, exp_avg_sq
 # (roberta-large, 24 layers, bf16 + fused_adamw) measured
 OVERHEAD_BYTES = 32 * 1024
 OVERHEAD_PER_LAYER_BYTES = 16 * 1024
+
+SPOT_NOTICE_S = 120.0  # EC2 posts the instance-action this long before it reclaims the instance
+SPOT_POLL_S = 5.0  # the spot watcher's default poll (launch.spot): a notice is seen up to this late
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ def windows(
     if grace_time_s is not None:
         found.append(Window("partition GraceTime at preemption", grace_time_s))
     if spot:
-        seconds = spot_notice.NOTICE_S - spot_notice.POLL_S
+        seconds = SPOT_NOTICE_S - SPOT_POLL_S
         found.append(Window("EC2 spot notice, less the watcher's poll", seconds))
     return found
 

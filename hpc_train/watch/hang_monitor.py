@@ -48,6 +48,7 @@ from hpc_core.rundir import (
 )
 from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train.contract import STACKS_SIGNAL, Beat, read_beats
+from hpc_train.job.limits import HangLimits
 from hpc_train.watch import hangs
 from hpc_train.watch.hangs import RankReport, Suspect
 
@@ -192,7 +193,7 @@ class Monitor:
         node: str,
         ranks: int,
         nodes: int,
-        limits: hangs.Limits,
+        limits: HangLimits,
         torchrun_pid: int,
         exited: Callable[[], bool],
         log: Callable[[str], None],

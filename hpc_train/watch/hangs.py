@@ -28,18 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, Beat
+from hpc_train.job.limits import HangLimits
 
 SLOW_PHASES = frozenset({CHECKPOINT, EPOCH, STOPPING})
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The allowances, in seconds (see the module docstring)."""
-
-    factor: float = 10.0
-    floor_s: float = 300.0
-    save_s: float = 900.0
-    startup_s: float = 900.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +41,7 @@ class Hang:
     why: str
 
 
-def allowance(beat: Beat | None, limits: Limits) -> float:
+def allowance(beat: Beat | None, limits: HangLimits) -> float:
     """How long ``beat`` may stay the rank's latest before the rank counts as hung."""
     if beat is None or beat.phase == STARTUP:
         return limits.startup_s
@@ -59,7 +50,7 @@ def allowance(beat: Beat | None, limits: Limits) -> float:
 
 
 def assess(
-    beats: Sequence[Beat], expected: int, started: float, now: float, limits: Limits
+    beats: Sequence[Beat], expected: int, started: float, now: float, limits: HangLimits
 ) -> Hang | None:
     """A hang among one node's ranks, or None.
 

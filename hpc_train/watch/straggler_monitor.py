@@ -23,14 +23,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any, Protocol
 
 from hpc_core.rundir import RunDir
 from hpc_train.contract import node_name, read_beats
 from hpc_train.faults import node_blame
-from hpc_train.job.spec import JobSpec
-from hpc_train.launch.restart_policy import Action, Decision, restart_allowed
+from hpc_train.job.limits import StragglerLimits
 from hpc_train.watch import stragglers
 from hpc_train.watch.hangs import Suspect
 
@@ -47,7 +45,7 @@ class Watch:
         job_id: str,
         restart: int,
         hosts: Sequence[str],
-        limits: stragglers.Limits,
+        limits: StragglerLimits,
         evict: bool,
         drain: bool,
         note: Callable[..., Any],
@@ -142,23 +140,19 @@ class Start(Protocol):
 
 
 def watch(
-    spec: JobSpec, start: Start, note: Callable[..., Any], log: Callable[[str], None]
+    run: RunDir,
+    start: Start,
+    limits: StragglerLimits,
+    evict: bool,
+    drain: bool,
+    note: Callable[..., Any],
+    log: Callable[[str], None],
 ) -> Watch | None:
-    """Task 0's straggler thread for this start; None on other tasks, on one node, or with
-    ``--no-watchdog`` (no heartbeats)."""
-    if start.task != 0 or len(start.hosts) < 2 or spec.no_watchdog:
+    """Task 0's straggler thread for this start; None on other tasks or on one node. ``evict``:
+    ``--evict-stragglers`` with a restart left to resume without the node (the launcher asks
+    ``restart_policy.may_requeue``); otherwise naming it is all."""
+    if start.task != 0 or len(start.hosts) < 2:
         return None
-    # no eviction without a restart left to resume without the node: naming it is all then
-    evict = spec.evict_stragglers and restart_allowed(start.restart + 1, spec.max_restarts)
     return Watch(
-        spec.run_dir, start.job_id, start.restart, start.hosts, spec.straggler_limits,
-        evict, not spec.no_drain, note, log,
-    ).start()  # fmt: skip
-
-
-def evicting(outcome: Decision, evicted: Suspect | None) -> Decision:
-    """The launcher's decision once the workers stopped to evict a straggler: the stop's class
-    is ``straggler`` (the save on notice was ours), the requeue excludes the node."""
-    if evicted is None or outcome.action is not Action.REQUEUE:
-        return outcome
-    return replace(outcome, cause="straggler", why=f"{outcome.why}; evicting {evicted.node}")
+        run, start.job_id, start.restart, start.hosts, limits, evict, drain, note, log
+    ).start()

@@ -19,11 +19,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Limits:
-    threshold: float = 0.2  # at least 20 % slower than the median of the other nodes...
-    window_s: float = 300.0  # ...at every sample for this long
+from hpc_train.job.limits import StragglerLimits
 
 
 @dataclass(frozen=True)
@@ -64,7 +60,7 @@ def ratios(compute_s: Mapping[str, float]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def find(samples: Sequence[Sample], limits: Limits) -> list[Straggler]:
+def find(samples: Sequence[Sample], limits: StragglerLimits) -> list[Straggler]:
     """The nodes slow at every sample of the last ``window_s`` seconds or more (slowest
     first). ``samples`` in time order; a node absent from a sample ends its streak."""
     since: dict[str, float] = {}

@@ -22,7 +22,7 @@ to ``hpc_train.worker.local_tier`` (written to node-local disk, then copied to t
 files pruned; a failing local disk falls back to direct saves); "durable" still means the save
 dir's copy, and a save on notice (``direct``) skips the tier. See that module for the trade-off.
 
-Rehearsal of a slow FSx (``chaos JOB slow-save --seconds S``: ``ask_slow_saves``): every
+Rehearsal of a slow FSx (``chaos JOB slow-save --seconds S``: ``contract.ask_slow_saves``): every
 background write of that run first sleeps S seconds (counted in its write seconds, as a slow
 file system's would be), so a preemption can be made to land while a write is in flight. The
 writer looks for ``RunDir.chaos_slow_save`` once per save: one stat() when it is absent.
@@ -33,7 +33,6 @@ Nothing here imports torch or fairseq at module level.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import threading
@@ -44,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_core.rundir import RunDir, atomic_write
+from hpc_core.rundir import RunDir
+from hpc_train import contract
 from hpc_train.worker import local_tier
 
 logger = logging.getLogger("hpc_train.worker.async_save")
@@ -66,26 +66,6 @@ class SaveStats:
     snapshot_s: float
     write_s: float
     copy_s: float | None = None
-
-
-def ask_slow_saves(run: RunDir, seconds: float) -> None:
-    """``chaos JOB slow-save``: every background checkpoint write of this run (this start and
-    later ones) sleeps ``seconds`` first; 0 ends the rehearsal."""
-    if seconds > 0:
-        atomic_write(run.chaos_slow_save, json.dumps({"seconds": seconds}))
-    else:
-        run.chaos_slow_save.unlink(missing_ok=True)
-
-
-def slow_save_s(run: RunDir | None) -> float:
-    """The seconds ``ask_slow_saves`` asked for (0: none); one stat() when nothing was asked."""
-    path = None if run is None else run.chaos_slow_save
-    if path is None or not path.exists():
-        return 0.0
-    try:
-        return max(0.0, float(json.loads(path.read_text())["seconds"]))
-    except (OSError, ValueError, TypeError, KeyError):
-        return 0.0
 
 
 # --- the snapshot -----------------------------------------------------------------------------
@@ -299,7 +279,7 @@ class AsyncSaver:
 
         def write() -> None:
             started = time.monotonic()
-            delay = slow_save_s(self.run)
+            delay = contract.slow_save_s(self.run)
             if delay:  # the rehearsal of a slow FSx
                 logger.info(f"chaos slow-save: writing {target} after {delay:g} s")
                 time.sleep(delay)

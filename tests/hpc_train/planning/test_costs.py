@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from hpc_train.job import presets
-from hpc_train.launch import spot
 from hpc_train.planning import costs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -92,7 +91,7 @@ def test_save_seconds() -> None:
 def test_windows_that_apply() -> None:
     assert costs.windows(None) == []
     found = costs.windows(90, grace_time_s=30, spot=True)
-    assert [w.seconds for w in found] == [90, 30, spot.NOTICE_S - spot.POLL_S]
+    assert [w.seconds for w in found] == [90, 30, costs.SPOT_NOTICE_S - costs.SPOT_POLL_S]
     assert found[2].seconds == 115
 
 

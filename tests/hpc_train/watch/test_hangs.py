@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN, Beat
+from hpc_train.job.limits import HangLimits as Limits
 from hpc_train.watch import hangs
-from hpc_train.watch.hangs import Limits, RankReport
+from hpc_train.watch.hangs import RankReport
 
 LIMITS = Limits(factor=10, floor_s=30, save_s=120, startup_s=300)
 

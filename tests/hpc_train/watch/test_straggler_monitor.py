@@ -14,10 +14,11 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.job.limits import StragglerLimits
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch import launcher
+from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action, Decision
-from hpc_train.watch import straggler_monitor, stragglers
+from hpc_train.watch import straggler_monitor
 from hpc_train.watch.hangs import Suspect
 from hpc_train.worker.heartbeat import Heartbeat
 
@@ -44,7 +45,7 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
     notes: list[tuple[str, dict[str, Any]]] = []
     lines: list[str] = []
     watch = straggler_monitor.Watch(
-        run, "7", 0, ["n1", "n2", "n3", "n4"], stragglers.Limits(0.2, 60.0), False, False,
+        run, "7", 0, ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False, False,
         lambda kind, **data: notes.append((kind, data)), lines.append, clock,
     )  # fmt: skip
     assert watch.sample().compute_s == {"n1": 0.1, "n2": 0.14, "n3": 0.1}  # n4: no heartbeat
@@ -61,15 +62,15 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
 def test_the_eviction_decision():
     requeue = Decision(Action.REQUEUE, "stopped on notice: requeueing (restart 1/20)", "notice")
     node = Suspect("n2", None, "straggler: ...")
-    got = straggler_monitor.evicting(requeue, node)
+    got = restart_policy.evicting(requeue, node.node)
     assert (got.action, got.cause, got.why.endswith("evicting n2")) == (
         Action.REQUEUE,
         "straggler",
         True,
     )
-    assert straggler_monitor.evicting(requeue, None) is requeue
+    assert restart_policy.evicting(requeue, None) is requeue
     finished = Decision(Action.FINISHED, "training finished", "finished")
-    assert straggler_monitor.evicting(finished, node) is finished  # it ended first: nothing to do
+    assert restart_policy.evicting(finished, node.node) is finished  # it ended first: nothing to do
 
 
 class SlowPeer(launcher.Launcher):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpc_train.watch.stragglers import Limits, Sample, find, ratios
+from hpc_train.job.limits import StragglerLimits as Limits
+from hpc_train.watch.stragglers import Sample, find, ratios
 
 LIMITS = Limits(threshold=0.2, window_s=300.0)
 
