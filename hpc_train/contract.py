@@ -29,7 +29,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,7 @@ class StartDecision:
     update_freq: int = 0  # steps per update: the global batch stays the recipe's
     refused: str = ""  # non-empty: this start does not run (a node short of GPUs, quarantined)
     bad_nodes: list[str] = field(default_factory=list)
+    stop: str = ""  # non-empty: the run stops here, FAILED (no progress in restarts)
 
 
 def write_decision(run: RunDir, job: str, restart: int, decision: StartDecision) -> None:
@@ -229,6 +230,22 @@ def read_beats(directory: Path, node: str | None = None) -> list[Beat]:
         if node is None or beat.node == node:
             beats.append(beat)
     return beats
+
+
+def start_progress(
+    run: RunDir, job: str, restart: int, hosts: Sequence[str]
+) -> dict[str, float | int]:
+    """How far a start got, from every node's heartbeats: ``reached`` (the last update any rank
+    completed) and ``last_progress`` (when); empty without heartbeats (``--no-watchdog``). Task 0
+    puts it in the ledger at the start's end, so the goodput never counts a stall as training."""
+    beats = [beat for host in hosts for beat in read_beats(run.heartbeats(job, restart, host))]
+    if not beats:
+        return {}
+    reached = max(beat.update for beat in beats)
+    return {
+        "reached": reached,
+        "last_progress": max(beat.time for beat in beats if beat.update == reached),
+    }
 
 
 # --- ranks to task 0: why a rank died; chaos to the ranks: a crash on purpose -------------------

@@ -31,7 +31,7 @@ from typing import Any
 
 from hpc_core import instances, ledger, slurm
 from hpc_core.wait import FAST, wait_until
-from hpc_train.contract import StartDecision, WorkerEnv, node_name, read_stop
+from hpc_train.contract import StartDecision, WorkerEnv, node_name, read_stop, start_progress
 from hpc_train.faults import agent_exit, failures, node_blame
 from hpc_train.job import command_lines
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
@@ -183,6 +183,10 @@ class Launcher:
         decision = decide_start(run, start, spec, gpus, log)
         if decision.refused:
             self.refuse(start, decision)
+        if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
+            log(f"stopping the run: {decision.stop}")
+            self.note("stopped", cause="no progress", why=decision.stop)
+            raise RuntimeError(decision.stop)
         use_gpu, nproc = decision.use_gpu, decision.ranks_per_node
         plan = batch_plan_of(spec, decision)  # task 0's, for every node
         args = command_lines.fairseq_argv(spec, plan, use_gpu)
@@ -256,12 +260,16 @@ class Launcher:
         )  # fmt: skip
         outcome = restart_policy.evicting(outcome, evicted.node if evicted else None)
         suspect = self._blame(start, outcome.cause) if outcome.blame else evicted
+        progress = start_progress(run, *start_key(start), start.hosts) if start.task == 0 else {}
         if outcome.action is Action.FINISHED:
             log(outcome.why)
-            self.note("finished", why=outcome.why)
+            self.note("finished", why=outcome.why, **progress)
             return done
+        if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
+            crash = ("crash", f"{suspect.node}: {suspect.why}")
         error = {"error": crash[1]} if crash else {}
-        self.note("stopped", cause=outcome.cause, why=outcome.why, returncode=returncode, **error)
+        self.note("stopped", cause=outcome.cause, why=outcome.why, returncode=returncode,
+                  **error, **progress)  # fmt: skip
         if outcome.action is Action.CANCELLED:
             log(outcome.why)
             return done
@@ -320,7 +328,10 @@ class Launcher:
         if cause is None:
             return None, False
         before = failures.read(run, job, restart - 1) if restart > 0 else []
-        return (cause.cause, cause.describe()), failures.repeated(now, before) is not None
+        repeated = failures.repeated(now, before) is not None
+        if all(f.witness for f in now):  # only peers saw a rank go away: the peers' symptom
+            return ("crash", f"a rank died without a word; its peers saw {cause.describe()}"), False
+        return (cause.cause, cause.describe()), repeated
 
     def _watch_hangs(self, start: Start, nproc: int, pid: int) -> hang_monitor.Monitor | None:
         """This node's hang watchdog (``hpc_train.watch.hang_monitor``), unless ``--no-watchdog``."""
@@ -429,6 +440,10 @@ class Launcher:
             log(f"no save on notice after {wait_s:.0f} s: requeueing anyway")
             saved = False
         why = "saved on notice" if saved else "notice, but no save on notice in time"
-        self.note("stopped", cause="notice", why=why, saved=saved)
+        start = self._start
+        progress = (
+            start_progress(self.spec.run_dir, *start_key(start), start.hosts) if start else {}
+        )
+        self.note("stopped", cause="notice", why=why, saved=saved, **progress)
         self.note("requeued", by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))

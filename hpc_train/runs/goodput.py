@@ -7,9 +7,17 @@ from submission to the end (or to now, for a run still going). The rest, by caus
     start-up      a start -> its first update (imports, rendezvous, data, checkpoint load)
     checkpoints   the training stall of every save (periodic, end of epoch, on notice)
     recomputed    updates trained again after resuming from an older checkpoint, at the run's
-                  mean seconds per update (0 when every stop saved on notice)
+                  mean seconds per update (0 when every stop saved on notice): from the ledger,
+                  the update a start reached (its end event's ``reached``) against the update
+                  the next start resumed at (``started``'s ``resume_at``)
+    no progress   from a start's last progress (its end event's ``last_progress``: the newest
+                  heartbeat of any rank) to its end: a hang's allowance and evidence, a crash's
+                  detection, a slow or stuck exit. Never productive.
     interrupted   a start that ended without a stop recorded (node failure, a killed step):
                   from its last recorded progress to the next start, counted with the queue
+
+Every second of the wall is in exactly one of: queue, start-up, checkpoints, recomputed,
+no progress, productive (``Goodput.parts`` sums to ``wall_s``).
 
 Each start is one segment of the ledger: ``started`` .. (``first_update``) .. its end, which is
 the ``stopped``/``finished`` event of that start, else the next start, else now.
@@ -17,6 +25,7 @@ the ``stopped``/``finished`` event of that start, else the next start, else now.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -33,6 +42,16 @@ class Segment:
     ended: float
     cause: str  # how this start ended: notice, crash, cancelled, finished, unknown, running
     checkpoint_s: float
+    resume_at: int | None = None  # the update this start resumed from
+    reached: int | None = None  # the last update any rank completed (task 0's word at the end)
+    last_progress: float | None = None  # when it was completed
+
+    @property
+    def progress_end(self) -> float:
+        """The end of this start's training: its last progress, if the launcher said it."""
+        if self.last_progress is None or self.first_update is None:
+            return self.ended
+        return min(self.ended, max(self.first_update, self.last_progress))
 
 
 @dataclass(frozen=True)
@@ -44,6 +63,17 @@ class Goodput:
     recomputed_s: float
     productive_s: float
     restarts: int
+    no_progress_s: float = 0.0
+    recomputed_updates: int = 0
+
+    @property
+    def parts(self) -> dict[str, float]:
+        """Where the wall time went: the causes and the productive rest (sums to ``wall_s``)."""
+        return {
+            "queue": self.queue_s, "start-up": self.startup_s, "checkpoints": self.checkpoint_s,
+            "recomputed": self.recomputed_s, "no progress": self.no_progress_s,
+            "productive": self.productive_s,
+        }  # fmt: skip
 
     @property
     def ettr(self) -> float | None:
@@ -57,7 +87,8 @@ class Goodput:
         return (
             f"ETTR {ettr} of {self.wall_s:.0f} s: queue {self.queue_s:.0f} s, "
             f"start-up {self.startup_s:.0f} s, checkpoints {self.checkpoint_s:.0f} s, "
-            f"recomputed {self.recomputed_s:.0f} s"
+            f"recomputed {self.recomputed_s:.0f} s ({self.recomputed_updates} updates), "
+            f"no progress {self.no_progress_s:.0f} s"
         )
 
 
@@ -81,26 +112,63 @@ def segments(events: Sequence[Event], now: float) -> list[Segment]:
         else:
             ended, cause = now, "running"
         saves = sum(float(e.get("seconds", 0.0)) for e in inside if e.kind == "checkpoint")
-        out.append(Segment(start.restart, start.time, first, ended, cause, saves))
+        said = end.data if end is not None else {}
+        out.append(Segment(
+            start.restart, start.time, first, ended, cause, saves,
+            _int(start.get("resume_at")), _int(said.get("reached")),
+            _float(said.get("last_progress")),
+        ))  # fmt: skip
     return out
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _recomputed(segs: Sequence[Segment]) -> int:
+    """Updates trained twice: each start's reached update past the next start's resume point."""
+    return sum(
+        max(0, a.reached - b.resume_at)
+        for a, b in itertools.pairwise(segs)
+        if a.reached is not None and b.resume_at is not None
+    )
+
+
+def _seconds_per_update(segs: Sequence[Segment]) -> float | None:
+    """The run's mean training seconds per update, from the starts that said how far they got."""
+    spans = [
+        (s.progress_end - s.first_update, s.reached - (s.resume_at or 0))
+        for s in segs
+        if s.first_update is not None and s.reached is not None
+    ]
+    updates = sum(n for _, n in spans)
+    return sum(t for t, _ in spans) / updates if updates > 0 else None
 
 
 def account(
     events: Sequence[Event],
     now: float,
-    recomputed_updates: int = 0,
+    recomputed_updates: int | None = None,
     seconds_per_update: float | None = None,
 ) -> Goodput:
     """The goodput of a run from its ledger; ``now`` ends a run still going (pass the time of
-    its last event for a run that is over)."""
+    its last event for a run that is over). ``recomputed_updates`` and ``seconds_per_update``
+    override what the ledger says (a run whose launcher did not record its progress)."""
     segs = segments(events, now)
     submitted = [e.time for e in events if e.kind == "submitted"]
     begin = min([*submitted, *(s.started for s in segs)], default=now)
     end = max(segs[-1].ended if segs else now, begin)
     startup = sum(((s.first_update or s.ended) - s.started) for s in segs)
-    training = sum(s.ended - s.first_update for s in segs if s.first_update is not None)
+    training = sum(s.progress_end - s.first_update for s in segs if s.first_update is not None)
+    stalled = sum(s.ended - s.progress_end for s in segs if s.first_update is not None)
     checkpoint = sum(s.checkpoint_s for s in segs)
-    recomputed = recomputed_updates * (seconds_per_update or 0.0)
+    redone = _recomputed(segs) if recomputed_updates is None else recomputed_updates
+    per_update = _seconds_per_update(segs) if seconds_per_update is None else seconds_per_update
+    recomputed = min(redone * (per_update or 0.0), max(0.0, training - checkpoint))
     busy = sum(s.ended - s.started for s in segs)
     productive = max(0.0, training - checkpoint - recomputed)
     return Goodput(
@@ -111,6 +179,8 @@ def account(
         recomputed_s=recomputed,
         productive_s=productive,
         restarts=max(0, len(segs) - 1),
+        no_progress_s=stalled,
+        recomputed_updates=redone,
     )
 
 

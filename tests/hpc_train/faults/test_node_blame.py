@@ -182,3 +182,42 @@ def test_after_slurm_requeued_by_itself_task_0_blames_the_node_it_lost(tmp_path,
     assert started.get("previous").startswith("node failure (n2 DOWN+NOT_RESPONDING")
     # the next start finds the end recorded (blamed): no second blame
     assert node_blame.unrecorded_end(run, "41", 2) == []
+
+
+class PeerWitness(launcher.Launcher):
+    """torchrun replaced by rank 0 on n1, which beats at update 7, reports only that its peer
+    went away (gloo: connection closed) and exits 1; n2's launcher (the test writes its records)
+    says its rank was killed by SIGKILL."""
+
+    def torchrun_command(self, start, nproc, args):
+        body = (
+            "import os; from pathlib import Path; from hpc_train.worker.heartbeat import Heartbeat\n"
+            "from hpc_core.rundir import RunDir; from hpc_train.faults import failures\n"
+            "hb = Heartbeat(Path(os.environ['HPC_TRAIN_HEARTBEAT_DIR']), 0); hb.completed(7)\n"
+            f"run = RunDir(Path({str(self.spec.save_dir)!r}))\n"
+            f"failures.write(run, '41', 0, failures.Failure(0, 7, *{GLOO_PEER!r}))\n"
+            "raise SystemExit(1)\n"
+        )
+        return [sys.executable, "-c", body]
+
+
+def test_a_killed_rank_is_the_restarts_cause_not_its_peers_lost_connection(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """The soak's case: a rank killed with SIGKILL showed as "infrastructure (... gloo ...
+    Connection ... by peer)". The stop's cause is the crash, its error names the killed node."""
+    from hpc_train.contract import NodeReport, write_node_report
+    from hpc_train.faults import agent_exit
+
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    run = RunDir(tmp_path)
+    write_node_report(run, "41", 0, NodeReport(1, "n2", 0))  # task 1 is up
+    agent_exit.write(run, "41", 0, NodeExit(1, "n2", 1, 2, -9))  # its rank 2 got SIGKILL
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)
+    assert fake_slurm.excluded == [("41", ["n2"])]
+    (stopped,) = [e for e in ledger.read(run.ledger) if e.kind == "stopped"]
+    assert stopped.get("cause") == "crash"
+    assert stopped.get("error") == "n2: rank 2 on n2 was killed (SIGKILL)"
+    assert stopped.get("reached") == 7  # how far the start got, for the goodput

@@ -74,3 +74,44 @@ def test_a_start_that_vanished_ends_at_its_last_event_and_the_gap_is_queue():
 def test_no_start_yet_is_all_queue():
     g = goodput.account([ev("submitted", 0)], now=30)
     assert (g.wall_s, g.queue_s, g.productive_s, g.ettr) == (30, 30, 0, 0)
+
+
+# A hang the test made: the last progress at 45 (update 25), the watchdog's 300 s allowance ran
+# out at 345 and the run was requeued; start #2 resumed from the periodic checkpoint at update
+# 20 (5 updates trained again) and finished; its agent then took 2 s to exit.
+HUNG = [
+    ev("submitted", 0),
+    ev("started", 10, previous="first start"),
+    ev("first_update", 20, update=1),
+    ev("stopped", 345, cause="hang", reached=25, last_progress=45.0),
+    ev("requeued", 345),
+    ev("started", 360, 1, resume_at=20, previous="hang (...): last periodic checkpoint"),
+    ev("first_update", 370, 1, update=21),
+    ev("finished", 400, 1, reached=40, last_progress=398.0),
+]
+
+
+def test_a_hangs_allowance_is_never_productive_and_the_recomputed_updates_come_from_the_ledger():
+    g = goodput.account(HUNG, now=999)
+    truth_training = (45 - 20) + (398 - 370)  # what the ranks really trained: 53 s
+    assert g.no_progress_s == pytest.approx(300 + 2)  # the allowance and the slow exit
+    assert g.recomputed_updates == 25 - 20
+    per_update = truth_training / (25 + (40 - 20))
+    assert g.recomputed_s == pytest.approx(5 * per_update)
+    assert g.productive_s == pytest.approx(truth_training - 5 * per_update)
+    assert sum(g.parts.values()) == pytest.approx(g.wall_s)
+    assert "no progress 302 s" in g.describe() and "(5 updates)" in g.describe()
+
+
+def test_an_agent_stuck_after_training_costs_its_time():
+    """Training ended at 100 (the last heartbeat), the job held its nodes until 1000."""
+    events = [
+        ev("submitted", 0),
+        ev("started", 0),
+        ev("first_update", 10, update=1),
+        ev("finished", 1000, reached=90, last_progress=100.0),
+    ]
+    g = goodput.account(events, now=1000)
+    assert g.productive_s == 90 and g.no_progress_s == 900
+    assert g.ettr == pytest.approx(0.09)
+    assert sum(g.parts.values()) == pytest.approx(g.wall_s)
