@@ -167,6 +167,12 @@ class JobSpec:
         "restarts allowed in all: preemptions, node failures, crashes and time-limit requeues",
         default=20, type=int, metavar="N",
     )  # fmt: skip
+    max_no_progress_restarts: int = option(
+        "--max-no-progress-restarts",
+        "stop the run (FAILED, with the reason) after N restarts in a row that resumed from the "
+        "same checkpoint: none advanced it (0: never)",
+        default=3, type=int, metavar="N",
+    )  # fmt: skip
     keep_checkpoints: int = option(
         "--keep-checkpoints", "interval checkpoints kept (checkpoint_last.pt always)",
         default=3, type=int, metavar="N",
@@ -371,8 +377,10 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
         raise SpecError("--max-update must be >= 1")
     if spec.sequences_per_update < 1:
         raise SpecError("--global-batch must be >= 1")
-    if spec.max_restarts < 0 or spec.keep_checkpoints < 1:
-        raise SpecError("--max-restarts must be >= 0 and --keep-checkpoints >= 1")
+    if spec.max_restarts < 0 or spec.keep_checkpoints < 1 or spec.max_no_progress_restarts < 0:
+        raise SpecError(
+            "--max-restarts and --max-no-progress-restarts must be >= 0, --keep-checkpoints >= 1"
+        )
     if spec.hang_factor < 1 or min(spec.hang_limits.floor_s, spec.hang_limits.save_s,
                                    spec.hang_limits.startup_s) <= 0:  # fmt: skip
         raise SpecError("--hang-factor must be >= 1 and the --hang-*-timeout* values > 0")

@@ -7,6 +7,8 @@ counts them (``SLURM_RESTART_COUNT``), so requeues Slurm performs by itself coun
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -121,3 +123,20 @@ def after_refusal(why: str, restart: int, max_restarts: int) -> Decision:
         return Decision(Action.FAIL, f"{why}; no restarts left (--max-restarts {max_restarts})",
                         "bad node")  # fmt: skip
     return Decision(Action.REQUEUE, why, "bad node", blame=True)
+
+
+def no_progress(resume_points: Sequence[int], limit: int) -> str:
+    """Why the run stops for want of progress, or "": ``resume_points`` are the updates each
+    start of the run resumed from, in order, this one last; ``limit`` restarts in a row that
+    resumed from the same checkpoint as the start before them stop it (0: never)."""
+    if limit <= 0:
+        return ""
+    same = 0
+    for before, now in itertools.pairwise(resume_points):
+        same = same + 1 if now == before else 0
+    if same < limit:
+        return ""
+    return (
+        f"{same} restarts in a row resumed from update {resume_points[-1]}: no checkpoint "
+        f"advanced (--max-no-progress-restarts {limit})"
+    )

@@ -28,7 +28,7 @@ from hpc_train.faults import quarantine
 from hpc_train.job import command_lines
 from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch import geometry
+from hpc_train.launch import geometry, restart_policy
 from hpc_train.worker import checkpoints
 
 DECISION_WAIT_S = 300.0
@@ -91,9 +91,11 @@ def decide_start(
     log(f"resume: {resume.reason}")
     if resume.moved_aside:
         log(f"kept the bad checkpoint as {resume.moved_aside}")
+    earlier = [int(e.get("resume_at", 0)) for e in ledger.read(run.ledger) if e.kind == "started"]
+    stop = restart_policy.no_progress([*earlier, resume.at_update], spec.max_no_progress_restarts)
     decision = StartDecision(
         resume.fairseq_args(), resume.at_update, resume.reason, shape.ranks_per_node,
-        shape.use_gpu, plan.world_size, plan.batch_per_device, plan.update_freq,
+        shape.use_gpu, plan.world_size, plan.batch_per_device, plan.update_freq, stop=stop,
     )  # fmt: skip
     write_decision(run, job_id, restart, decision)
     return decision

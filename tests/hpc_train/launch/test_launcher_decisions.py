@@ -308,3 +308,18 @@ def test_a_notice_then_the_requeues_sigterm_is_not_a_cancel_even_without_a_save(
     assert launcher._signals == ["notice", "SIGTERM"]
     assert "cancelled" not in capsys.readouterr().out
     assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # handlers restored
+
+
+def test_restarts_that_never_advance_stop_the_run_before_torchrun(tmp_path, fake_slurm):
+    """Three starts already began at update 0 (the ledger says so): the fourth, a third restart
+    with no checkpoint advanced, is stopped by task 0 with the reason, no torchrun, no requeue;
+    the ledger says why."""
+    run = RunDir(tmp_path)
+    for restart in range(3):
+        ledger.record(run.ledger, "started", "41", restart, resume_at=0)
+    fake = FakeTorchrun(spec_in(tmp_path, max_restarts=20), 0)
+    with pytest.raises(RuntimeError, match="3 restarts in a row resumed from update 0"):
+        fake.run(start(restart=3), gpus=0)
+    assert fake.argv == [] and fake_slurm.requeued == []
+    stopped = [e for e in ledger.read(run.ledger) if e.kind == "stopped"]
+    assert [e.get("cause") for e in stopped] == ["no progress"]

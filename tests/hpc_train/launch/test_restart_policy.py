@@ -29,3 +29,12 @@ def test_an_eviction_renames_a_requeue_only():
     assert got.why.endswith("evicting n2")
     finished = Decision(Action.FINISHED, "training finished", "finished")
     assert restart_policy.evicting(finished, "n2") is finished
+
+
+def test_restarts_that_never_advance_the_checkpoint_stop_the_run():
+    assert restart_policy.no_progress([0, 50, 50, 50], limit=3) == ""  # two in a row so far
+    why = restart_policy.no_progress([0, 50, 50, 50, 50], limit=3)
+    assert "3 restarts in a row resumed from update 50" in why
+    assert restart_policy.no_progress([0, 0, 0, 0], limit=3)  # never saved at all
+    assert restart_policy.no_progress([0, 50, 50, 80, 80], limit=3) == ""  # it advanced
+    assert restart_policy.no_progress([7] * 10, limit=0) == ""  # 0: never
