@@ -9,11 +9,13 @@ by the one process that saw it happen:
     checkpoint    the worker, rank 0     update, seconds (the training stall), bytes, notice;
                                          snapshot_s, write_s with async saves (once on disk)
     notice        the launcher, task 0   signal (USR2 at preemption, time limit, spot)
-    stopped       the launcher, task 0   cause (a class: notice, crash, cancelled, hang ...), why
+    stopped       the launcher, task 0   cause (a class: notice, crash, cancelled, hang ...), why;
+                                         reached, last_progress (how far the start got)
     blamed        the launcher, task 0   node, rank, why, drained (after a hang: the suspect)
     straggler     the launcher, task 0   node, ratio, seconds, compute_s, median_s (a slow node)
     requeued      the launcher, task 0   by (task 0 after a crash, submitit after a notice)
-    finished      the launcher, task 0   why
+    requeue_blocked the launcher, task 0 why (too few usable nodes: which, and why), waiting
+    finished      the launcher, task 0   why; reached, last_progress
 
 Each append is one ``write`` of one whole line on a file opened with ``O_APPEND``, then fsync: a
 reader sees whole lines or nothing of a line; a line cut short by a crash is skipped when read,
@@ -42,6 +44,7 @@ EVENTS = (
     "blamed",
     "straggler",
     "requeued",
+    "requeue_blocked",
     "finished",
 )
 INDEX_ENV = "HPC_TRAIN_STATE_HOME"  # overrides where the user's index lives (tests, shared homes)

@@ -239,6 +239,19 @@ def idle_nodes(partition: str) -> int:
     return sum(int(n) for n in out.split())
 
 
+def partition_nodes(partition: str | None) -> dict[str, str]:
+    """Every node of ``partition`` (the default one if None) and its state as sinfo writes it
+    (``idle``, ``allocated``, ``drained``, ``down*``, ``idle~`` ...), in one query."""
+    where = ["-p", partition] if partition else []
+    out = run(["sinfo", "-h", "-N", *where, "-o", "%N|%T"])
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        node, _, state = line.strip().partition("|")
+        if node:
+            found[node] = state
+    return found
+
+
 TERMINAL_STATES = frozenset(
     {
         "COMPLETED",

@@ -26,13 +26,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hpc_core import instances, ledger, slurm
 from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import StartDecision, WorkerEnv, node_name, read_stop, start_progress
-from hpc_train.faults import agent_exit, failures, node_blame
+from hpc_train.faults import agent_exit, failures, node_blame, quarantine
 from hpc_train.job import command_lines
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
 from hpc_train.launch import notify, restart_policy
@@ -280,12 +281,7 @@ class Launcher:
             log(outcome.why)
             raise RuntimeError(outcome.why)
         log(f"job {start.job_id}: {outcome.why}")
-        self.note("requeued", by="task 0")
-        slurm.requeue(start.job_id)
-        if suspect is not None:
-            node_blame.exclude(start.job_id, [suspect.node], log)
-        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
-        raise RuntimeError("requeue did not take effect")
+        self._requeue(start, [suspect.node] if suspect is not None else [])
 
     def refuse(self, start: Start, decision: StartDecision) -> None:
         """The start cannot run (a node short of GPUs): task 0 blames those nodes, drains them
@@ -301,11 +297,45 @@ class Launcher:
         outcome = restart_policy.after_refusal(why, start.restart, self.spec.max_restarts)
         if outcome.action is Action.FAIL:
             raise RuntimeError(outcome.why)
+        self._requeue(
+            start, decision.bad_nodes, f"{why}: requeued without {', '.join(decision.bad_nodes)}"
+        )
+
+    def _requeue(
+        self, start: Start, leave_out: Sequence[str], ended: str = "requeue did not take effect"
+    ) -> NoReturn:
+        """Task 0 requeues the job without ``leave_out`` (the nodes it blamed), unless the job
+        could not start again: too few usable nodes in its partition and nothing to replace
+        them (``restart_policy.requeue_blocked``): then the run stops, saying which nodes."""
+        blocked, said = self._requeue_blocked(leave_out)
+        if said:
+            log(said)
+            self.note("requeue_blocked", why=said, waiting=blocked is None)
+        if blocked is not None:
+            raise RuntimeError(blocked.why)
         self.note("requeued", by="task 0")
         slurm.requeue(start.job_id)
-        node_blame.exclude(start.job_id, decision.bad_nodes, log)
-        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task
-        raise RuntimeError(f"{why}: requeued without {', '.join(decision.bad_nodes)}")
+        if leave_out:
+            node_blame.exclude(start.job_id, list(leave_out), log)
+        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
+        raise RuntimeError(ended)
+
+    def _requeue_blocked(
+        self, leave_out: Sequence[str]
+    ) -> tuple[restart_policy.Decision | None, str]:
+        """Could the requeued job start? (One sinfo, one scontrol; a Slurm error is said and
+        the requeue goes ahead: it is Slurm's to refuse then.)"""
+        spec, start = self.spec, self._start
+        try:
+            states = slurm.partition_nodes(spec.partition)
+            info = slurm.job_info(start.job_id) if start else None
+            listed = (info or {}).get("ExcNodeList", "(null)")
+            excluded = set(slurm.hostnames(listed)) if listed not in ("", "(null)") else set()
+        except slurm.SlurmError as err:
+            log(f"cannot tell whether the requeued job can start ({err}): requeueing")
+            return None, ""
+        excluded |= {*leave_out, *quarantine.nodes(spec.run_dir)}
+        return restart_policy.requeue_blocked(states, excluded, spec.nodes_min, replaced=None)
 
     def save_wait_s(self) -> float:
         """The longest checkpoint() waits for the save on notice (see ``SAVE_WAIT_ENV``)."""

@@ -8,7 +8,8 @@ counts them (``SLURM_RESTART_COUNT``), so requeues Slurm performs by itself coun
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -140,3 +141,42 @@ def no_progress(resume_points: Sequence[int], limit: int) -> str:
         f"{same} restarts in a row resumed from update {resume_points[-1]}: no checkpoint "
         f"advanced (--max-no-progress-restarts {limit})"
     )
+
+
+# sinfo's states in which a node takes no new job until someone (or clustermgtd) acts
+UNUSABLE_STATES = ("drain", "down", "fail", "maint", "reserved", "inval", "unknown", "future")
+# ParallelCluster's node names (<queue>-st|dy-<compute resource>-<n>): its clustermgtd replaces a
+# node set DRAIN or DOWN, so a requeue waits for the replacement instead of stopping the run
+PCLUSTER_NODE = re.compile(r"^[a-z0-9-]+-(st|dy)-[a-z0-9-]+-\d+$")
+
+
+def usable(state: str) -> bool:
+    """Can a node in sinfo's ``state`` (``idle``, ``drained``, ``down*``, ``idle~``...) take the
+    requeued job? A node only not responding for now (``idle*``: a slurmd restarting) counts as
+    usable: stopping a run needs a state that stays."""
+    state = state.lower()
+    return not any(s in state for s in UNUSABLE_STATES)
+
+
+def requeue_blocked(
+    states: Mapping[str, str], excluded: Collection[str], min_nodes: int, replaced: bool | None
+) -> tuple[Decision | None, str]:
+    """Before task 0 requeues: can the job start again in its partition? ``states``: every node
+    of the partition (``slurm.partition_nodes``); ``excluded``: the nodes the requeue leaves out
+    (blamed, quarantined); ``replaced``: does the cluster replace drained nodes (None: tell by
+    ParallelCluster's node names). Returns (a FAIL decision instead of the requeue, or None;
+    what to say: "" when enough nodes are usable)."""
+    ok = [n for n, s in states.items() if usable(s) and n not in excluded]
+    if len(ok) >= min_nodes:
+        return None, ""
+    out = [f"{n} ({'excluded' if n in excluded else s})" for n, s in sorted(states.items())
+           if n not in ok]  # fmt: skip
+    why = (
+        f"the requeued job cannot start: {len(ok)} usable node(s) in its partition, it needs "
+        f"{min_nodes}; not usable: {', '.join(out)}"
+    )
+    if replaced is None:
+        replaced = bool(states) and all(PCLUSTER_NODE.match(n) for n in states)
+    if replaced:
+        return None, f"{why}; waiting for the cluster to replace the drained nodes"
+    return Decision(Action.FAIL, f"{why}; nothing replaces them here: stopping", "no nodes"), why

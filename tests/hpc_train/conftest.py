@@ -24,6 +24,8 @@ class FakeSlurm:
         self.drained: list[tuple[str, str]] = []
         self.excluded: list[tuple[str, list[str]]] = []
         self.nodes: dict[str, dict[str, str]] = {}  # scontrol show node, by name (else IDLE)
+        # sinfo -N of the job's partition: four idle nodes unless a test says otherwise
+        self.partition: dict[str, str] = {f"n{i}": "idle" for i in range(1, 5)}
 
     def job_state(self, job_id: str) -> slurm.JobState:
         return slurm.JobState(job_id, self.state, 0, "n[1-2]", "")
@@ -40,6 +42,16 @@ class FakeSlurm:
 
     def node_info(self, node: str) -> dict[str, str]:
         return self.nodes.get(node, {"State": "IDLE"})
+
+    def partition_nodes(self, partition: str | None) -> dict[str, str]:
+        return dict(self.partition)
+
+    def job_info(self, job_id: str) -> dict[str, str] | None:
+        excluded = [n for job, nodes in self.excluded if job == job_id for n in nodes]
+        return {"JobId": job_id, "ExcNodeList": ",".join(excluded) or "(null)"}
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        return nodelist.split(",")  # the fake writes plain lists (Slurm expands n[1-2])
 
     def signal(self, job_id: str, name: str = "USR2") -> None:
         raise AssertionError("no spot watcher in these tests")

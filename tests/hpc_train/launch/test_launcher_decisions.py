@@ -323,3 +323,16 @@ def test_restarts_that_never_advance_stop_the_run_before_torchrun(tmp_path, fake
     assert fake.argv == [] and fake_slurm.requeued == []
     stopped = [e for e in ledger.read(run.ledger) if e.kind == "stopped"]
     assert [e.get("cause") for e in stopped] == ["no progress"]
+
+
+def test_a_requeue_that_could_not_start_stops_the_run_with_the_nodes(tmp_path, fake_slurm):
+    """Two nodes in the partition, one already drained: a crash's requeue of a 2-node job
+    could never start on the local cluster (nothing replaces drained nodes): task 0 says so in
+    the log and the ledger and fails the run instead of leaving it PENDING forever."""
+    fake_slurm.partition = {"n1": "idle", "n2": "drained"}
+    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0)
+    with pytest.raises(RuntimeError, match="cannot start: 1 usable node"):
+        FakeTorchrun(spec, 1).run(start(), gpus=0)
+    assert fake_slurm.requeued == []
+    (blocked,) = [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "requeue_blocked"]
+    assert "n2 (drained)" in blocked.get("why") and blocked.get("waiting") is False

@@ -38,3 +38,24 @@ def test_restarts_that_never_advance_the_checkpoint_stop_the_run():
     assert restart_policy.no_progress([0, 0, 0, 0], limit=3)  # never saved at all
     assert restart_policy.no_progress([0, 50, 50, 80, 80], limit=3) == ""  # it advanced
     assert restart_policy.no_progress([7] * 10, limit=0) == ""  # 0: never
+
+
+def test_a_requeue_that_cannot_start_is_said_and_stops_where_nothing_replaces_nodes():
+    states = {"n1": "idle", "n2": "drained", "n3": "down*", "n4": "allocated"}
+    assert restart_policy.requeue_blocked(states, {"n4"}, 1, replaced=False) == (None, "")
+    stop, why = restart_policy.requeue_blocked(states, {"n4"}, 2, replaced=False)
+    assert stop is not None and stop.action is Action.FAIL and stop.cause == "no nodes"
+    assert "1 usable node(s) in its partition, it needs 2" in why
+    assert "n2 (drained), n3 (down*), n4 (excluded)" in why
+    assert "stopping" in stop.why
+
+
+def test_on_parallelcluster_a_blocked_requeue_waits_for_the_replacement_nodes():
+    states = {"gpu-dy-p3dn-1": "idle", "gpu-dy-p3dn-2": "drained", "gpu-st-p3dn-1": "down"}
+    stop, said = restart_policy.requeue_blocked(states, set(), 2, replaced=None)
+    assert stop is None and "waiting for the cluster to replace the drained nodes" in said
+    local = {"n1": "idle", "n2": "drained"}  # the local cluster: its names are not pcluster's
+    assert restart_policy.requeue_blocked(local, set(), 2, replaced=None)[0] is not None
+    # powered-down cloud nodes (idle~) start on demand: usable
+    assert restart_policy.usable("idle~") and not restart_policy.usable("draining")
+    assert restart_policy.usable("idle*") and not restart_policy.usable("down*")  # transient
