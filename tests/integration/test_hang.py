@@ -12,6 +12,7 @@ import pytest
 from hpc_core import ledger, slurm
 from hpc_core.rundir import SUSPECT, RunDir, incident_reports
 from hpc_train import chaos
+from hpc_train.runs import goodput
 
 pytestmark = pytest.mark.slurm
 
@@ -75,6 +76,12 @@ def test_a_stopped_rank_is_a_hang_its_node_is_drained_and_excluded_and_the_run_c
     assert [e.get("cause") for e in events if e.kind == "stopped"] == ["hang"]
     blamed = [(e.get("node"), e.get("drained")) for e in events if e.kind == "blamed"]
     assert blamed == [(victim, True)], blamed
+    # the goodput: the hang's 10 s allowance is never productive, and the updates trained twice
+    # are the ones fairseq's own log shows (reached before the hang, resumed below it)
+    g = goodput.account(events, events[-1].time)
+    assert g.no_progress_s >= 10, g
+    assert g.recomputed_updates == summary.recomputed_updates > 0, (g, summary)
+    assert sum(g.parts.values()) == pytest.approx(g.wall_s)
 
 
 def test_no_false_positive_with_a_save_every_update(runs):
