@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -27,6 +28,28 @@ class Backoff:
 
 
 FAST = Backoff(0.1, 1.5, 1.0)  # things that happen within seconds (a file, a process exit)
+
+
+def process_exited(pid: int) -> bool:
+    """True once ``pid`` has exited (zombie or gone), without reaping it.
+
+    Inside a signal handler that interrupted ``Popen.wait()``, ``Popen.poll()`` always answers
+    None: the interrupted wait holds the lock poll needs. /proc does not. A stopped agent never
+    reaps its children: they stay zombies, and count as exited here.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rpartition(")")[2].split()[0] in {"Z", "X"}
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (R, S, D, T stopped, Z zombie), "" when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return ""
 
 
 def wait_until(

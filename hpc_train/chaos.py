@@ -6,13 +6,14 @@
     python -m hpc_train.chaos JOBID kill-node [--node N]   # SIGKILL the ranks on one (random) node
     python -m hpc_train.chaos JOBID kill-node --stop-slurmd  # local cluster: the node fails too
     python -m hpc_train.chaos JOBID hang [--node N]        # SIGSTOP one rank: the job hangs
+    python -m hpc_train.chaos JOBID stuck-agent [--node N] # SIGSTOP one node's torchrun agent
     python -m hpc_train.chaos JOBID crash --at-update 30   # rank 0 raises there, every start
     python -m hpc_train.chaos JOBID slow --node n2 --factor 0.5  # one node's ranks at half speed
     python -m hpc_train.chaos JOBID slow-save --seconds 8  # every checkpoint write 8 s slower
 
 Every action is real Slurm: preemption through the higher-priority partition, signals through
 scancel, a node's processes killed on that node through ``srun --overlap``; an injected crash
-is a file in the run's state dir the workers look for at every update (``hpc_train.faults.failures``);
+is a file in the run's state dir the workers look for at every update (``hpc_train.worker.crash``);
 a slow save (the rehearsal of a slow FSx) one the checkpoint writer looks for at every save
 (``hpc_train.worker.async_save``).
 """
@@ -111,6 +112,22 @@ def _parent(pid: int) -> int:
         return 0
 
 
+def agent_here(job_id: str, node: str) -> int | None:
+    """The job's torchrun agent on this host for ``node`` (None: none here)."""
+    agents = ("torch.distributed.run", "bin/torchrun")
+    found = [pid for pid, cmd in _processes(job_id, node) if any(a in cmd for a in agents)]
+    return min(found) if found else None
+
+
+def stop_agent_here(job_id: str, node: str) -> int | None:
+    """SIGSTOP the job's torchrun agent on this host: its ranks train on; at their exit it
+    reaps nothing and never exits by itself. Returns its pid (None: no agent here)."""
+    pid = agent_here(job_id, node)
+    if pid is not None:
+        os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
 def stop_here(job_id: str, node: str) -> int | None:
     """SIGSTOP one of the job's ranks on this host: it stops mid-update and its peers wait for
     it in the next collective. Returns its pid (None: no rank here)."""
@@ -146,6 +163,11 @@ def hang(job_id: str, node: str | None) -> str:
     return _on_node(job_id, node, STOP_HERE)
 
 
+def stuck_agent(job_id: str, node: str | None) -> str:
+    """SIGSTOP the torchrun agent on ``node`` (default: a random node of the job)."""
+    return _on_node(job_id, node, STOP_AGENT_HERE)
+
+
 def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
     target = _on_node(job_id, node, KILL_HERE)
     if stop_slurmd:
@@ -167,6 +189,7 @@ def stop_local_slurmd(node: str) -> None:
 KILL_HERE = "_kill-here"  # the step kill-node runs on the target node (not for users)
 STOP_HERE = "_stop-here"  # the step hang runs on the target node (not for users)
 SLOW_HERE = "_slow-here"  # the step slow runs on the target node (not for users)
+STOP_AGENT_HERE = "_stop-agent-here"  # the step stuck-agent runs on the target node
 SLOW_PERIOD_S = 0.02  # one stop-and-continue cycle: shorter than an update's compute
 SLOW_REFRESH_S = 5.0  # how often the throttle looks for the job's ranks again
 
@@ -256,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     kill.add_argument("--stop-slurmd", action="store_true", help="local cluster: fail the node")
     stop = sub.add_parser("hang", help="SIGSTOP one rank on one node (the watchdog's rehearsal)")
     stop.add_argument("--node", help="node name (default: a random node of the job)")
+    agent = sub.add_parser(
+        "stuck-agent", help="SIGSTOP one node's torchrun agent (the stuck-agent rehearsal)"
+    )
+    agent.add_argument("--node", help="node name (default: a random node of the job)")
     slow = sub.add_parser(
         "slow", help="throttle one node's ranks (SIGSTOP/SIGCONT): the straggler check's rehearsal"
     )
@@ -292,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
             cycles = throttle_here(argv[0], argv[3], here.factor, here.seconds)
             print(f"throttled for {cycles} cycle(s)" if cycles else "no rank of the job here")
             return 0 if cycles else 1
+        if len(argv) == 4 and argv[1] == STOP_AGENT_HERE and argv[2] == "--node":
+            pid = stop_agent_here(argv[0], argv[3])
+            print(f"stopped torchrun pid {pid}" if pid else "no torchrun of the job here")
+            return 0 if pid else 1
         if len(argv) == 4 and argv[1] == STOP_HERE and argv[2] == "--node":
             pid = stop_here(argv[0], argv[3])
             print(f"stopped rank pid {pid}" if pid else "no rank of the job here")
@@ -324,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "hang":
             node = hang(args.job_id, args.node)
             print(f"stopped one of job {args.job_id}'s ranks on {node} (SIGSTOP)")
+        elif args.action == "stuck-agent":
+            node = stuck_agent(args.job_id, args.node)
+            print(f"stopped job {args.job_id}'s torchrun agent on {node} (SIGSTOP)")
         else:
             node = kill_node(args.job_id, args.node, args.stop_slurmd)
             print(f"killed job {args.job_id}'s ranks on {node}")

@@ -31,8 +31,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hpc_core import instances, ledger, slurm
-from hpc_core.wait import FAST, wait_until
-from hpc_train.contract import StartDecision, WorkerEnv, node_name, read_stop, start_progress
+from hpc_core.wait import FAST, process_exited, wait_until
+from hpc_train.contract import (
+    StartDecision,
+    WorkerEnv,
+    node_name,
+    read_beats,
+    read_stop,
+    start_progress,
+)
 from hpc_train.faults import agent_exit, failures, node_blame, quarantine
 from hpc_train.job import command_lines
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
@@ -78,19 +85,6 @@ def _ignore_usr2() -> None:
     # Slurm signals every process of the step; the agent must not die of it (the default
     # action of SIGUSR2 is to terminate). Workers install their own handler.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-
-
-def has_exited(pid: int) -> bool:
-    """True once ``pid`` has exited (zombie or gone), without reaping it.
-
-    Inside a signal handler that interrupted ``Popen.wait()``, ``Popen.poll()`` always answers
-    None: the interrupted wait holds the lock poll needs. /proc does not.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return stat.rpartition(")")[2].split()[0] in {"Z", "X"}
 
 
 class Launcher:
@@ -251,6 +245,15 @@ class Launcher:
         if watcher:
             watcher.stop()
         saved = read_stop(run, *start_key(start)) is not None
+        stuck = monitor.stuck if monitor else None  # torchrun outlived its ranks: we killed it
+        if stuck is not None and hang is None:
+            returncode, hang = self._after_stuck_agent(start, stuck, saved, returncode)
+        elif returncode != 0 and hang is None and self._ranks_finished(start):
+            # the agent failed after its ranks finished (its exit barrier lost a stuck peer's
+            # store): training is done, no rank reported an error
+            stuck = f"torchrun exited {returncode} after its ranks finished training"
+            log(stuck)
+            returncode = 0
         # a SIGTERM after the save on notice is the requeue ending the job, not a cancel
         cancelled = returncode != 0 and not saved and self.cancelled(start.job_id)
         # the watchdog's kill makes the peers report lost connections: that is not the cause
@@ -263,8 +266,9 @@ class Launcher:
         suspect = self._blame(start, outcome.cause) if outcome.blame else evicted
         progress = start_progress(run, *start_key(start), start.hosts) if start.task == 0 else {}
         if outcome.action is Action.FINISHED:
-            log(outcome.why)
-            self.note("finished", why=outcome.why, **progress)
+            why = f"{outcome.why}; then {stuck}: killed" if stuck else outcome.why
+            log(why)
+            self.note("finished", why=why, **progress)
             return done
         if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
             crash = ("crash", f"{suspect.node}: {suspect.why}")
@@ -282,6 +286,26 @@ class Launcher:
             raise RuntimeError(outcome.why)
         log(f"job {start.job_id}: {outcome.why}")
         self._requeue(start, [suspect.node] if suspect is not None else [])
+
+    def _after_stuck_agent(
+        self, start: Start, stuck: str, saved: bool, returncode: int
+    ) -> tuple[int, str | None]:
+        """torchrun outlived this node's ranks and its monitor killed it: the start ends as the
+        ranks left it: finished or saved on notice (the kill was ours: exit 0), else a hang."""
+        if saved or self._ranks_finished(start):
+            log(f"torchrun was stuck after its ranks finished ({stuck}): killed")
+            return 0, None
+        return returncode, f"torchrun stuck: {stuck}"
+
+    def _ranks_finished(self, start: Start) -> bool:
+        """Did every rank of this node reach max-update (its heartbeat) with no crash report?"""
+        run, (job, restart) = self.spec.run_dir, start_key(start)
+        beats = read_beats(run.heartbeats(job, restart, node_name()))
+        return (
+            bool(beats)
+            and min(b.update for b in beats) >= self.spec.updates
+            and not failures.read(run, job, restart)
+        )
 
     def refuse(self, start: Start, decision: StartDecision) -> None:
         """The start cannot run (a node short of GPUs): task 0 blames those nodes, drains them
@@ -372,7 +396,7 @@ class Launcher:
         limits = spec.hang_limits
         return hang_monitor.Monitor(
             run, start.job_id, start.restart, node, nproc, start.num_nodes, limits, pid,
-            lambda: has_exited(pid), log,
+            lambda: process_exited(pid), log,
         ).start()  # fmt: skip
 
     def _watch_stragglers(self, start: Start) -> straggler_monitor.Watch | None:
@@ -458,7 +482,7 @@ class Launcher:
         def saved_or_exited() -> str | None:
             if marker is not None and marker.exists():
                 return "the save on notice is durable"
-            if proc is None or has_exited(proc.pid):
+            if proc is None or process_exited(proc.pid):
                 return "workers exited"
             return None
 

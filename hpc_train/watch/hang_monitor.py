@@ -16,6 +16,12 @@ hang, seen here or declared by another node (``hang.json`` in the incident dir):
    (``restarts.after_exit(hang=…)``), and task 0 calls ``blame``: the suspect
    (``hangs.suspect``) is written to ``suspect.json``; ``hpc_train.faults.node_blame`` records it,
    drains it unless ``--no-drain``, and the launcher requeues without it. Lost work: the updates since the last checkpoint.
+
+The agent is watched too: once every rank of this node has exited (a zombie counts: a stopped
+torchrun reaps nothing), torchrun must exit within the hang floor (``--hang-timeout-floor``).
+If it does not (SIGSTOPped, stuck in its exit barrier on a stopped peer), it is stuck: its
+state is logged and it is killed (``stuck``); the launcher then ends the start as the ranks left
+it (training finished, or saved on notice) instead of holding the nodes until the time limit.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from hpc_core.rundir import (
     nccl_traces,
     stacks_file,
 )
-from hpc_core.wait import FAST, Backoff, wait_until
+from hpc_core.wait import FAST, Backoff, process_exited, process_state, wait_until
 from hpc_train.contract import STACKS_SIGNAL, Beat, read_beats
 from hpc_train.job.limits import HangLimits
 from hpc_train.watch import hangs
@@ -56,6 +62,7 @@ POLL_S = 2.0  # how often each launcher reads its ranks' heartbeats
 STACK_WAIT_S = 5.0  # for the ranks' faulthandler output after SIGUSR1
 REPORT_WAIT_S = 20.0  # for the other nodes' reports
 KILL_WAIT_S = 15.0  # for torchrun's exit after SIGTERM, before SIGKILL
+STUCK = "stuck agent"  # _check's answer when torchrun outlived its ranks (not a hang)
 FLIGHT_RECORDER_WAIT_S = 20.0  # GPU ranks: their dumps after the pipe write (7.2 s on an H100)
 
 
@@ -203,6 +210,8 @@ class Monitor:
         self.node, self.ranks, self.nodes, self.limits = node, ranks, nodes, limits
         self.torchrun_pid, self.exited, self.log = torchrun_pid, exited, log
         self.hang: str | None = None
+        self.stuck: str | None = None  # torchrun outlived its ranks by the allowance: killed
+        self._ranks_gone_at: float | None = None
         self._stop = threading.Event()
         self._started = time.time()
         self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
@@ -228,16 +237,41 @@ class Monitor:
         if elsewhere is not None:
             return elsewhere
         beats = read_beats(self.directory)
+        if self._agent_stuck(beats):
+            return STUCK
         found = hangs.assess(beats, self.ranks, self._started, time.time(), self.limits)
         if found is None:
             return None
         declare(self.incident, self.node, found.why, found.allowance_s)
         return found.why
 
+    def _agent_stuck(self, beats: Sequence[Beat]) -> bool:
+        """Have this node's ranks all exited while torchrun stays, past the allowance?"""
+        gone = len(beats) >= self.ranks and all(process_exited(b.pid) for b in beats)
+        now = time.time()
+        if not gone or self.exited():
+            self._ranks_gone_at = None
+            return False
+        self._ranks_gone_at = self._ranks_gone_at or now
+        waited = now - self._ranks_gone_at
+        if waited < self.limits.floor_s:
+            return False
+        state = process_state(self.torchrun_pid) or "gone"
+        self.stuck = (
+            f"torchrun (pid {self.torchrun_pid}, state {state}) still there {waited:.0f} s after "
+            f"its ranks exited (allowance {self.limits.floor_s:.0f} s)"
+        )
+        return True
+
     def _watch(self) -> None:
         poll = Backoff(POLL_S, 1.0, POLL_S)
         why = wait_until(self._check, "a hang", None, poll, sleep=self._nap)
         if why is True:
+            return
+        if why == STUCK:  # the agent outlived its ranks: end it, the ranks' work stands
+            self.log(f"stuck agent: {self.stuck}: killing it")
+            _kill(self.torchrun_pid, signal.SIGKILL)
+            _kill(self.torchrun_pid, signal.SIGCONT)
             return
         assert isinstance(why, str)
         self.hang = why

@@ -96,3 +96,29 @@ def test_no_false_positive_with_a_save_every_update(runs):
     assert not RunDir(save).incident(job, 0).exists()
     assert "hang: " not in runs.launcher_log(save, job)
     assert runs.summary(save).updates == 40
+
+
+def test_a_stuck_torchrun_agent_on_task_0s_node_is_killed_and_the_run_completes(runs):
+    """SIGSTOP task 0's torchrun agent mid-training (chaos stuck-agent; measured before: the job
+    held both nodes 12+ minutes after training). Its ranks train to the end; once they have
+    exited, the agent is killed after the 10 s floor; the run COMPLETES without a requeue, and
+    the wait is no progress in the goodput, not training."""
+    runs.wait_idle_nodes(2)
+    max_update = 60
+    job, save = runs.submit("stuck-agent", max_update, nodes="2", fairseq=PER_UPDATE,
+                            extra_cli=WATCHDOG)  # fmt: skip
+    nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    runs.wait_for_update(save, 10)
+    stopped_at = time.monotonic()
+    assert chaos.stuck_agent(job, nodes[0]) == nodes[0]
+    final = runs.wait_done(job)
+    held = time.monotonic() - stopped_at
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    assert final.restarts == 0
+    assert held < 150, held  # training, the 10 s allowance and the kill; not the time limit
+    events = ledger.read(RunDir(save).ledger)
+    (finished,) = [e for e in events if e.kind == "finished"]
+    assert "torchrun" in finished.get("why") and "killed" in finished.get("why"), finished
+    g = goodput.account(events, events[-1].time)
+    assert g.no_progress_s >= 10 and sum(g.parts.values()) == pytest.approx(g.wall_s), g
+    assert runs.summary(save).updates == max_update

@@ -47,16 +47,16 @@ def test_a_restart_on_fewer_nodes_raises_update_freq():
     assert freqs == [4, 2, 1]
 
 
-def test_has_exited_sees_a_zombie_without_reaping_it():
+def test_process_exited_sees_a_zombie_without_reaping_it():
     import subprocess
     import time
 
-    from hpc_train.launch.launcher import has_exited
+    from hpc_core.wait import process_exited, process_state
 
     proc = subprocess.Popen(["sleep", "0.2"])
-    assert not has_exited(proc.pid)
+    assert not process_exited(proc.pid) and process_state(proc.pid) not in {"Z", ""}
     time.sleep(0.6)
-    assert has_exited(proc.pid)  # exited, not yet reaped
+    assert process_exited(proc.pid) and process_state(proc.pid) == "Z"  # not yet reaped
     assert proc.wait() == 0  # still reapable by its owner
 
 

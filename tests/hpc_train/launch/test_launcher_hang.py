@@ -101,3 +101,49 @@ def test_the_hang_decision_is_pure():
     assert crash.action is Action.REQUEUE and crash.blame  # task 0 looks for a node at fault
     bug = restart_policy.after_exit(1, False, 0, 0, 3, crash=("user error", "ValueError: x"))
     assert bug.action is Action.REQUEUE and not bug.blame  # the code's fault, no node's
+
+
+class StuckAgent(launcher.Launcher):
+    """torchrun replaced by an agent whose one rank (a child) completes the last update and
+    exits; then the agent stops itself with SIGSTOP (what was measured: task 0's torchrun
+    stopped after training, the job held its nodes 12+ minutes). ``reached``: the rank's last
+    update."""
+
+    reached = 12
+
+    def torchrun_command(self, start: launcher.Start, nproc: int, args: list[str]) -> list[str]:
+        rank = (
+            "import os; from pathlib import Path; from hpc_train.worker.heartbeat import Heartbeat\n"
+            "d = Path(os.environ['HPC_TRAIN_HEARTBEAT_DIR'])\n"
+            f"hb = Heartbeat(d, 0); hb.completed({self.reached}); hb.training(stopping=True)\n"
+        )
+        body = (
+            "import os, signal, subprocess, sys\n"
+            f"p = subprocess.Popen([sys.executable, '-c', {rank!r}])\n"
+            "os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)\n"  # exited, never reaped
+            "os.kill(os.getpid(), signal.SIGSTOP)\n"
+        )
+        return [sys.executable, "-c", body]
+
+
+def test_an_agent_stuck_after_its_ranks_finished_is_killed_and_the_run_finishes(
+    tmp_path, fake_slurm
+):
+    spec = spec_in(tmp_path, max_update=12)
+    done = StuckAgent(spec).run(launcher.Start("41", 0, 1, "n1", 0, ("n1",)), gpus=0)
+    assert done["restarts"] == 0 and fake_slurm.requeued == []
+    (finished,) = [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "finished"]
+    assert "training finished; then torchrun" in finished.get("why")
+    assert "state T" in finished.get("why") and "killed" in finished.get("why")
+    assert finished.get("reached") == 12  # the goodput counts the wait as no progress
+
+
+def test_an_agent_stuck_before_the_end_is_a_hang(tmp_path, fake_slurm):
+    """The same stuck agent, but its rank stopped at update 5 of 12 (no save on notice): a
+    hang, task 0 requeues."""
+    agent = StuckAgent(spec_in(tmp_path, max_update=12))
+    agent.reached = 5
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        agent.run(launcher.Start("41", 0, 1, "n1", 0, ("n1",)), gpus=0)
+    (stopped,) = [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "stopped"]
+    assert stopped.get("cause") == "hang" and "torchrun stuck" in stopped.get("why")
