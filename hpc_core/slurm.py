@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from hpc_core.wait import Backoff, wait_until
@@ -79,19 +79,32 @@ def run(args: Sequence[str], timeout: float = 30.0, check: bool = True) -> str:
     return proc.stdout
 
 
-def ensure_reachable() -> None:
-    """Raise SlurmError with a one-line hint unless slurmctld answers."""
+def unreachable(timeout: float = 15.0) -> str | None:
+    """Why no controller can be asked now (one line), or None when slurmctld answers a ping.
+
+    Never waits for a controller: a config that is not there is said at once (the clients
+    would retry reading it for a minute), and ``scontrol ping`` makes one attempt (a refused
+    connection answers at once; ``timeout`` bounds a controller host that does not answer).
+    """
     conf = os.environ.get("SLURM_CONF")
     if conf and not os.path.isfile(conf):
-        raise SlurmError(f"no Slurm reachable: SLURM_CONF={conf} does not exist; {LOCAL_HINT}")
+        return f"SLURM_CONF={conf} does not exist"
     if not conf and not any(os.path.isfile(p) for p in DEFAULT_CONFS):
-        raise SlurmError(f"no Slurm reachable: SLURM_CONF is not set; {LOCAL_HINT}")
+        return "SLURM_CONF is not set"
     try:
-        out = run(["scontrol", "ping"], timeout=15, check=False)
+        out = run(["scontrol", "ping"], timeout=timeout, check=False)
     except SlurmError as err:
-        raise SlurmError(f"no Slurm reachable ({err}); {LOCAL_HINT}") from None
+        return str(err)
     if "UP" not in out:
-        raise SlurmError(f"no Slurm controller answers (SLURM_CONF={conf}); {LOCAL_HINT}")
+        return f"no Slurm controller answers `scontrol ping` (SLURM_CONF={conf})"
+    return None
+
+
+def ensure_reachable() -> None:
+    """Raise SlurmError with a one-line hint unless slurmctld answers."""
+    why = unreachable()
+    if why is not None:
+        raise SlurmError(f"no Slurm reachable: {why}; {LOCAL_HINT}")
 
 
 def rendezvous_port(job_id: str | int) -> int:
@@ -282,11 +295,31 @@ class JobState:
 
 def job_state(job_id: str | int) -> JobState:
     """The job's state now; raises SlurmUnreachable when the controller does not answer."""
-    info = job_info(job_id)
+    return _state_of(str(job_id), job_info(job_id))
+
+
+def job_states(job_ids: Iterable[str | int]) -> dict[str, JobState]:
+    """The state of each of ``job_ids`` now, in one query for all of them (as submitit asks
+    ``sacct`` once for all its jobs; ``scontrol`` needs no accounting database): every job the
+    controller remembers, the ones asked for kept; a job Slurm has forgotten is GONE. Raises
+    SlurmUnreachable when the controller does not answer."""
+    wanted = list(dict.fromkeys(str(job) for job in job_ids))
+    if not wanted:
+        return {}
+    out = run(["scontrol", "show", "job", "-o"])
+    known = {}
+    for line in out.splitlines():
+        if line.startswith("JobId="):
+            record = parse_record(line)
+            known[record["JobId"]] = record
+    return {job: _state_of(job, known.get(job)) for job in wanted}
+
+
+def _state_of(job_id: str, info: dict[str, str] | None) -> JobState:
     if info is None:
-        return JobState(str(job_id), "GONE", 0, "", "")
+        return JobState(job_id, "GONE", 0, "", "")
     return JobState(
-        job_id=info.get("JobId", str(job_id)),
+        job_id=info.get("JobId", job_id),
         state=info.get("JobState", "UNKNOWN").split()[0],
         restarts=int(info.get("Restarts", "0") or 0),
         nodes=info.get("NodeList", ""),

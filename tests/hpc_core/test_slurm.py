@@ -89,3 +89,53 @@ def test_exclude_survives_the_requeues_sigterm_killing_its_first_look_at_the_job
     monkeypatch.setattr(slurm, "job_info", job_info)
     monkeypatch.setattr(slurm, "run", lambda args, timeout=30.0, check=True: "")
     assert slurm.exclude("76", ["n2"], timeout=5) == ["n2"] and not looks
+
+
+def test_job_states_asks_once_for_every_job_and_a_forgotten_one_is_gone(monkeypatch):
+    """A fake scontrol: every job the controller remembers, in one answer."""
+    calls: list[list[str]] = []
+
+    def fake_run(args, timeout=30.0, check=True):
+        calls.append(list(args))
+        return (
+            "JobId=7 JobName=a JobState=RUNNING Reason=None Restarts=2 NodeList=n[1-2]\n"
+            "JobId=8 JobName=b JobState=COMPLETING Reason=NonZeroExitCode Restarts=0 NodeList=n3\n"
+        )
+
+    monkeypatch.setattr(slurm, "run", fake_run)
+    states = slurm.job_states(["7", 9, "8", "7"])
+    assert calls == [["scontrol", "show", "job", "-o"]]
+    assert list(states) == ["7", "9", "8"]
+    assert states["7"] == slurm.JobState("7", "RUNNING", 2, "n[1-2]", "None")
+    assert states["8"].state == "COMPLETING" and states["9"].state == "GONE"
+    calls.clear()
+    assert slurm.job_states([]) == {} and calls == []
+
+
+def test_unreachable_says_why_without_waiting_for_a_controller(tmp_path, monkeypatch):
+    """A missing config is said before any client runs (it would retry reading it for a
+    minute); otherwise one `scontrol ping`, whose refusal comes at once (a fake here)."""
+    pings: list[float] = []
+    answer: list[str | Exception] = []
+
+    def fake_run(args, timeout=30.0, check=True):
+        assert list(args) == ["scontrol", "ping"]
+        pings.append(timeout)
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
+
+    monkeypatch.setattr(slurm, "run", fake_run)
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing.conf"))
+    assert slurm.unreachable() == f"SLURM_CONF={tmp_path / 'missing.conf'} does not exist"
+    assert pings == []
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    answer[:] = [slurm.SlurmUnreachable("`scontrol ping`: Unable to contact slurm controller")]
+    assert slurm.unreachable(timeout=3) == "`scontrol ping`: Unable to contact slurm controller"
+    answer[:] = ["Slurmctld(primary) at vm is DOWN\n"]
+    assert "no Slurm controller answers" in (slurm.unreachable() or "")
+    answer[:] = ["Slurmctld(primary) at vm is UP\n"]
+    assert slurm.unreachable() is None and pings == [3, 15.0, 15.0]
+    slurm.ensure_reachable()
