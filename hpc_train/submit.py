@@ -27,9 +27,12 @@ from hpc_core import instances, ledger, slurm
 from hpc_train import cli
 from hpc_train.faults import quarantine
 from hpc_train.job import command_lines, options, presets
+from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
 from hpc_train.launch import restart_policy
 from hpc_train.planning import costs
+
+DRY_RUN_PING_S = 3.0  # one `scontrol ping` (a refused connection answers at once)
 
 
 def setup_lines(spec: JobSpec) -> list[str]:
@@ -113,11 +116,12 @@ def render_sbatch(spec: JobSpec, python: str = sys.executable) -> str:
     return _make_sbatch_string(command=command, folder=spec.run_dir.slurm_logs, **params)
 
 
-def training_command(spec: JobSpec) -> tuple[str, str]:
-    """(torchrun command line, batch plan) as each node would run it in the largest world."""
+def training_command(spec: JobSpec, plan: BatchPlan) -> tuple[str, str]:
+    """(torchrun command line, batch plan) as each node would run it in the largest world;
+    ``plan``: that world's, as ``validate`` decided it."""
     gpu = spec.gpus_per_node > 0
     nproc = spec.ranks_per_node(gpu)
-    args, plan = command_lines.fairseq_args(spec, spec.nodes_max * nproc, gpu)
+    args = command_lines.fairseq_argv(spec, plan, gpu)
     argv = command_lines.torchrun_argv(
         "torchrun", spec.nodes_max, nproc, "FIRST_NODE", "SLURM_JOB_ID", args
     )
@@ -140,11 +144,10 @@ def make_executor(spec: JobSpec) -> Any:
 
 
 def submit(spec: JobSpec) -> Any:
-    """Validate, check Slurm answers, submit; return the submitit Job."""
+    """Submit ``spec``, validated (``validate``, once: ``main``) to a Slurm that answers
+    (``slurm.ensure_reachable``); return the submitit Job."""
     from hpc_train.launch.launcher import Launcher
 
-    validate(spec)
-    slurm.ensure_reachable()
     spec.run_dir.slurm_logs.mkdir(parents=True, exist_ok=True)
     from submitit.core.utils import FailedJobError
 
@@ -187,9 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def grace_time_s(partition: str | None) -> float | None:
-    """The partition's GraceTime at preemption, when Slurm can say (not on a laptop's dry run,
-    nor for a partition sbatch will refuse anyway)."""
+def grace_time_s(partition: str | None, dry_run: bool = False) -> float | None:
+    """The partition's GraceTime at preemption, when Slurm can say (not for a partition sbatch
+    will refuse anyway). A dry run never waits for a controller: with none that answers at once
+    it says, on stderr, what it did not ask."""
+    if dry_run:
+        why = slurm.unreachable(timeout=DRY_RUN_PING_S)
+        if why is not None:
+            what = f"partition {partition}" if partition else "the default partition"
+            print(f"dry run: Slurm not asked for the GraceTime of {what} "
+                  f"(`scontrol show partition`): {why}", file=sys.stderr)  # fmt: skip
+            return None
     try:
         return slurm.grace_time_s(partition)
     except slurm.SlurmError:
@@ -206,16 +217,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = options.spec_from_options(args, extra)
-        validate(spec, check_paths=not args.dry_run)  # submit() checks again, just before sbatch
-        grace = grace_time_s(spec.partition)
+        plan = validate(spec, check_paths=not args.dry_run)  # once: the plan is reused below
+        if not args.dry_run:
+            slurm.ensure_reachable()
+        grace = grace_time_s(spec.partition, dry_run=args.dry_run)
         for warning in costs.submit_warnings(
             spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S, grace_time_s=grace
         ):
             print(warning, file=sys.stderr)
         if args.dry_run:
             print(render_sbatch(spec))
-            line, plan = training_command(spec)
-            print(f"# training command on each node ({plan}):\n{line}")
+            line, note = training_command(spec, plan)
+            print(f"# training command on each node ({note}):\n{line}")
             return 0
         submitted_at = time.time()
         job = submit(spec)

@@ -10,7 +10,7 @@ import pytest
 from hpc_core import slurm
 from hpc_train import submit
 from hpc_train.job import presets
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.spec import JobSpec, validate
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PYTHON = "/lustre/hpc-train/venv/bin/python"  # fixed so golden files do not depend on this machine
@@ -31,7 +31,7 @@ def golden_spec(preset: str) -> JobSpec:
 
 def golden_text(preset: str) -> str:
     spec = golden_spec(preset)
-    line, plan = submit.training_command(spec)
+    line, plan = submit.training_command(spec, validate(spec, check_paths=False))
     return f"{submit.render_sbatch(spec, python=PYTHON)}\n# {plan}\n{line}\n"
 
 
@@ -209,3 +209,100 @@ def test_a_resubmission_keeps_the_quarantined_nodes_out(tmp_path):
         ledger.record(spec.run_dir.ledger, "blamed", "7", restart, node="n3", why="hang")
     quarantine.update(spec.run_dir)
     assert "#SBATCH --exclude=n3" in submit.render_sbatch(spec)
+
+
+def fake_slurm_run(controller_up: bool, asked: list[list[str]]):
+    """A fake of ``slurm.run`` (the one way to Slurm's clients): `scontrol ping` answers at once,
+    UP or refused; a partition query answers only when the controller is up, and otherwise
+    fails the test (the real client would wait for the controller, 9-60 s)."""
+
+    def run(args, timeout=30.0, check=True):
+        asked.append(list(args))
+        if list(args[:2]) == ["scontrol", "ping"]:
+            if controller_up:
+                return "Slurmctld(primary) at vm is UP\n"
+            raise slurm.SlurmUnreachable(
+                "`scontrol ping`: Unable to contact slurm controller (connect failure)"
+            )
+        if controller_up and list(args[:3]) == ["scontrol", "show", "partition"]:
+            return "PartitionName=low Default=YES PreemptMode=REQUEUE GraceTime=30 State=UP\n"
+        pytest.fail(f"the dry run waited for a controller: {' '.join(args)}")
+
+    return run
+
+
+DRY_LARGE = ["--preset", "roberta-large", "--nodes", "2", "--gpus-per-node", "8",
+             "--data", "D", "--save-dir", "S", "--dry-run"]  # fmt: skip
+
+
+def test_a_dry_run_never_waits_for_a_controller_and_says_what_it_did_not_ask(
+    tmp_path, monkeypatch, capsys
+):
+    """No controller answers: one `scontrol ping` (refused at once), never a query that waits;
+    stderr names what was not asked. With no config at all, not even the ping."""
+    asked: list[list[str]] = []
+    monkeypatch.setattr(slurm, "run", fake_slurm_run(False, asked))
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    assert submit.main([*DRY_LARGE, "--partition", "low"]) == 0
+    err = capsys.readouterr().err
+    assert asked == [["scontrol", "ping"]]
+    assert "dry run: Slurm not asked for the GraceTime of partition low" in err
+    assert "(`scontrol show partition`): `scontrol ping`: Unable to contact" in err
+    asked.clear()
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing.conf"))
+    assert submit.main(DRY_LARGE) == 0
+    err = capsys.readouterr().err
+    assert asked == []  # the client would retry reading a missing config for a minute
+    assert f"of the default partition (`scontrol show partition`): SLURM_CONF={tmp_path}" in err
+
+
+def test_a_dry_run_with_a_controller_asks_the_grace_time(tmp_path, monkeypatch, capsys):
+    """A controller that answers: the partition's GraceTime is asked and warned about (the
+    real-Slurm version: test_a_save_that_cannot_fit_the_partitions_grace_time_is_a_warning)."""
+    asked: list[list[str]] = []
+    monkeypatch.setattr(slurm, "run", fake_slurm_run(True, asked))
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    assert submit.main(DRY_LARGE) == 0
+    err = capsys.readouterr().err
+    assert [a[:3] for a in asked] == [["scontrol", "ping"], ["scontrol", "show", "partition"]]
+    assert "does NOT fit the partition GraceTime at preemption (30 s)" in err
+    assert "not asked" not in err
+
+
+def test_submit_validates_once_and_reuses_its_plan(tmp_path, monkeypatch, capsys):
+    """validate() runs once per submit (a dry run or a real one) and its largest-world plan
+    is the one the dry run prints: the batch plan is never derived a second time."""
+    from types import SimpleNamespace
+
+    from hpc_train.job import command_lines
+
+    checks: list[bool] = []
+
+    def counting(spec, check_paths=True):
+        checks.append(check_paths)
+        return validate(spec, check_paths)
+
+    def derived_again(*args, **kwargs):
+        raise AssertionError("the batch plan derived again after validate()")
+
+    monkeypatch.setattr(submit, "validate", counting)
+    monkeypatch.setattr(command_lines, "batch_plan", derived_again)
+    monkeypatch.setattr(submit, "grace_time_s", lambda partition, dry_run=False: None)
+    assert submit.main(DRY_LARGE) == 0
+    assert checks == [False] and "--update-freq 4" in capsys.readouterr().out
+
+    checks.clear()
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("dict.txt", "train.bin", "train.idx"):
+        (data / name).write_text("")
+    monkeypatch.setattr(slurm, "ensure_reachable", lambda: None)
+    executor = SimpleNamespace(submit=lambda launcher: SimpleNamespace(job_id="42"))
+    monkeypatch.setattr(submit, "make_executor", lambda spec: executor)
+    argv = ["--preset", "tiny", "--gpus-per-node", "0", "--data", str(data)]
+    assert submit.main([*argv, "--save-dir", str(tmp_path / "s")]) == 0
+    assert checks == [True] and "submitted job 42" in capsys.readouterr().out
