@@ -32,6 +32,12 @@ from dataclasses import asdict, dataclass
 from hpc_core.ledger import Event
 
 ENDS = ("stopped", "finished")
+CANCELLED = "cancelled"
+REQUEUED = "requeued"
+REQUEUED_WHY = (
+    "requeued (by Slurm, with no notice: the start ended on SIGTERM and the job started "
+    "again): last periodic checkpoint"
+)
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,7 @@ class Segment:
     started: float
     first_update: float | None
     ended: float
-    cause: str  # how this start ended: notice, crash, cancelled, finished, unknown, running
+    cause: str  # how it ended: notice, crash, cancelled, requeued, finished, unknown, running
     checkpoint_s: float
     resume_at: int | None = None  # the update this start resumed from
     reached: int | None = None  # the last update any rank completed (task 0's word at the end)
@@ -111,6 +117,8 @@ def segments(events: Sequence[Event], now: float) -> list[Segment]:
             cause = "unknown"
         else:
             ended, cause = now, "running"
+        if cause == CANCELLED and n + 1 < len(starts) and same_job(start, ordered[starts[n + 1]]):
+            cause = REQUEUED
         saves = sum(float(e.get("seconds", 0.0)) for e in inside if e.kind == "checkpoint")
         said = end.data if end is not None else {}
         out.append(Segment(
@@ -185,9 +193,29 @@ def account(
 
 
 def restarts(events: Sequence[Event]) -> list[tuple[int, str]]:
-    """(update resumed at, why the previous start ended) for every restart, from the ledger."""
-    starts = [e for e in sorted(events, key=lambda e: e.time) if e.kind == "started"]
-    return [(int(e.get("resume_at", 0)), str(e.get("previous", ""))) for e in starts[1:]]
+    """(update resumed at, why the previous start ended) for every restart, from the ledger.
+
+    A start that ended on a SIGTERM with no notice before it is recorded as cancelled (that is
+    what ``scancel`` looks like to the launcher), but ``scontrol requeue`` looks the same: when
+    the same Slurm job started again, it was a requeue, whatever the previous start said."""
+    ordered = sorted(events, key=lambda e: e.time)
+    starts = [e for e in ordered if e.kind == "started"]
+    ends = {(e.job, e.restart): e for e in ordered if e.kind in ENDS}
+    found = []
+    for before, start in itertools.pairwise(starts):
+        why = str(start.get("previous", ""))
+        end = ends.get((before.job, before.restart))
+        said = end.get("cause", end.kind) if end is not None else None
+        if said == CANCELLED and same_job(before, start):
+            why = REQUEUED_WHY
+        found.append((int(start.get("resume_at", 0)), why))
+    return found
+
+
+def same_job(before: Event, after: Event) -> bool:
+    """Is ``after`` a later start of the Slurm job of ``before`` (a requeue, or an in-job
+    restart, whose ids are ``<job>.<round>``)? A cancelled job never starts again."""
+    return before.job.split(".")[0] == after.job.split(".")[0] and after.restart >= before.restart
 
 
 def short_cause(why: str) -> str:

@@ -129,14 +129,26 @@ class RunStatus:
         }
 
 
-def slurm_state(job: str | None) -> slurm.JobState | None:
-    """What Slurm says of the job now; None when there is no job or no controller to ask."""
-    if job is None:
-        return None
+def slurm_states(
+    jobs: Sequence[str | None], warn: Callable[[str], None] | None = None
+) -> dict[str, slurm.JobState]:
+    """What Slurm says of each job now, in one query for all of them; {} when there is no job
+    or no controller to ask (never waited for: the ledger says then)."""
+    wanted = [job for job in jobs if job is not None]
+    if not wanted:
+        return {}
+    why = slurm.unreachable()
     try:
-        return slurm.job_state(job)
-    except slurm.SlurmError:
-        return None
+        if why is None:
+            return slurm.job_states(wanted)
+    except slurm.SlurmError as err:
+        why = str(err)
+    if warn is not None:
+        warn(f"Slurm not asked for the jobs' states ({why}): states from the ledgers")
+    return {}
+
+
+COMPLETED = "COMPLETED"  # Slurm's word for a job that ended well; the ledger's ``finished``
 
 
 def ledger_state(events: list[ledger.Event]) -> str:
@@ -146,7 +158,7 @@ def ledger_state(events: list[ledger.Event]) -> str:
         return "UNKNOWN"
     last = ends[-1]
     if last.kind == "finished":
-        return "FINISHED"
+        return COMPLETED
     if last.kind == "stopped":
         return "CANCELLED" if last.get("cause") == "cancelled" else f"STOPPED ({last.get('cause')})"
     return "ENDED?" if last.kind == "started" else "SUBMITTED"

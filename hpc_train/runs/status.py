@@ -6,7 +6,7 @@ Examples:
     hpc-train status 4242 --json              # ... or by its job id, for machines
 
 A run whose job Slurm has forgotten still shows, from its save dir: its state then comes from
-the ledger (FINISHED, CANCELLED, STOPPED (cause)).
+the ledger (COMPLETED, CANCELLED, STOPPED (cause)), in Slurm's words.
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     except index.RunNotFound as err:
         p.error(str(err))
     now = time.time()
-    found = [index.status_of(r, now, index.slurm_state(r.job), warn) for r in chosen]
+    said = index.slurm_states([r.job for r in chosen], warn)  # one query for every run
+    found = [index.status_of(r, now, said.get(r.job or ""), warn) for r in chosen]
     if args.json:
         print(json.dumps([s.as_json() for s in found], indent=1))
     elif len(args.runs) == 1:

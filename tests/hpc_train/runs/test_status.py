@@ -39,7 +39,7 @@ def two_runs(tmp_path, monkeypatch):
     going = make_run(tmp_path / "b", "12", 40, finished=False)
     said = {"11": slurm.JobState("11", "GONE", 0, "", ""),
             "12": slurm.JobState("12", "RUNNING", 0, "n[1-2]", "")}  # fmt: skip
-    monkeypatch.setattr(index, "slurm_state", lambda job: said.get(job or ""))
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: said)
     return done, going
 
 
@@ -48,7 +48,7 @@ def test_status_json_on_two_runs_at_once(two_runs, capsys, monkeypatch):
     assert status.main(["--json"]) == 0
     rows = {r["job"]: r for r in json.loads(capsys.readouterr().out)}
     done, going = rows["11"], rows["12"]
-    assert done["state"] == "FINISHED"  # Slurm forgot it: the ledger says
+    assert done["state"] == "COMPLETED"  # Slurm forgot it: the ledger says, in Slurm's word
     assert done["updates"] == 100 and done["goodput"]["wall_s"] == 120
     assert done["goodput"]["ettr"] == pytest.approx((120 - 20 - 2) / 120)
     assert done["eta_s"] is None
@@ -64,7 +64,7 @@ def test_status_table_and_one_run_in_detail(two_runs, capsys):
     assert status.main([]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == status.HEADER and len(table) == 3
-    assert table[1].split()[:3] == ["11", "run11", "FINISHED"]
+    assert table[1].split()[:3] == ["11", "run11", "COMPLETED"]
     assert status.main([str(done.root)]) == 0
     detail = capsys.readouterr().out
     assert "save dir:" in detail and "ETTR 82% of 120 s" in detail
@@ -76,7 +76,7 @@ def test_restarts_and_their_causes_show(tmp_path, monkeypatch, capsys):
     ledger.record(run.ledger, "stopped", "21", 0, when=1100.0, cause="notice")
     ledger.record(run.ledger, "started", "21", 1, when=1130.0, resume_at=30,
                   previous="saved on notice (SIGUSR2) at update 30")  # fmt: skip
-    monkeypatch.setattr(index, "slurm_state", lambda job: None)
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: {})
     assert status.main(["21"]) == 0
     out = capsys.readouterr().out
     assert "1 (saved on notice)" in out
@@ -114,7 +114,7 @@ def test_a_straggler_shows_in_the_one_run_view(tmp_path, monkeypatch, capsys):
     run = make_run(tmp_path / "s", "31", 50, finished=False)
     ledger.record(run.ledger, "straggler", "31", 0, when=1060.0, node="n2", ratio=1.4,
                   seconds=300, compute_s=0.14, median_s=0.1)  # fmt: skip
-    monkeypatch.setattr(index, "slurm_state", lambda job: None)
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: {})
     assert status.main(["31"]) == 0
     out = capsys.readouterr().out
     said = "straggler: n2 1.40x the other nodes' median compute for 300 s (job 31, start #1)"
@@ -136,7 +136,7 @@ def test_blamed_nodes_show_with_drain_and_quarantine_and_in_json(tmp_path, monke
     ledger.record(run.ledger, "straggler", "41", 2, when=1095.0, node="n4", ratio=2.5, seconds=30)
     ledger.record(run.ledger, "blamed", "41", 2, when=1096.0, node="n4",
                   why="straggler: 2.50x", drained=True)  # fmt: skip
-    monkeypatch.setattr(index, "slurm_state", lambda job: None)
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: {})
     assert status.main(["41"]) == 0
     out = capsys.readouterr().out.splitlines()
     named = [line for line in out if line.startswith(("blamed:", "straggler:"))]
@@ -151,3 +151,98 @@ def test_blamed_nodes_show_with_drain_and_quarantine_and_in_json(tmp_path, monke
     assert [(n["node"], n["kind"], n["drained"], n["quarantined"]) for n in row["nodes_named"]] == [
         ("n3", "blamed", True, True), ("n3", "blamed", False, True), ("n4", "straggler", False, False)
     ]  # fmt: skip
+
+
+def test_a_run_slurm_forgot_and_one_it_remembers_completed_say_the_same_word(
+    tmp_path, monkeypatch, capsys
+):
+    """One word for a run that ended well: Slurm's COMPLETED, whether Slurm still remembers
+    the job or only the ledger says it finished."""
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    make_run(tmp_path / "a", "61", 100, finished=True)
+    make_run(tmp_path / "b", "62", 100, finished=True)
+    said = {"61": slurm.JobState("61", "GONE", 0, "", ""),
+            "62": slurm.JobState("62", "COMPLETED", 0, "n[1-2]", "")}  # fmt: skip
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: said)
+    assert status.main(["--json"]) == 0
+    assert {r["job"]: r["state"] for r in json.loads(capsys.readouterr().out)} == {
+        "61": "COMPLETED", "62": "COMPLETED"
+    }  # fmt: skip
+
+
+SCONTROL_JOBS = "\n".join([
+    "JobId=71 JobName=run71 JobState=RUNNING Reason=None Restarts=0 NodeList=n[1-2]",
+    "JobId=72 JobName=run72 JobState=PENDING Reason=BeginTime Restarts=1 NodeList=(null)",
+    "JobId=5 JobName=someone-else JobState=RUNNING Reason=None Restarts=0 NodeList=n3",
+])  # fmt: skip
+
+
+def test_status_asks_slurm_once_for_all_its_runs(tmp_path, monkeypatch, capsys):
+    """Three runs, one query (``slurm.job_states``: `scontrol show job -o`, after a ping that
+    answers at once); a job Slurm forgot takes its state from the ledger."""
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    for job, finished in (("71", False), ("72", False), ("73", True)):
+        make_run(tmp_path / job, job, 40, finished=finished)
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    asked: list[list[str]] = []
+
+    def fake_run(args, timeout=30.0, check=True):  # a fake Slurm: no Slurm here
+        asked.append(list(args))
+        if list(args) == ["scontrol", "ping"]:
+            return "Slurmctld(primary) at vm is UP\n"
+        assert list(args) == ["scontrol", "show", "job", "-o"], args
+        return SCONTROL_JOBS + "\n"
+
+    monkeypatch.setattr(slurm, "run", fake_run)
+    assert status.main(["--json"]) == 0
+    rows = {r["job"]: r for r in json.loads(capsys.readouterr().out)}
+    assert [a for a in asked if a != ["scontrol", "ping"]] == [["scontrol", "show", "job", "-o"]]
+    assert (rows["71"]["state"], rows["71"]["nodes"]) == ("RUNNING", "n[1-2]")
+    assert rows["72"]["state"] == "PENDING" and rows["73"]["state"] == "COMPLETED"
+
+
+def test_status_with_no_controller_waits_for_none_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    make_run(tmp_path / "a", "81", 40, finished=True)
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing.conf"))
+    monkeypatch.setattr(slurm, "run", lambda *a, **k: pytest.fail(f"Slurm asked: {a}"))
+    assert status.main([]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines()[1].split()[:3] == ["81", "run81", "COMPLETED"]
+    assert "Slurm not asked for the jobs' states (SLURM_CONF=" in out.err
+
+
+def test_a_requeue_by_scontrol_shows_as_a_requeue_not_a_cancel(tmp_path, monkeypatch, capsys):
+    """`scontrol requeue` ends the start with a SIGTERM and no notice, as scancel does: the
+    launcher recorded the stop as cancelled. The same job starting again says it was a requeue
+    (a cancel is final); a cancel that nothing followed stays a cancel."""
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "q", "91", 50, finished=False)
+    ledger.record(run.ledger, "stopped", "91", 0, when=1100.0, cause="cancelled",
+                  why="the job was cancelled (scancel): not requeued", returncode=-15)  # fmt: skip
+    ledger.record(run.ledger, "started", "91", 1, when=1130.0, resume_at=30,
+                  previous="cancelled (the job was cancelled (scancel): not requeued): last "
+                           "periodic checkpoint")  # fmt: skip
+    said = {"91": slurm.JobState("91", "RUNNING", 1, "n[1-2]", "")}  # Slurm: Restarts=1
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: said)
+    assert status.main(["91"]) == 0
+    out = capsys.readouterr().out
+    assert "1 (requeued)" in out and "cancelled" not in out, out
+    assert "restart 1: resumed at update 30; before it: requeued (by Slurm, with no notice" in out
+    from hpc_train.runs import goodput
+
+    events = ledger.read(run.ledger)
+    assert [s.cause for s in goodput.segments(events, 1200.0)] == ["requeued", "running"]
+
+    cancelled = make_run(tmp_path / "c", "92", 50, finished=False)
+    ledger.record(cancelled.ledger, "stopped", "92", 0, when=1100.0, cause="cancelled",
+                  why="the job was cancelled (scancel): not requeued")  # fmt: skip
+    said["92"] = slurm.JobState("92", "GONE", 0, "", "")
+    assert status.main(["92", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["state"] == "CANCELLED" and row["restarts"] == []
+    assert [s.cause for s in goodput.segments(ledger.read(cancelled.ledger), 1200.0)] == [
+        "cancelled"
+    ]
