@@ -68,3 +68,67 @@ def test_a_failed_rename_keeps_the_old_file_and_no_temporary(tmp_path, monkeypat
         rundir.atomic_write(target, "new: true\n")
     assert target.read_text() == "old: true\n"
     assert os.listdir(tmp_path) == ["cluster.yaml"]
+
+
+@pytest.fixture
+def fsyncs(monkeypatch) -> list[tuple[str, int, bool]]:
+    """Every fsync, recorded as (file or dir, its inode, its bytes), then done for real."""
+    import stat
+
+    done: list[tuple[str, int, bool]] = []
+    real = os.fsync
+
+    def recording(fd: int) -> None:
+        st = os.fstat(fd)
+        done.append(("dir" if stat.S_ISDIR(st.st_mode) else "file", st.st_ino, st.st_size > 0))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    return done
+
+
+def test_atomic_write_fsyncs_the_file_before_the_rename_then_the_directory(tmp_path, fsyncs):
+    """Durable: the new file's data reaches the disk before the rename makes it the file,
+    and the rename itself (the directory entry) once done. Without either fsync a machine
+    crash may leave an empty or an old file."""
+    target = tmp_path / "decision.json"
+    target.write_text("old")
+    replaced: list[int] = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        replaced.append(len(fsyncs))  # how many fsyncs came before the rename
+        real_replace(src, dst)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rundir.os, "replace", replace)
+        rundir.atomic_write(target, "new")
+    new, directory = os.stat(target).st_ino, os.stat(tmp_path).st_ino
+    assert [(kind, ino) for kind, ino, _ in fsyncs] == [("file", new), ("dir", directory)]
+    assert fsyncs[0][2]  # the new bytes were written when the file was synced
+    assert replaced == [1]  # the file's fsync before the rename, the directory's after
+    fsyncs.clear()
+    rundir.atomic_write(target, "whole, may be lost in a crash", durable=False)
+    assert fsyncs == []
+
+
+def test_atomic_copy_fsyncs_the_directory_and_a_copy_before_its_rename(tmp_path, fsyncs):
+    """A hard link shares the source's (already durable) data: only the new name is synced.
+    A copy (another file system) is new data: synced before the rename, then the name."""
+    src, dst = tmp_path / "checkpoint_3_30.pt", tmp_path / "checkpoint_last.pt"
+    src.write_bytes(b"weights")
+    directory = os.stat(tmp_path).st_ino
+    assert rundir.atomic_copy(src, dst)
+    assert [(kind, ino) for kind, ino, _ in fsyncs] == [("dir", directory)]
+    fsyncs.clear()
+
+    def no_link(a, b):
+        raise OSError(18, "Invalid cross-device link")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rundir.os, "link", no_link)
+        assert rundir.atomic_copy(src, dst)
+    copy = os.stat(dst).st_ino
+    assert copy != os.stat(src).st_ino and dst.read_bytes() == b"weights"
+    assert [(kind, ino) for kind, ino, _ in fsyncs] == [("file", copy), ("dir", directory)]
+    assert fsyncs[0][2]  # the copy's bytes were there when it was synced
