@@ -103,7 +103,23 @@ def _write_forever(mode: str, path: str, ready) -> None:
         ready.set()
 
 
-def kill_while_writing(mode: str, path: Path, rounds: int) -> list[str | None]:
+def wait_for_first_write(proc, ready, timeout: float) -> None:
+    """Until the writer has done one whole write. A writer that exits first fails the test at
+    once; one that writes nothing in ``timeout`` seconds is killed, then fails it."""
+    deadline = time.monotonic() + timeout
+    while not ready.wait(0.05):
+        if not proc.is_alive():
+            proc.join()
+            pytest.fail(f"the writer exited ({proc.exitcode}) before one whole write")
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.join()
+            pytest.fail(f"the writer did no whole write in {timeout:g} s")
+
+
+def kill_while_writing(
+    mode: str, path: Path, rounds: int, target=_write_forever, start_timeout: float = 30.0
+) -> list[str | None]:
     """SIGKILL a process that rewrites `path` in a loop, at varying moments; verify each time."""
     import multiprocessing
 
@@ -111,9 +127,9 @@ def kill_while_writing(mode: str, path: Path, rounds: int) -> list[str | None]:
     verdicts = []
     for i in range(rounds):
         ready = ctx.Event()
-        proc = ctx.Process(target=_write_forever, args=(mode, str(path), ready))
+        proc = ctx.Process(target=target, args=(mode, str(path), ready))
         proc.start()
-        ready.wait(30)  # one whole write done
+        wait_for_first_write(proc, ready, start_timeout)
         time.sleep(0.001 * (i % 10))
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
@@ -132,3 +148,21 @@ def test_control_kill_9_during_plain_torch_save_can_corrupt(tmp_path):
     """The same loop with plain torch.save: shows the kill test can catch a torn write."""
     verdicts = kill_while_writing("plain", tmp_path / checkpoints.LAST, rounds=30)
     assert any(v is not None for v in verdicts)
+
+
+def _exits_at_once(mode: str, path: str, ready) -> None:
+    os._exit(3)  # a writer that cannot start (an import or a fork that fails)
+
+
+def _never_writes(mode: str, path: str, ready) -> None:
+    time.sleep(60)  # a writer stuck before its first write
+
+
+def test_a_writer_that_cannot_start_fails_the_kill_test_at_once(tmp_path):
+    """Not ~30 s a round (the suite's 15 min for 30 rounds): the test says why, at once."""
+    began = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match=r"exited \(3\) before one whole write"):
+        kill_while_writing("atomic", tmp_path / checkpoints.LAST, 30, target=_exits_at_once)
+    with pytest.raises(pytest.fail.Exception, match=r"did no whole write in 0\.3 s"):
+        kill_while_writing("atomic", tmp_path / checkpoints.LAST, 30, _never_writes, 0.3)
+    assert time.monotonic() - began < 10
