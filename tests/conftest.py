@@ -82,18 +82,23 @@ def corpus(tmp_path_factory) -> Path:
     return data.prepare_demo(out, lines=2500)
 
 
-def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str) -> None:
+def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str, prelude: str = "") -> None:
     """Real fairseq, one CPU process (no Slurm, no torchrun): the tiny preset to ``max_update``
-    through the worker, with ``extra`` fairseq flags after the toolkit's."""
+    through the worker, with ``extra`` fairseq flags after the toolkit's. ``prelude``: Python
+    the worker's process runs first (a test injects what the worker would measure)."""
     import sys
 
-    from hpc_train.job.command_lines import fairseq_args
+    from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
     from hpc_train.job.spec import JobSpec
 
     spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=max_update, keep_checkpoints=5)
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
+    worker = ["-m", TRAIN_MODULE]
+    if prelude:
+        main = f"import runpy; runpy.run_module({TRAIN_MODULE!r}, run_name='__main__')"
+        worker = ["-c", f"{prelude}\n{main}"]
     proc = subprocess.run(
-        [sys.executable, "-m", "hpc_train.worker.train", *args, *extra],
+        [sys.executable, *worker, *args, *extra],
         capture_output=True,
         text=True,
         timeout=300,

@@ -74,13 +74,41 @@ def test_save_interval_option_values(tmp_path):
         validate(JobSpec("tiny", tmp_path, tmp_path, mtbf_hours=0), check_paths=False)
 
 
+# The times rank 0's chooser reasons about, injected into the worker's process so that a loaded
+# machine changes nothing: every update takes 0.1 s, every save point 0.2 s. With a job MTBF of
+# 10 s, Daly gives 10 updates from the estimated save (0.05 s), 19 from the measured one.
+INJECTED_TIMES = """
+from hpc_train.worker.save_interval import AutoInterval
+
+_now = [0.0]
+_completed, _step_ended = AutoInterval.completed, AutoInterval.step_ended
+
+
+def _completed_after_0_1_s(self, now):
+    _now[0] += 0.1
+    _completed(self, _now[0])
+
+
+def _step_of_0_2_s_when_saved(self, began, now, saved):
+    began = _now[0]
+    _now[0] += 0.2 if saved else 0.0
+    _step_ended(self, began, _now[0], saved)
+
+
+AutoInterval.completed = _completed_after_0_1_s
+AutoInterval.step_ended = _step_of_0_2_s_when_saved
+"""
+
+
 def test_fairseq_saves_at_the_interval_chosen_from_measured_costs(
     corpus, tmp_path, tiny_run, monkeypatch
 ):
     """Real fairseq (one CPU process): the interval is set at update 2 from the estimate, then
-    from each measured save point, and fairseq saves exactly at its multiples."""
+    from each measured save point, and fairseq saves exactly at its multiples. The update and
+    save times are injected (``INJECTED_TIMES``): the intervals do not depend on this
+    machine's speed."""
     monkeypatch.setitem(os.environ, SAVE_INTERVAL_AUTO, "10:0.05")  # job MTBF 10 s
-    tiny_run(corpus, tmp_path, 40, "--log-interval", "1")
+    tiny_run(corpus, tmp_path, 40, "--log-interval", "1", prelude=INJECTED_TIMES)
     log = (tmp_path / "train.log").read_text()
     chosen = [
         (m.start(), int(m.group(1)))
@@ -96,3 +124,4 @@ def test_fairseq_saves_at_the_interval_chosen_from_measured_costs(
         interval = [n for pos, n in chosen if pos < at][-1]
         assert update % interval == 0, (update, interval)
     assert math.isfinite(chosen[-1][1]) and len(saved) >= 2
+    assert [n for _, n in chosen] == [10, 19] and [u for _, u in saved] == [10, 19, 38]
