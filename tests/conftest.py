@@ -15,8 +15,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SH = REPO / "slurm" / "local" / "cluster.sh"
-# Fixtures that make a test slow: the tier markers follow from them (`make test-fast` skips both).
-TIER_FIXTURES = {"slurm_cluster": "slurm", "corpus": "fairseq", "trained_save_dir": "fairseq"}
+# Fixtures that make a test slow: the tier markers follow from them (`make test-fast` skips them).
+TIER_FIXTURES = {
+    "slurm_cluster": "slurm",
+    "corpus": "fairseq",
+    "trained_save_dir": "fairseq",
+    "fake_account": "aws",  # ParallelCluster's validators against moto's fake AWS
+}
 
 
 def nvidia_driver_present() -> bool:
@@ -24,7 +29,7 @@ def nvidia_driver_present() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests by the fixtures they use (slurm, fairseq) and skip `nogpu` tests on a machine
+    """Mark tests by the fixtures they use (slurm, fairseq, aws) and skip `nogpu` tests on a machine
     with an NVIDIA driver (they check what this toolkit says where there is none)."""
     gpu = nvidia_driver_present()
     for item in items:
