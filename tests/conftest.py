@@ -176,6 +176,7 @@ class FakeImds:
 @pytest.fixture
 def fake_imds() -> Iterator[FakeImds]:
     fake = FakeImds()
-    threading.Thread(target=fake.server.serve_forever, daemon=True).start()
+    # shutdown() waits for serve_forever's next poll: 0.5 s by default, at every teardown
+    threading.Thread(target=fake.server.serve_forever, args=(0.02,), daemon=True).start()
     yield fake
     fake.server.shutdown()
