@@ -8,6 +8,8 @@
     hpc-train check allreduce --backend gloo --nodes 2 --instance-type cpu
     hpc-train data demo --out .local/data/demo-bin
     hpc-train cluster render pcluster_configs/p3dn.yaml --values my.yaml -o cluster.yaml
+    hpc-train metrics serve --port 9478
+    hpc-train doctor --act --notify https://hooks.example.com/hpc-train
 
 Each verb is a thin command line over a library module, and ``python -m <module>`` runs the same
 thing. ``hpc-train VERB --help`` shows that verb's options, defaults and examples.
@@ -34,6 +36,14 @@ VERBS: dict[str, tuple[str, str]] = {
     "data": ("hpc_train.data.command", "prepare a binarized masked-LM corpus (GPT-2 BPE)"),
     "cluster": ("hpc_train.cluster.__main__", "render and validate ParallelCluster configs"),
     "env": ("hpc_train.environment", "print the EFA/NCCL environment for an instance type"),
+    "metrics": (
+        "hpc_train.runs.metrics",
+        "your runs as Prometheus metrics: serve, or write a textfile",
+    ),
+    "doctor": (
+        "hpc_train.runs.doctor",
+        "find stalled, stuck, storming or stuck-pending runs; --act fixes",
+    ),
 }
 
 
