@@ -26,8 +26,9 @@ that never starts). What it checks, per run whose job Slurm has not ended:
     save-dir       the save dir is gone or unreadable while the job runs. Fix: ``scancel JOB``.
     ledger         a corrupt line in the run's ledger (skipped by every reader; said here).
 
-``--act`` runs the fix of every *sure* finding (stall, stuck exit, storm) through Slurm and
-tells ``--notify`` of every finding: a URL gets the finding as JSON by POST (a Slack or
+``--act`` runs the fix of every *sure* finding (stall, stuck exit, storm) through Slurm;
+``--notify`` is told of every finding (with or without ``--act``: the head node's read-only
+timer notifies): a URL gets the finding as JSON by POST (a Slack or
 Alertmanager-style webhook), anything else runs as ``sh -c CMD`` with the JSON on stdin (as the
 launcher's ``--notify``). Exit status: 0 nothing found, 1 findings, 2 bad input.
 
@@ -60,7 +61,7 @@ from hpc_train import cli
 from hpc_train.contract import STOPPING
 from hpc_train.faults import quarantine
 from hpc_train.runs import index
-from hpc_train.runs.metrics import RunView, observe
+from hpc_train.runs.metrics import RunView, all_jobs_runs, job_records, observe
 
 NOTIFY_TIMEOUT_S = 10.0
 STALL, EXIT, STORM, PENDING, SAVE_DIR, LEDGER = (
@@ -240,29 +241,6 @@ def pending_forever(
 # --- finding the runs, and acting ------------------------------------------------------------
 
 
-def all_jobs_runs(records: Sequence[dict[str, str]]) -> list[tuple[index.Run, slurm.JobState]]:
-    """Runs of this toolkit among Slurm's jobs (every user's): a StdOut in ``<save>/slurm/``."""
-    out = []
-    for rec in records:
-        stdout = Path(rec.get("StdOut", "") or "/")
-        save = stdout.parent.parent
-        if stdout.parent.name != RunDir(Path("/")).slurm_logs.name:
-            continue
-        job = rec.get("JobId", "")
-        run = index.Run(save, job, rec.get("JobName", ""))
-        state = slurm.JobState(job, rec.get("JobState", "UNKNOWN").split()[0],
-                               int(rec.get("Restarts", "0") or 0), rec.get("NodeList", ""),
-                               rec.get("Reason", ""))  # fmt: skip
-        out.append((run, state))
-    return out
-
-
-def job_records() -> list[dict[str, str]]:
-    """Every job Slurm remembers, every user's, in one query."""
-    out = slurm.run(["scontrol", "show", "job", "-o"])
-    return [slurm.parse_record(line) for line in out.splitlines() if line.startswith("JobId=")]
-
-
 def notify(target: str, finding: Finding, log: Callable[[str], None]) -> bool:
     """Tell ``target`` (a URL: POST JSON; else ``sh -c`` with the JSON on stdin) of a finding."""
     body = json.dumps({"source": "hpc-train doctor", "time": time.time(), **finding.as_json(),
@@ -375,8 +353,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.all_users and args.act:
         p.error("--all-users is read-only: --act acts on your own runs only")
-    if args.notify is not None and not args.act:
-        p.error("--notify goes with --act")
     for flag, value in (("--margin", args.margin), ("--exit-grace", args.exit_grace),
                         ("--storm-window", args.storm_window)):  # fmt: skip
         if value < 0:
@@ -413,11 +389,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(f.describe() for f in findings))
     else:
         print(f"no findings in {len(runs)} run(s)")
-    if args.act:
-        for f in findings:
+    for f in findings:
+        if args.act:
             act(f, log)
-            if args.notify:
-                notify(args.notify, f, log)
+        if args.notify:
+            notify(args.notify, f, log)
     return 1 if findings else 0
 
 

@@ -39,7 +39,7 @@ from hpc_train.runs.named_nodes import NodeNote, node_notes
 DEFAULT_PORT = 9478  # unassigned in Prometheus' default-port allocations list
 TEXTFILE = "hpc_train.prom"  # node_exporter's textfile collector reads *.prom
 PREFIX = "hpc_train"
-LABELS = ("job", "run", "save_dir")
+LABELS = ("slurm_job", "run", "save_dir")  # "job" is the scrape job's (Prometheus target label)
 DEFAULT_HANG = HangLimits()  # the ledger does not record a run's own allowances
 
 
@@ -202,15 +202,62 @@ def observe(run: index.Run, job_state: slurm.JobState | None, now: float) -> Run
     return view
 
 
+Source = Callable[[], tuple[list[index.Run], dict[str, slurm.JobState] | None]]
+
+
 def observe_all(
-    runs: Sequence[index.Run], now: float | None = None, warn: Callable[[str], None] | None = None
+    runs: Sequence[index.Run],
+    now: float | None = None,
+    warn: Callable[[str], None] | None = None,
+    states: dict[str, slurm.JobState] | None = None,
 ) -> tuple[list[RunView], bool]:
-    """Every run's view, with Slurm asked once for all their jobs; (views, Slurm answered)."""
+    """Every run's view, with Slurm asked once for all their jobs (unless ``states`` already
+    says); (views, Slurm answered)."""
     now = time.time() if now is None else now
     jobs = [r.job for r in runs]
-    said = index.slurm_states(jobs, warn)
+    said = index.slurm_states(jobs, warn) if states is None else states
     answered = bool(said) or not any(jobs)
     return [observe(r, said.get(r.job or ""), now) for r in runs], answered
+
+
+def job_records() -> list[dict[str, str]]:
+    """Every job Slurm remembers, every user's, in one query (``scontrol show job -o``)."""
+    out = slurm.run(["scontrol", "show", "job", "-o"])
+    return [slurm.parse_record(line) for line in out.splitlines() if line.startswith("JobId=")]
+
+
+def all_jobs_runs(records: Sequence[dict[str, str]]) -> list[tuple[index.Run, slurm.JobState]]:
+    """Runs of this toolkit among Slurm's jobs (every user's): ``submit`` sends a job's logs to
+    ``<save dir>/slurm/``, so a StdOut there names the save dir."""
+    out = []
+    for rec in records:
+        stdout = Path(rec.get("StdOut", "") or "/")
+        if stdout.parent.name != RunDir(Path("/")).slurm_logs.name:
+            continue
+        job = rec.get("JobId", "")
+        run = index.Run(stdout.parent.parent, job, rec.get("JobName", ""))
+        state = slurm.JobState(job, rec.get("JobState", "UNKNOWN").split()[0],
+                               int(rec.get("Restarts", "0") or 0), rec.get("NodeList", ""),
+                               rec.get("Reason", ""))  # fmt: skip
+        out.append((run, state))
+    return out
+
+
+def everyone(mine: Callable[[], list[index.Run]]) -> Source:
+    """Every user's runs that Slurm still knows (one query), and ``mine`` (their states from
+    the same query: a job it does not list is GONE)."""
+
+    def source() -> tuple[list[index.Run], dict[str, slurm.JobState] | None]:
+        found = all_jobs_runs(job_records())
+        seen = {r.job for r, _ in found}
+        own = [r for r in mine() if r.job not in seen]
+        states = {s.job_id: s for _, s in found}
+        for r in own:
+            if r.job:
+                states[r.job] = slurm.JobState(r.job, "GONE", 0, "", "")
+        return [*(r for r, _ in found), *own], states
+
+    return source
 
 
 # --- the exposition -------------------------------------------------------------------------
@@ -337,17 +384,19 @@ def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) ->
 class RunsCollector:
     """A prometheus_client collector: every ``collect`` reads the runs afresh."""
 
-    def __init__(
-        self,
-        runs: Callable[[], Sequence[index.Run]],
-        warn: Callable[[str], None] | None = None,
-    ) -> None:
-        self.runs = runs
+    def __init__(self, source: Source, warn: Callable[[str], None] | None = None) -> None:
+        self.source = source
         self.warn = warn
 
     def families(self) -> list[Family]:
         began = time.monotonic()
-        views, up = observe_all(self.runs(), warn=self.warn)
+        try:
+            runs, states = self.source()
+        except slurm.SlurmError as err:  # --all-users: no job list, no runs to show
+            if self.warn is not None:
+                self.warn(f"Slurm's job list not read: {err}")
+            return families([], False, time.monotonic() - began)
+        views, up = observe_all(runs, warn=self.warn, states=states)
         return families(views, up, time.monotonic() - began)
 
     def collect(self) -> Iterator[object]:
@@ -398,8 +447,14 @@ def serve(collector: RunsCollector, address: str, port: int) -> None:
 # --- the command line -----------------------------------------------------------------------
 
 
-def runs_source(save_dirs: Sequence[str]) -> Callable[[], list[index.Run]]:
-    """The runs to report: the given save dirs or job ids, else the user's runs index."""
+def runs_source(save_dirs: Sequence[str], all_users: bool = False) -> Source:
+    """The runs to report: the given save dirs or job ids, else the user's runs index; with
+    ``all_users``, every user's runs Slurm knows too."""
+    mine = chosen_runs(save_dirs)
+    return everyone(mine) if all_users else lambda: (mine(), None)
+
+
+def chosen_runs(save_dirs: Sequence[str]) -> Callable[[], list[index.Run]]:
     if not save_dirs:
         return lambda: index.user_runs()
 
@@ -431,8 +486,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("dir", metavar="DIR", help="node_exporter's --collector.textfile.directory "
                    "(- : print to stdout)")  # fmt: skip
     for q in (s, w):
-        q.add_argument("--save-dir", action="append", default=[], metavar="RUN",
-                       help="a run's save dir or job id (repeatable; default: your runs index)")  # fmt: skip
+        q.add_argument(
+            "--save-dir",
+            action="append",
+            default=[],
+            metavar="RUN",
+            help="a run's save dir or job id (repeatable; default: your runs index)",
+        )
+        q.add_argument("--all-users", action="store_true",
+                       help="also every user's runs in Slurm's job list (the head node)")  # fmt: skip
     return p
 
 
@@ -445,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     def warn(msg: str) -> None:
         print(f"hpc-train metrics: warning: {msg}", file=sys.stderr)
 
-    collector = RunsCollector(runs_source(args.save_dir), warn)
+    collector = RunsCollector(runs_source(args.save_dir, args.all_users), warn)
     if args.action == "serve":
         try:
             serve(collector, args.address, args.port)

@@ -171,7 +171,7 @@ def test_all_users_finds_runs_from_slurms_stdout_paths(tmp_path):
          "StdOut": f"{save}/slurm/5_0_log.out", "NodeList": "n1", "Reason": "None"},
         {"JobId": "6", "JobName": "y", "JobState": "RUNNING", "StdOut": "/home/u/slurm-6.out"},
     ]  # fmt: skip
-    ((run, st),) = doctor.all_jobs_runs(records)
+    ((run, st),) = metrics.all_jobs_runs(records)
     assert run.save_dir == save and run.job == "5" and st.restarts == 2
 
 
@@ -228,7 +228,7 @@ def test_a_notify_command_gets_the_finding_on_stdin(tmp_path):
     "argv, said",
     [
         (["--all-users", "--act"], "--all-users is read-only"),
-        (["--notify", "http://x"], "--notify goes with --act"),
+        (["--exit-grace", "-5"], "--exit-grace -5: seconds cannot be negative"),
         (["--margin", "-1"], "--margin -1: seconds cannot be negative"),
         (["--storm-restarts", "0"], "--storm-restarts 0: at least 1"),
         (["/no/such/run"], "/no/such/run: no such directory, and not a job id"),

@@ -122,19 +122,21 @@ def test_the_textfile_is_valid_exposition_and_written_atomically(tmp_path, monke
     assert metrics.main(["write", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [metrics.TEXTFILE]  # no temporary left
     text = (out / metrics.TEXTFILE).read_text()
-    assert 'hpc_train_run_update{job="42",run="demo"' in text
+    assert (
+        f'hpc_train_run_update{{run="demo",save_dir="{run.save_dir}",slurm_job="42"}} 31.0' in text
+    )
     assert "hpc_train_run_restarts_total{" in text and "hpc_train_run_lost_seconds_total{" in text
     checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                              text=True)  # fmt: skip
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert metrics.main(["write", "-"]) == 0
     printed = capsys.readouterr().out
-    assert 'hpc_train_run_update{job="42",run="demo"' in printed
+    assert 'slurm_job="42"} 31.0' in printed
 
 
 def test_serve_answers_a_scrape(tmp_path, monkeypatch):
     run = write_run(tmp_path / "run")
-    collector = metrics.RunsCollector(lambda: [run])
+    collector = metrics.RunsCollector(lambda: ([run], None))
     monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: {"42": running()})
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -146,7 +148,9 @@ def test_serve_answers_a_scrape(tmp_path, monkeypatch):
         body = urllib.request.urlopen(url, timeout=10).read().decode()
     finally:
         server.shutdown()
-    assert 'hpc_train_run_update{job="42",run="demo",save_dir=' in body
+    assert (
+        f'hpc_train_run_update{{run="demo",save_dir="{run.save_dir}",slurm_job="42"}} 31.0' in body
+    )
 
 
 @pytest.mark.parametrize(
