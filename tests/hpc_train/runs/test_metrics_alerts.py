@@ -3,6 +3,8 @@ every rule has a unit test on synthetic series that fires it and one that does n
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -40,3 +42,16 @@ def test_every_rule_is_tested_both_firing_and_quiet():
         mine = [c for c in cases if c["alertname"] == alert]
         assert any(c["exp_alerts"] for c in mine), f"{alert}: no case where it fires"
         assert any(not c["exp_alerts"] for c in mine), f"{alert}: no case where it stays quiet"
+
+
+def test_the_rules_and_the_dashboard_name_only_metrics_that_exist():
+    from hpc_train.runs import metrics
+
+    exported = set()
+    for fam in metrics.families([], slurm_up=True):
+        name = f"{metrics.PREFIX}_{fam.name}"
+        exported.add(name)
+    dashboard = ALERTS / "hpc-train.dashboard.json"
+    named = set(re.findall(r"hpc_train_[a-z_]+", RULES.read_text() + dashboard.read_text()))
+    assert named and named <= exported, named - exported
+    json.loads(dashboard.read_text())  # valid JSON (not rendered in a Grafana here)
