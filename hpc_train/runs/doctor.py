@@ -313,12 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--act",
         action="store_true",
-        help="run the fix of each sure finding and tell --notify of every finding",
+        help="run the fix of each sure finding through Slurm (your own runs)",
     )
     p.add_argument(
         "--notify",
         metavar="URL|CMD",
-        help="a webhook URL (POST JSON) or a shell command (JSON on stdin)",
+        help="tell of every finding, with or without --act: a webhook URL (POST JSON) or a shell command (JSON on stdin)",
     )
     p.add_argument("--json", action="store_true", help="one JSON list, for machines")
     d = Limits()
