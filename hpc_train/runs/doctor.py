@@ -18,7 +18,7 @@ that never starts). What it checks, per run whose job Slurm has not ended:
     stuck-at-exit  RUNNING, training is over (max update reached, its checkpoint or ``finished``
                    in the ledger), nothing written for --exit-grace: a torchrun agent or launcher
                    that never exits. Fix: ``scancel JOB`` (the final checkpoint is on disk).
-    requeue-storm  --storm-restarts starts within --storm-window (the ledger's, else Slurm's
+    requeue-storm  --storm-restarts restarts within --storm-window (the ledger's, else Slurm's
                    Restarts). Fix: ``scontrol requeuehold JOB`` (``hold`` when pending), then read
                    the causes (``hpc-train status JOB``) before ``scontrol release JOB``.
     pending-forever PENDING for a reason that does not clear by itself: a partition down or
@@ -129,7 +129,7 @@ def diagnose(
     storm = storm_count(view, limits)
     if storm >= limits.storm_restarts:
         hold = "requeuehold" if state.state == "RUNNING" else "hold"
-        found(STORM, f"{storm} starts within {limits.storm_window_s:.0f} s ({state.state})",
+        found(STORM, f"{storm} restarts within {limits.storm_window_s:.0f} s ({state.state})",
               f"scontrol {hold} {job}  # read `hpc-train status {job}`, then `scontrol release {job}`",
               ("scontrol", hold, job))  # fmt: skip
     if state.state == "PENDING":
@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=d.storm_restarts,
         metavar="N",
-        help="starts within --storm-window that make a storm",
+        help="restarts within --storm-window that make a storm",
     )
     p.add_argument("--storm-window", type=float, default=d.storm_window_s, metavar="S",
                    help="the storm's window in seconds")  # fmt: skip
