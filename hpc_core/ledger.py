@@ -15,6 +15,7 @@ by the one process that saw it happen:
     straggler     the launcher, task 0   node, ratio, seconds, compute_s, median_s (a slow node)
     requeued      the launcher, task 0   by (task 0 after a crash, submitit after a notice)
     requeue_blocked the launcher, task 0 why (too few usable nodes: which, and why), waiting
+    restarted     the launcher, task 0   in the allocation: why, members, left_out, round
     finished      the launcher, task 0   why; reached, last_progress
 
 Each append is one ``write`` of one whole line on a file opened with ``O_APPEND``, then fsync: a
@@ -45,6 +46,7 @@ EVENTS = (
     "straggler",
     "requeued",
     "requeue_blocked",
+    "restarted",
     "finished",
 )
 INDEX_ENV = "HPC_TRAIN_STATE_HOME"  # overrides where the user's index lives (tests, shared homes)

@@ -10,6 +10,9 @@ workers exchange, and the one way to write a file whole.
       preflight/                 the all-reduce check's output (``--preflight``)
       .hpc-train/
         resume-<job>-<restart>.json   task 0's decision for that start: resume, geometry
+        next-<job>-<restart>.json     task 0's word after a bad end: restart in the allocation
+                                      (on which nodes), requeue, or stop; <job> is ``41.1`` for
+                                      the first in-job restart of job 41
         nodes/<job>-<restart>-task<t>.json  what each node's launcher found (GPUs), for task 0
         nodes/<job>-<restart>-task<t>.exit.json  how torchrun ended there (status, root cause)
         stopped-<job>-<restart>.json  a worker's stop marker: it saved on notice at an update
@@ -289,6 +292,11 @@ class RunDir:
     def node_exit(self, job_id: str, restart: int, task: int) -> Path:
         """How torchrun ended on one node in a start (``hpc_train.faults.agent_exit``)."""
         return self.state / "nodes" / f"{job_id}-{restart}-task{task}.exit.json"
+
+    def round_verdict(self, job_id: str, restart: int) -> Path:
+        """Task 0's word to every node once a start ended badly: restart in the allocation on
+        these nodes, requeue, or stop (``hpc_train.contract.RoundVerdict``)."""
+        return self.state / f"next-{job_id}-{restart}.json"
 
     def resume_decision(self, job_id: str, restart: int) -> Path:
         return self.state / f"resume-{job_id}-{restart}.json"

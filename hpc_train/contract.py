@@ -9,6 +9,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | the ranks' environment (``HPC_TRAIN_*``) | ``WorkerEnv`` | each launcher, per start (``to_env``) | every rank, once (``worker.train``: ``from_env``) |
 | ``.hpc-train/nodes/<job>-<restart>-task<t>.json`` | ``NodeReport`` | each launcher (its GPUs) | task 0 (``launch.starts``) |
 | ``.hpc-train/resume-<job>-<restart>.json`` | ``StartDecision`` | task 0, once per start | every launcher of that start |
+| ``.hpc-train/next-<job>-<restart>.json`` | ``RoundVerdict`` | task 0, when a start ends badly | every launcher of that start (restart in the allocation, or not) |
 | ``.hpc-train/stopped-<job>-<restart>.json`` | ``StopMarker`` | rank 0, after the save on notice | the launchers (``checkpoint()``, the restart policy) |
 | ``heartbeats/<job>-<restart>/<node>/rank-<r>.json`` | ``Beat`` | each rank, every update (``worker.heartbeat``) | that node's hang monitor, task 0's straggler monitor, ``faults.node_blame`` |
 | ``rank-<r>.stacks`` | text | a rank's faulthandler on ``STACKS_SIGNAL`` | the hang monitor |
@@ -169,6 +170,28 @@ def read_node_reports(run: RunDir, job: str, restart: int, nodes: int) -> list[N
             return None
         reports.append(NodeReport(**json.loads(path.read_text())))
     return reports
+
+
+RESTART_IN_JOB, REQUEUE, STOP = "restart", "requeue", "stop"
+
+
+@dataclass(frozen=True)
+class RoundVerdict:
+    """Task 0's word once a start ended badly (a crash, a hang): ``restart`` training in the
+    same allocation on ``members`` (the others leave), ``requeue`` through Slurm, or ``stop``."""
+
+    action: str  # RESTART_IN_JOB, REQUEUE or STOP
+    why: str
+    members: list[str] = field(default_factory=list)
+
+
+def write_verdict(run: RunDir, job: str, restart: int, verdict: RoundVerdict) -> None:
+    atomic_write(run.round_verdict(job, restart), json.dumps(asdict(verdict)))
+
+
+def read_verdict(run: RunDir, job: str, restart: int) -> RoundVerdict | None:
+    path = run.round_verdict(job, restart)
+    return RoundVerdict(**json.loads(path.read_text())) if path.exists() else None
 
 
 # --- rank 0 to the launchers: the save on notice ------------------------------------------------

@@ -167,6 +167,13 @@ class JobSpec:
         "restarts allowed in all: preemptions, node failures, crashes and time-limit requeues",
         default=20, type=int, metavar="N",
     )  # fmt: skip
+    restart_in_job: bool = option(
+        "--restart-in-job",
+        "after a crash or a hang, restart training inside the allocation on its healthy nodes "
+        "(the blamed node drained and left out) instead of a requeue through Slurm; a requeue "
+        "still follows when fewer than MIN healthy nodes remain",
+        default=False,
+    )  # fmt: skip
     max_no_progress_restarts: int = option(
         "--max-no-progress-restarts",
         "stop the run (FAILED, with the reason) after N restarts in a row that resumed from the "

@@ -1,8 +1,8 @@
 """The launcher: the callable submitit runs as one Slurm task per node.
 
-On every (re)start it looks at what it actually got (node count, GPUs), recomputes the batch
-plan, decides what to resume from (task 0 checks ``checkpoint_last.pt`` and falls back; the other
-nodes read its decision), and runs one torchrun agent that starts the training workers. Resume
+On every (re)start task 0 decides for all nodes (``starts.decide_start``: the geometry, the
+batch plan, what to resume from) and each node runs one torchrun agent that starts the training
+workers. Resume
 state always comes from the save dir, never from the pickled submission, so a requeue Slurm
 performs by itself (node failure, spot loss, ``scontrol requeue``) resumes too.
 
@@ -10,10 +10,15 @@ Interruptions:
 - USR2 (preemption, time limit, spot notice): the workers save at the next update and exit;
   submitit calls ``checkpoint()`` on task 0, which waits for that save, then submitit requeues.
 - torchrun fails (a rank or a node died): task 0 requeues the job while restarts remain
-  (``hpc_train.launch.restart_policy`` decides).
+  (``hpc_train.launch.restart_policy`` decides); with ``--restart-in-job`` it restarts training
+  in the same allocation on the healthy nodes instead (``contract.RoundVerdict``: the others
+  wait for its word; a blamed node's task ends), and requeues only below MIN healthy nodes.
 - no progress (a hang): each node's watchdog thread (``hpc_train.watch.hang_monitor``) saves its ranks'
   stacks and stops them; task 0 names the suspect node, drains it (unless ``--no-drain``),
-  requeues the job and excludes the node from it.
+  and requeues without it (or restarts in the job without it). A torchrun that outlives its
+  ranks is killed by the same thread (a stuck agent).
+- a requeue that could not start (too few usable nodes in the partition) is said and, where
+  nothing replaces drained nodes, stops the run instead.
 - a straggler (a node's own compute >= 20 % slower for minutes): task 0 names it
   (``hpc_train.watch.straggler_monitor``); ``--evict-stragglers``: save, requeue, exclude it.
 """
@@ -33,12 +38,18 @@ from typing import Any, NoReturn
 from hpc_core import instances, ledger, slurm
 from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import (
+    REQUEUE,
+    RESTART_IN_JOB,
+    STOP,
+    RoundVerdict,
     StartDecision,
     WorkerEnv,
     node_name,
     read_beats,
     read_stop,
+    read_verdict,
     start_progress,
+    write_verdict,
 )
 from hpc_train.faults import agent_exit, failures, node_blame, quarantine
 from hpc_train.job import command_lines
@@ -58,6 +69,7 @@ from hpc_train.watch import hang_monitor, straggler_monitor
 SAVE_WAIT_ENV = "HPC_TRAIN_SAVE_WAIT_S"
 ROOT_CAUSE_WAIT_S = 5.0  # torchrun's failure summary after it exited (orphans hold the pipe)
 REQUEUE_GRACE_S = 60.0  # after `scontrol requeue` Slurm ends this task; never succeed meanwhile
+VERDICT_WAIT_S = 240.0  # for task 0's word after a bad end (its evidence waits come first)
 
 
 def log(msg: str) -> None:
@@ -151,7 +163,7 @@ class Launcher:
 
     def torchrun_command(self, start: Start, nproc: int, args: list[str]) -> list[str]:
         return command_lines.torchrun_argv(
-            torchrun_path(), start.num_nodes, nproc, start.first_host, start.job_id, args
+            torchrun_path(), start.num_nodes, nproc, start.first_host, start_key(start)[0], args
         )
 
     def __call__(self) -> dict[str, Any]:
@@ -164,15 +176,39 @@ class Launcher:
         return self.run(start, visible_gpus())
 
     def run(self, start: Start, gpus: int) -> dict[str, Any]:
-        """One start on this node: plan, resume decision, torchrun, then the restart policy."""
+        """Every start of this node in this allocation: the first, then each in-job restart
+        task 0 decides after a crash or a hang (``_start_once`` returns the next start)."""
+        came_from: str | None = None
+        while True:
+            result = self._start_once(start, gpus, came_from)
+            if isinstance(result, dict):
+                return result
+            start, came_from = result
+
+    def restarts_spent(self, start: Start) -> int:
+        """Restarts this run has had: Slurm's requeues and this job's in-job restarts (the one
+        budget, ``--max-restarts``, counts both)."""
+        events = ledger.read(self.spec.run_dir.ledger)
+        in_job = sum(1 for e in events if e.kind == "restarted" and e.job == start.job_id)
+        return start.restart + max(in_job, start.round)
+
+    def _start_once(
+        self, start: Start, gpus: int, came_from: str | None
+    ) -> dict[str, Any] | tuple[Start, str]:
+        """One start on this node: plan, resume decision, torchrun, then the restart policy;
+        this node's result, or its next start in the allocation (and why)."""
         spec, run = self.spec, self.spec.run_dir
         self._start = start
         done = {"node": socket.gethostname(), "restarts": start.restart}
-        previous_end = previous_stop(run, *start_key(start))
-        if start.task == 0:
-            previous_end = self._blame_lost(start, previous_end)
-        log(f"job {start.job_id} start #{start.restart + 1}: {previous_end}")
-        if not restart_policy.restart_allowed(start.restart, spec.max_restarts):
+        spent = self.restarts_spent(start)
+        if came_from is not None:
+            previous_end = came_from
+        else:
+            previous_end = previous_stop(run, *start_key(start))
+            if start.task == 0:
+                previous_end = self._blame_lost(start, previous_end)
+        log(f"job {start.job_id} start #{spent + 1}: {previous_end}")
+        if not restart_policy.restart_allowed(spent, spec.max_restarts):
             raise RuntimeError(f"restart budget exhausted (--max-restarts {spec.max_restarts})")
         spec.save_dir.mkdir(parents=True, exist_ok=True)
         decision = decide_start(run, start, spec, gpus, log)
@@ -259,7 +295,7 @@ class Launcher:
         # the watchdog's kill makes the peers report lost connections: that is not the cause
         crash, repeated = (None, False) if returncode == 0 or hang else self.crash_report(start)
         outcome = restart_policy.after_exit(
-            returncode, saved, start.task, start.restart, spec.max_restarts, cancelled, hang,
+            returncode, saved, start.task, spent, spec.max_restarts, cancelled, hang,
             crash, repeated,
         )  # fmt: skip
         outcome = restart_policy.evicting(outcome, evicted.node if evicted else None)
@@ -283,9 +319,48 @@ class Launcher:
             return done | {"stopped": True}
         if outcome.action is Action.FAIL:
             log(outcome.why)
+            if start.task != 0 and spec.restart_in_job:  # task 0 decides: in the job, or not
+                return self._follow_verdict(start, outcome.why, done)
+            write_verdict(run, *start_key(start), RoundVerdict(STOP, outcome.why))
             raise RuntimeError(outcome.why)
         log(f"job {start.job_id}: {outcome.why}")
-        self._requeue(start, [suspect.node] if suspect is not None else [])
+        left_out = [suspect.node] if suspect is not None else []
+        members = [h for h in start.hosts if h not in left_out]
+        if not spec.restart_in_job or len(members) < spec.nodes_min:
+            self._requeue(start, left_out)
+        detail = crash[1] if crash else hang or f"torchrun exited with {returncode}"
+        why = f"{outcome.cause}: {detail}"
+        write_verdict(run, *start_key(start), RoundVerdict(RESTART_IN_JOB, why, members))
+        self.note("restarted", why=why, members=members, left_out=left_out, round=start.round + 1)
+        log(f"in-job restart on {', '.join(members)} (without {', '.join(left_out) or 'none'})")
+        return self._next_round(start, members, why, done)
+
+    def _next_round(
+        self, start: Start, members: Sequence[str], why: str, done: dict[str, Any]
+    ) -> dict[str, Any] | tuple[Start, str]:
+        """This node's part in an in-job restart on ``members``: its next start, or (left out,
+        blamed) the end of its task, a success: the run goes on without it."""
+        me = start.hosts[start.task]
+        if me not in members:
+            log(f"left out of the in-job restart ({why}): this task ends")
+            return done | {"left_out": True}
+        return start.next_round(members, me), f"in-job restart after {why}"
+
+    def _follow_verdict(
+        self, start: Start, why: str, done: dict[str, Any]
+    ) -> dict[str, Any] | tuple[Start, str]:
+        """A node other than task 0's, after a bad end: wait for task 0's word and follow it."""
+        key = start_key(start)
+        try:
+            verdict = wait_until(lambda: read_verdict(self.spec.run_dir, *key),
+                                 "task 0's verdict", VERDICT_WAIT_S, FAST)  # fmt: skip
+        except TimeoutError:
+            raise RuntimeError(f"{why}; task 0 said nothing in {VERDICT_WAIT_S:.0f} s") from None
+        if verdict.action == RESTART_IN_JOB:
+            return self._next_round(start, verdict.members, verdict.why, done)
+        if verdict.action == REQUEUE:
+            time.sleep(REQUEUE_GRACE_S)  # task 0's requeue ends this task
+        raise RuntimeError(f"{why}; task 0: {verdict.action} ({verdict.why})")
 
     def _after_stuck_agent(
         self, start: Start, stuck: str, saved: bool, returncode: int
@@ -336,7 +411,9 @@ class Launcher:
             log(said)
             self.note("requeue_blocked", why=said, waiting=blocked is None)
         if blocked is not None:
+            write_verdict(self.spec.run_dir, *start_key(start), RoundVerdict(STOP, blocked.why))
             raise RuntimeError(blocked.why)
+        write_verdict(self.spec.run_dir, *start_key(start), RoundVerdict(REQUEUE, ended))
         self.note("requeued", by="task 0")
         slurm.requeue(start.job_id)
         if leave_out:
@@ -395,7 +472,7 @@ class Launcher:
         run, node = spec.run_dir, node_name()
         limits = spec.hang_limits
         return hang_monitor.Monitor(
-            run, start.job_id, start.restart, node, nproc, start.num_nodes, limits, pid,
+            run, *start_key(start), node, nproc, start.num_nodes, limits, pid,
             lambda: process_exited(pid), log,
         ).start()  # fmt: skip
 

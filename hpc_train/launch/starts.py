@@ -8,7 +8,7 @@ wait for and use as is: one world per start, never one computed per node.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hpc_core import ledger
@@ -44,6 +44,12 @@ class Start:
     first_host: str  # hosts the c10d rendezvous
     restart: int  # SLURM_RESTART_COUNT: 0 on the first start
     hosts: tuple[str, ...] = ()  # every node of this start, in task order
+    round: int = 0  # in-job restarts within this Slurm start (0: the allocation's first)
+
+    def next_round(self, members: Sequence[str], me: str) -> Start:
+        """This node's view of the in-job restart on ``members`` (it must be one of them)."""
+        return Start(self.job_id, list(members).index(me), len(members), members[0],
+                     self.restart, tuple(members), self.round + 1)  # fmt: skip
 
 
 def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
@@ -110,5 +116,7 @@ def batch_plan_of(spec: JobSpec, decision: StartDecision) -> BatchPlan:
 
 
 def start_key(start: Start) -> tuple[str, int]:
-    """(job id, restart): what names this start's files in the run directory."""
-    return start.job_id, start.restart
+    """(key, restart): what names this start's files in the run directory: the job id, with
+    ``.<round>`` for an in-job restart (``41.1``), so no round reads another's files."""
+    key = start.job_id if start.round == 0 else f"{start.job_id}.{start.round}"
+    return key, start.restart

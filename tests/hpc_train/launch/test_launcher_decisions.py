@@ -16,7 +16,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import StartDecision, StopMarker, read_stop, write_decision, write_stop
-from hpc_train.faults import failures
+from hpc_train.faults import agent_exit, failures
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher as launcher_module
 from hpc_train.launch import restart_policy, starts
@@ -336,3 +336,88 @@ def test_a_requeue_that_could_not_start_stops_the_run_with_the_nodes(tmp_path, f
     assert fake_slurm.requeued == []
     (blocked,) = [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "requeue_blocked"]
     assert "n2 (drained)" in blocked.get("why") and blocked.get("waiting") is False
+
+
+class FailsOnce(FakeTorchrun):
+    """torchrun replaced by ``python -c``: exits 1 in the first round, 0 after (a transient
+    crash); the nodes of each round it was started on are kept in ``rounds``."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        super().__init__(spec, 1)
+        self.rounds: list[tuple[str, ...]] = []
+
+    def torchrun_command(self, start, nproc, args):
+        self.rounds.append(start.hosts)
+        self.code = 1 if len(self.rounds) == 1 else 0
+        return super().torchrun_command(start, nproc, args)
+
+
+def in_job_spec(tmp_path: Path, nodes_min: int = 1) -> JobSpec:
+    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=nodes_min, nodes_max=2,
+                   gpus_per_node=0, restart_in_job=True, no_watchdog=True)  # fmt: skip
+
+
+def two_nodes(task: int) -> launcher_module.Start:
+    return launcher_module.Start("41", task, 2, "n1", 0, ("n1", "n2"))
+
+
+def test_a_crash_restarts_in_the_allocation_on_the_same_nodes_without_a_requeue(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """A crash no node is blamed for (a transient one): task 0 restarts training in the job
+    on both nodes (round 1 of job 41), with no requeue; the run finishes."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    run = RunDir(tmp_path)
+    from hpc_train.contract import NodeReport, write_node_report
+
+    for key in ("41", "41.1"):  # task 1's launcher reports in both rounds
+        write_node_report(run, key, 0, NodeReport(1, "n2", 0))
+    agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", 1))  # its torchrun failed too
+    fake = FailsOnce(in_job_spec(tmp_path))
+    done = fake.run(two_nodes(0), gpus=0)
+    assert done["restarts"] == 0 and fake_slurm.requeued == []
+    assert fake.rounds == [("n1", "n2"), ("n1", "n2")]
+    events = ledger.read(run.ledger)
+    (restarted,) = [e for e in events if e.kind == "restarted"]
+    assert restarted.get("members") == ["n1", "n2"] and restarted.get("round") == 1
+    assert [e.kind for e in events if e.kind in ("started", "finished")] == [
+        "started",
+        "started",
+        "finished",
+    ]
+
+
+def test_the_other_nodes_follow_task_0s_verdict(tmp_path, fake_slurm):
+    """Task 1's torchrun failed: it waits for task 0's word. Left out (blamed): its task ends
+    well; a requeue: it waits for Slurm to end it."""
+    from hpc_train.contract import REQUEUE, RESTART_IN_JOB, RoundVerdict, write_verdict
+
+    write_decision(RunDir(tmp_path), "41", 0, StartDecision([], 0, world_size=2,
+                                                            batch_per_device=1, update_freq=1))  # fmt: skip
+    write_verdict(RunDir(tmp_path), "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1"]))
+    done = FakeTorchrun(in_job_spec(tmp_path), 1).run(two_nodes(1), gpus=0)
+    assert done["left_out"] is True
+    write_verdict(RunDir(tmp_path), "41", 0, RoundVerdict(REQUEUE, "requeue did not take effect"))
+    with pytest.raises(RuntimeError, match="task 0: requeue"):
+        FakeTorchrun(in_job_spec(tmp_path), 1).run(two_nodes(1), gpus=0)
+
+
+def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, monkeypatch):
+    """With --nodes 2-2 a blamed node leaves one: below MIN, so task 0 requeues (and tells the
+    others so)."""
+    from hpc_train.contract import REQUEUE, read_verdict
+
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    run = RunDir(tmp_path)
+    from hpc_train.contract import NodeReport, write_node_report
+
+    write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
+    agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    fake = FakeTorchrun(in_job_spec(tmp_path, nodes_min=2), 1)
+    suspect = launcher_module.hang_monitor.Suspect("n2", None, "its torchrun was killed")
+    monkeypatch.setattr(fake, "_blame", lambda start, cause: suspect)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        fake.run(two_nodes(0), gpus=0)
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
+    verdict = read_verdict(run, "41", 0)
+    assert verdict is not None and verdict.action == REQUEUE

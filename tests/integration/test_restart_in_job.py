@@ -1,0 +1,65 @@
+"""In-job restarts on the local Slurm (tiny preset, 2 emulated nodes, ``--restart-in-job``):
+a killed node's ranks or a hang is recovered inside the same allocation on the healthy node:
+no requeue (Slurm's Restarts stays 0), the blamed node drained, the run completes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hpc_core import ledger, slurm
+from hpc_core.rundir import RunDir
+from hpc_train import chaos
+from hpc_train.runs import goodput
+
+pytestmark = pytest.mark.slurm
+
+PER_UPDATE = ("--log-interval", "1", "--save-interval-updates", "10")
+IN_JOB = (
+    "--restart-in-job", "--hang-timeout-floor", "10", "--hang-factor", "10",
+    "--hang-save-timeout", "60", "--hang-startup-timeout", "180",
+)  # fmt: skip
+
+
+def _recovered_in_job(runs, name: str, interrupt) -> None:
+    runs.wait_idle_nodes(2)
+    max_update = 120
+    job, save = runs.submit(name, max_update, nodes="1-2", fairseq=PER_UPDATE, extra_cli=IN_JOB)
+    nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    assert len(nodes) == 2, nodes
+    runs.wait_for_update(save, 25)
+    victim = nodes[-1]
+    try:
+        hit = time.monotonic()
+        interrupt(job, victim)
+        final = runs.wait_done(job)
+        took = time.monotonic() - hit
+        info = slurm.node_info(victim)
+    finally:
+        slurm.resume(victim)
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    assert final.restarts == 0  # never requeued: the allocation was kept
+    events = ledger.read(RunDir(save).ledger)
+    (restarted,) = [e for e in events if e.kind == "restarted"]
+    assert restarted.get("left_out") == [victim] and restarted.get("members") == [nodes[0]]
+    assert not [e for e in events if e.kind == "requeued"]
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: "), info
+    starts = [e for e in events if e.kind == "started"]
+    assert [s.get("nodes") for s in starts] == [nodes, [nodes[0]]]
+    assert starts[1].get("previous", "").startswith("in-job restart after ")
+    summary = runs.summary(save)
+    assert summary.updates == max_update and summary.resumed_at[0] >= 20
+    g = goodput.account(events, events[-1].time)
+    assert sum(g.parts.values()) == pytest.approx(g.wall_s) and g.restarts == 1
+    assert took < 240, took
+
+
+def test_a_killed_nodes_ranks_are_recovered_in_the_allocation(runs):
+    _recovered_in_job(
+        runs, "injob-kill", lambda job, node: chaos.kill_node(job, node, stop_slurmd=False)
+    )
+
+
+def test_a_hang_is_recovered_in_the_allocation(runs):
+    _recovered_in_job(runs, "injob-hang", lambda job, node: chaos.hang(job, node))
