@@ -18,7 +18,7 @@ help:
 	@echo "make test          install and run the whole suite (real Slurm included)"
 	@echo "make cluster-up    start the local Slurm cluster (prints the SLURM_CONF to export)"
 	@echo "make cluster-down  stop it (only the daemons it started)"
-	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training (< 1 min)"
+	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
 	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-ckpt, bench-hang (JSON in benchmarks/results/)"
 
@@ -65,7 +65,7 @@ test: install cluster-up lint
 
 # The fast tier: what a change to pure code or launcher decisions needs. No cluster, no training.
 test-fast: install-python
-	$(PY) -m pytest -q -m "not slurm and not fairseq and not slow"
+	$(PY) -m pytest -q -m "not slurm and not fairseq and not slow and not aws"
 
 lint: install-python
 	$(VENV)/bin/ruff check hpc_core hpc_train nccl_checks benchmarks tests
