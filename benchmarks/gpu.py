@@ -233,7 +233,7 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The README's table: one row per preset and run."""
+    """The table in docs/gpu.md: one row per preset and run."""
     rows = [
         "| preset | run | batch/GPU x update_freq | precision, optimizer | words/s | MFU | "
         "peak GiB (torch / nvidia-smi) | checkpoint GB, save s |",

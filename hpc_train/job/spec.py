@@ -187,7 +187,7 @@ class JobSpec:
     save_interval: str = option(
         "--save-interval", "updates between periodic saves: N, `preset`, or `auto` (Daly's "
         "interval from this run's measured save and update times and --mtbf-hours, see "
-        "hpc_train/save_interval.py)", default="preset", parse=parse_save_interval,
+        "hpc_train/worker/save_interval.py)", default="preset", parse=parse_save_interval,
         metavar="N|preset|auto",
     )  # fmt: skip
     mtbf_hours: float = option(
@@ -197,7 +197,7 @@ class JobSpec:
     )  # fmt: skip
     sync_save: bool = option(
         "--sync-save", "save checkpoints inside the training loop (default: snapshot to host "
-        "memory, write in the background, see hpc_train/async_save.py)", default=False,
+        "memory, write in the background, see hpc_train/worker/async_save.py)", default=False,
     )  # fmt: skip
     local_save_dir: Path | None = option(
         "--local-save-dir", "tiered saves: periodic checkpoints are written to this node-local "
@@ -231,7 +231,7 @@ class JobSpec:
     )  # fmt: skip
     batch_per_device: int | None = option(
         "--batch-per-device", "sequences per GPU", default=None, type=int, metavar="N",
-        default_text="by preset and GPU memory, see hpc_train/devices.py",
+        default_text="by preset and GPU memory, see hpc_train/job/devices.py",
     )  # fmt: skip
     no_watchdog: bool = option(
         "--no-watchdog", "no hang detection (a stuck job then holds its nodes until --time)",

@@ -13,7 +13,7 @@ hang, seen here or declared by another node (``hang.json`` in the incident dir):
 2. it waits (at most ``REPORT_WAIT_S``) for every node's report, so no node stops its ranks
    before the others have dumped theirs;
 3. it kills this node's ranks and torchrun: the launcher then sees the hang
-   (``restarts.after_exit(hang=…)``), and task 0 calls ``blame``: the suspect
+   (``restart_policy.after_exit(hang=…)``), and task 0 calls ``blame``: the suspect
    (``hangs.suspect``) is written to ``suspect.json``; ``hpc_train.faults.node_blame`` records it,
    drains it unless ``--no-drain``, and the launcher requeues without it. Lost work: the updates since the last checkpoint.
 
