@@ -27,6 +27,8 @@ workers exchange, and the one way to write a file whole.
         failures/<job>-<restart>-rank<r>.json  the exception that ended a worker, at which update
         chaos-crash.json              ``chaos JOB crash``: the update at which a worker raises
         chaos-slow-save.json          ``chaos JOB slow-save``: seconds every checkpoint write sleeps
+        audit/<job>-<restart>/rank-<r>.jsonl  ``--audit-samples``: the sample ids each rank trained
+        audit/plan-epoch<e>.json      the sample ids of epoch e's batch plan
         quarantine.json               nodes blamed twice within a day: kept out of this run
 
 With ``--local-save-dir ROOT`` (tiered saves, ``hpc_train.worker.local_tier``) each node also keeps
@@ -223,6 +225,19 @@ class RunDir:
     def chaos_slow_save(self) -> Path:
         """``chaos JOB slow-save``: the seconds each background checkpoint write sleeps first."""
         return self.state / "chaos-slow-save.json"
+
+    @property
+    def audit(self) -> Path:
+        """``--audit-samples``: the sample ids each rank trained (``hpc_train.runs.audit``)."""
+        return self.state / "audit"
+
+    def audit_file(self, label: str, rank: int) -> Path:
+        """One rank's audit lines for one start (``label``: ``<job>-<restart>``)."""
+        return self.audit / label / f"rank-{rank}.jsonl"
+
+    def audit_plan(self, epoch: int) -> Path:
+        """The sample ids of an epoch's batch plan: what the epoch is to train, once each."""
+        return self.audit / f"plan-epoch{epoch}.json"
 
     def failure_report(self, job_id: str, restart: int, rank: int) -> Path:
         """A worker's last words: the exception that ended it, at which update."""

@@ -17,6 +17,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | ``.hpc-train/chaos-crash.json`` | ``CrashRequest`` | ``hpc-train chaos JOB crash`` | every rank, each update (``worker.crash``) |
 | ``.hpc-train/chaos-slow-save.json`` | ``{"seconds": S}`` (``ask_slow_saves``) | ``hpc-train chaos JOB slow-save`` | each rank's checkpoint writer, per save (``worker.async_save``) |
 | ``.hpc-train/nodes/<job>-<restart>-task<t>.exit.json`` | ``faults.agent_exit.NodeExit`` | each launcher (launcher to launcher) | task 0 |
+| ``.hpc-train/audit/<job>-<restart>/rank-<r>.jsonl`` | ``worker.data_position`` lines | each rank (``--audit-samples``) | ``runs.audit`` |
 | ``.hpc-train/ledger.jsonl`` | ``hpc_core.ledger.Event`` | submit, task 0's launcher, rank 0 (``worker.ledger_hooks``) | ``runs``, ``costs``, the launcher |
 | ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
 
@@ -46,6 +47,7 @@ HEARTBEAT_DIR = "HPC_TRAIN_HEARTBEAT_DIR"  # this node's heartbeat dir; unset: -
 SYNC_SAVE = "HPC_TRAIN_SYNC_SAVE"  # "1": fairseq's synchronous save (--sync-save)
 LOCAL_SAVE_DIR = "HPC_TRAIN_LOCAL_SAVE_DIR"  # tiered saves: this run's dir on node-local disk
 SAVE_INTERVAL_AUTO = "HPC_TRAIN_SAVE_INTERVAL_AUTO"  # "<job MTBF s>:<estimated save s>"
+AUDIT_SAMPLES = "HPC_TRAIN_AUDIT_SAMPLES"  # "1": each rank records the sample ids it trains
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,12 @@ class WorkerEnv:
     sync_save: bool = False
     local_save_dir: Path | None = None
     auto_interval: tuple[float, float] | None = None  # (job MTBF s, estimated save s)
+    audit_samples: bool = False  # --audit-samples (worker.data_position)
 
     def to_env(self) -> dict[str, str]:
         env = {SYNC_SAVE: "1" if self.sync_save else "0"}
+        if self.audit_samples:
+            env[AUDIT_SAMPLES] = "1"
         if self.save_dir is not None:
             env[SAVE_DIR] = str(self.save_dir)
         if self.start is not None:
@@ -99,6 +104,7 @@ class WorkerEnv:
             sync_save=env.get(SYNC_SAVE, "") not in ("", "0"),
             local_save_dir=path(LOCAL_SAVE_DIR),
             auto_interval=auto,
+            audit_samples=env.get(AUDIT_SAMPLES, "") not in ("", "0"),
         )
 
 

@@ -35,6 +35,7 @@ from hpc_train.worker import (
     checkpoints,
     compute_time,
     crash,
+    data_position,
     ledger_hooks,
     local_tier,
     preemption,
@@ -203,6 +204,10 @@ def install_extensions(
     ledger_hooks.install(run, worker.start, rank)
     # 8. the update reached (for a crash report) and chaos's injected crash, every update
     crash.install(run, rank, progress)
+    # 9. the data position converted on a load at another width (each sample once per epoch),
+    #    and --audit-samples: it patches the data iterator, train() and Trainer.train_step,
+    #    which no step above touches; last, since nothing above depends on it
+    data_position.install(run, worker.start, rank, audit=worker.audit_samples)
     return heartbeat
 
 
