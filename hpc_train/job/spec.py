@@ -270,6 +270,12 @@ class JobSpec:
         "--evict-stragglers", "a straggler is a bad node: all ranks save at the next update, "
         "it is drained (unless --no-drain), the job requeued without it", default=False,
     )  # fmt: skip
+    audit_samples: bool = option(
+        "--audit-samples", "each rank records the sample ids it trains, per epoch (under "
+        "<save-dir>/.hpc-train/audit/); `python -m hpc_train.runs.audit SAVE_DIR` checks that "
+        "every sample of an epoch was trained exactly once across restarts and width changes",
+        default=False,
+    )  # fmt: skip
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
     @property

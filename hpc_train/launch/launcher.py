@@ -247,6 +247,7 @@ class Launcher:
             # tiered saves: this run's dir on node-local disk
             local_save_dir=run.local_tier(spec.local_save_dir) if spec.local_save_dir else None,
             auto_interval=plan_mod.auto_interval(spec, start.num_nodes, use_gpu),
+            audit_samples=spec.audit_samples,
         )
         env = {**os.environ, **worker.to_env()}
         if not use_gpu:
