@@ -8,18 +8,34 @@ by moto, in memory:
   nothing of the caller's real AWS set-up is read;
 - a guard on socket.connect: any attempt to reach a non-loopback address raises, so a call moto
   does not intercept fails loudly instead of reaching the network;
-- the account holds the subnets, key pair, buckets and S3 objects the config names, and a fake
-  official ParallelCluster AMI for its OS. Existence checks therefore always pass: they say
-  nothing about the real account.
+- the account holds what the config names, each as AWS would describe it, no kinder:
+  - official ParallelCluster AMIs named and *described* the way ParallelCluster's own image build
+    describes them ("AWS ParallelCluster AMI for <os>, kernel-..., nvidia-..."; its
+    resources/imagebuilder/parallelcluster_tag.yaml), so InstanceTypeBaseAMICompatibleValidator
+    refuses p3/p3dn on them with ParallelCluster's own message;
+  - each `CustomAmi` as an image of this account made by `pcluster build-image`: the same
+    description and the parallelcluster:os / parallelcluster:version tags that build sets (so the
+    refusal fires on it too, until suppressed as ParallelCluster's message says);
+  - subnets with their real public-IP mapping: the head node's subnet assigns public IPs
+    (MapPublicIpOnLaunch true, a public subnet), every other subnet does not (a private one);
+    a queue in the head node's subnet is therefore in a public subnet, as it would be on AWS;
+  - key pairs, buckets, S3 objects; named placement groups and capacity reservations (ODCR,
+    Capacity Block), which moto does not implement, answered at the botocore client level
+    (DescribePlacementGroups, DescribeCapacityReservations) with AWS's error for a name or id the
+    account does not hold.
+  Existence checks therefore pass for what the config names: FakeAccount.not_checked lists each
+  such thing by name, and `validate` prints it ("not checked offline: ...").
 
 Everything is undone on exit (environment, moto state, ParallelCluster's cached clients).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -37,6 +53,15 @@ UNJUDGEABLE_VALIDATORS: dict[str, str] = {
 }
 
 _FAKE_AMI_DATE = "2026-01-01T00:00:00.000Z"
+_ACCOUNT_ID = "123456789012"  # moto's default account
+# What ParallelCluster's tag component appends to an AMI's description (parallelcluster_tag.yaml):
+# kernel, lustre, efa, dcv, slurm, nvidia, cuda versions. The numbers are examples.
+_DESCRIPTION_TAIL = (
+    "kernel-6.8.0-1021-aws, lustre-2.15.6, efa-2.15.3-1, slurm-25-11-1-1, "
+    "nvidia-{nvidia}, cuda-12.8"
+)
+OFFICIAL_NVIDIA = "570.172.08"  # example open-kernel-module driver of an official AMI
+CUSTOM_NVIDIA = "550.90.07"  # the driver pcluster_configs/images/p3dn-closed-driver.yaml pins
 
 
 class NetworkAttempt(OSError):
@@ -53,7 +78,12 @@ class FakeAccount:
     buckets: list[str] = field(default_factory=list)
     objects: list[str] = field(default_factory=list)
     amis: list[str] = field(default_factory=list)
+    custom_amis: list[str] = field(default_factory=list)
+    public_subnets: list[str] = field(default_factory=list)
+    placement_groups: list[str] = field(default_factory=list)
+    capacity_reservations: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # network attempts the guard stopped
+    not_checked: list[str] = field(default_factory=list)  # what only your real account can say
 
 
 @dataclass(frozen=True)
@@ -65,6 +95,13 @@ class References:
     subnets: tuple[str, ...]
     key_pairs: tuple[str, ...]
     s3_objects: tuple[tuple[str, str], ...]  # (bucket, key); key "" for a bucket alone
+    head_subnet: str | None = None  # the public one
+    custom_amis: tuple[str, ...] = ()
+    placement_groups: tuple[str, ...] = ()
+    # (id, instance type, capacity type of the queue naming it, MaxCount): ODCR or Capacity Block
+    capacity_reservations: tuple[tuple[str, str, str, int], ...] = ()
+    file_systems: tuple[str, ...] = ()  # existing FSx / EFS ids the config mounts
+    aws_policies: tuple[str, ...] = ()  # AWS managed policies named (arn:aws:iam::aws:policy/X)
 
 
 def references(config: Mapping[str, Any]) -> References:
@@ -83,7 +120,51 @@ def references(config: Mapping[str, Any]) -> References:
             named = _mapping(item).get("BucketName")
             if isinstance(named, str) and "*" not in named:
                 s3.append((named, ""))
+    head_subnet = _mapping(_mapping(config.get("HeadNode")).get("Networking")).get("SubnetId")
+    amis = [_mapping(image).get("CustomAmi") for image in _find_key(config, "Image")]
+    groups = [
+        _mapping(pg).get("Name") or _mapping(pg).get("Id")
+        for pg in _find_key(config, "PlacementGroup")
+    ]
+    reservations: list[tuple[str, str, str, int]] = []
+    for queue in _list(_mapping(config.get("Scheduling")).get("SlurmQueues")):
+        queue = _mapping(queue)
+        capacity_type = str(queue.get("CapacityType") or "ONDEMAND")
+        queue_target = _mapping(queue.get("CapacityReservationTarget")).get("CapacityReservationId")
+        for resource in _list(queue.get("ComputeResources")):
+            resource = _mapping(resource)
+            target = _mapping(resource.get("CapacityReservationTarget")).get(
+                "CapacityReservationId", queue_target
+            )
+            instance_type = resource.get("InstanceType")
+            if isinstance(target, str) and isinstance(instance_type, str):
+                max_count = resource.get("MaxCount")
+                count = max_count if isinstance(max_count, int) else 10
+                reservations.append((target, instance_type, capacity_type, count))
+    file_systems: list[str] = []
+    for settings in ("FsxLustreSettings", "EfsSettings", "FsxOntapSettings", "FsxOpenZfsSettings"):
+        for found in _find_key(config, settings):
+            for key in ("FileSystemId", "VolumeId"):
+                fs_id = _mapping(found).get(key)
+                if isinstance(fs_id, str):
+                    file_systems.append(fs_id)
+    policies = [
+        _mapping(item).get("Policy")
+        for listed in _find_key(config, "AdditionalIamPolicies")
+        for item in _list(listed)
+    ]
+    aws_policies = [
+        p.rpartition("/")[2]
+        for p in policies
+        if isinstance(p, str) and re.fullmatch(r"arn:aws[a-z-]*:iam::aws:policy/(.+/)?[^/]+", p)
+    ]
     return References(
+        aws_policies=tuple(dict.fromkeys(aws_policies)),
+        head_subnet=head_subnet if isinstance(head_subnet, str) else None,
+        custom_amis=tuple(dict.fromkeys(a for a in amis if isinstance(a, str))),
+        placement_groups=tuple(dict.fromkeys(g for g in groups if isinstance(g, str))),
+        capacity_reservations=tuple(dict.fromkeys(reservations)),
+        file_systems=tuple(dict.fromkeys(file_systems)),
         region=str(config.get("Region") or "us-east-1"),
         os=str(_mapping(config.get("Image")).get("Os") or "alinux2023"),
         subnets=tuple(dict.fromkeys(s for s in subnets if isinstance(s, str))),
@@ -101,10 +182,11 @@ def fake_aws_account(config: Mapping[str, Any]) -> Iterator[FakeAccount]:
 
     refs = references(config)
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="hpc-train-moto-") as tmp:
-        amis = _fake_official_amis(refs.os)
+        amis = _fake_official_amis(refs.os)  # moto loads these as Amazon's
         amis_path = Path(tmp) / "amis.json"
         amis_path.write_text(json.dumps(amis))
         stack.enter_context(mock.patch.dict(os.environ, _fake_env(refs.region, amis_path)))
+
         for var in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL"):
             os.environ.pop(var, None)  # restored by patch.dict on exit
         import moto.ec2.models.amis as moto_amis
@@ -114,17 +196,43 @@ def fake_aws_account(config: Mapping[str, Any]) -> Iterator[FakeAccount]:
         refused: list[str] = []
         stack.enter_context(_no_network(refused))
         stack.enter_context(_bundled_region_list())
+        import moto.iam.models as moto_iam
+
+        stack.enter_context(
+            mock.patch.object(
+                moto_iam, "aws_managed_policies_data", _aws_managed_policies(refs.aws_policies)
+            )
+        )
         stack.enter_context(moto.mock_aws())
+        account = FakeAccount(region=refs.region)
+        stack.enter_context(_unimplemented_calls_faked(account, refs))
         AWSApi.reset()
         Cache.clear_all()
         try:
-            account = _populate(refs)
+            _populate(refs, account)
             account.amis = [a["ami_id"] for a in amis]
+            account.custom_amis = list(refs.custom_amis)
             account.refused = refused
+            account.not_checked = not_checked_offline(refs)
             yield account
         finally:
             AWSApi.reset()
             Cache.clear_all()
+
+
+@functools.cache
+def _all_aws_managed_policies() -> dict[str, Any]:
+    from moto.iam.aws_managed_policies import aws_managed_policies_data
+
+    return dict(json.loads(aws_managed_policies_data))
+
+
+def _aws_managed_policies(names: tuple[str, ...]) -> str:
+    """moto's AWS managed policies, only those named (loading all ~1,300 costs seconds per run).
+
+    A name AWS has but moto's copy lacks is refused, as an unknown policy would be."""
+    every = _all_aws_managed_policies()
+    return json.dumps({name: every[name] for name in names if name in every})
 
 
 def _fake_env(region: str, amis_path: Path) -> dict[str, str]:
@@ -138,11 +246,104 @@ def _fake_env(region: str, amis_path: Path) -> dict[str, str]:
         "AWS_CONFIG_FILE": os.devnull,
         "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
         "MOTO_AMIS_PATH": str(amis_path),
+        # AWS managed policies (AmazonSSMManagedInstanceCore, ...) exist in every real account;
+        # moto makes those _aws_managed_policies() leaves it (the ones the config names).
+        "MOTO_IAM_LOAD_MANAGED_POLICIES": "true",
     }
 
 
+def not_checked_offline(refs: References) -> list[str]:
+    """What the fake account holds because the config names it: only your account can say."""
+    lines = [f"subnet {s} exists" for s in refs.subnets]
+    if refs.head_subnet:
+        lines.append(
+            f"subnet {refs.head_subnet} assigns public IPs (assumed: it is the head node's) and "
+            "the others do not (assumed: private, with a NAT gateway)"
+        )
+    lines += [f"key pair {k} exists" for k in refs.key_pairs]
+    lines += [
+        f"s3://{b}/{k} exists" if k else f"bucket {b} exists and is yours"
+        for b, k in refs.s3_objects
+    ]
+    lines += [
+        f"AMI {a} exists, was built by `pcluster build-image` {_installed_version()} for "
+        f"{refs.os}, with the NVIDIA driver you asked for (assumed: closed source {CUSTOM_NVIDIA})"
+        for a in refs.custom_amis
+    ]
+    lines += [
+        f"placement group {g} exists (assumed: strategy cluster)" for g in refs.placement_groups
+    ]
+    lines += [
+        f"capacity reservation {cr} exists, is active, "
+        f"{'a Capacity Block' if kind == 'CAPACITY_BLOCK' else 'an ODCR'} for {count} x {itype} "
+        "in the subnet's zone (assumed from the config)"
+        for cr, itype, kind, count in refs.capacity_reservations
+    ]
+    lines += [
+        f"file system {f} exists and is reachable from the subnets" for f in refs.file_systems
+    ]
+    lines.append(
+        "the region offers the instance types (moto's bundled data), your quotas, capacity"
+    )
+    return lines
+
+
+def _installed_version() -> str:
+    from pcluster.utils import get_installed_version
+
+    return str(get_installed_version())
+
+
+def _description(os_name: str, nvidia: str) -> str:
+    return f"AWS ParallelCluster AMI for {os_name}, " + _DESCRIPTION_TAIL.format(nvidia=nvidia)
+
+
+def _fake_custom_amis(refs: References) -> list[dict[str, Any]]:
+    """Each CustomAmi the config names, as `pcluster build-image` leaves it in your account."""
+    version = _installed_version()
+    return [
+        {
+            "ami_id": ami_id,
+            "name": f"hpc-train-p3dn-{index}",
+            "description": _description(refs.os, CUSTOM_NVIDIA),
+            "owner_id": _ACCOUNT_ID,
+            "public": False,
+            "virtualization_type": "hvm",
+            "architecture": "x86_64",
+            "state": "available",
+            "creation_date": _FAKE_AMI_DATE,
+            "image_type": "machine",
+            "root_device_name": "/dev/sda1",
+            "root_device_type": "ebs",
+            "sriov": "simple",
+            "hypervisor": "xen",
+            "tags": {
+                "parallelcluster:os": refs.os,
+                "parallelcluster:version": version,
+                "parallelcluster:image_id": f"hpc-train-p3dn-{index}",
+                "parallelcluster:nvidia_version": CUSTOM_NVIDIA,
+                "parallelcluster:build_status": "available",  # a build that finished
+            },
+        }
+        for index, ami_id in enumerate(refs.custom_amis, start=1)
+    ]
+
+
+def _register_custom_amis(refs: References) -> None:
+    """Put the custom AMIs into moto's EC2 backend as images this account owns."""
+    from moto.core.parse import default_timestamp_parser as parse_timestamp
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.amis import Ami
+
+    backend = ec2_backends[_ACCOUNT_ID][refs.region]
+    for spec in _fake_custom_amis(refs):
+        spec = {**spec, "creation_date": parse_timestamp(spec["creation_date"])}
+        ami_id = spec.pop("ami_id")
+        backend.amis[ami_id] = Ami(backend, ami_id=ami_id, **spec)
+
+
 def _fake_official_amis(os_name: str) -> list[dict[str, Any]]:
-    """An 'official' ParallelCluster AMI per architecture, named the way pcluster searches."""
+    """An official ParallelCluster AMI per architecture, named and described as pcluster does."""
     from pcluster.constants import OS_TO_IMAGE_NAME_PART_MAP
     from pcluster.utils import get_installed_version
 
@@ -152,7 +353,7 @@ def _fake_official_amis(os_name: str) -> list[dict[str, Any]]:
         {
             "ami_id": f"ami-0{index:016x}",
             "name": f"aws-parallelcluster-{version}-{part}-{arch}-202601010000 {_FAKE_AMI_DATE}",
-            "description": "hpc-train fake official ParallelCluster AMI (moto)",
+            "description": _description(os_name, OFFICIAL_NVIDIA),
             "owner_id": "amazon",
             "public": True,
             "virtualization_type": "hvm",
@@ -164,15 +365,15 @@ def _fake_official_amis(os_name: str) -> list[dict[str, Any]]:
             "root_device_type": "ebs",
             "sriov": "simple",
             "hypervisor": "xen",
+            "tags": {"parallelcluster:os": os_name, "parallelcluster:version": str(version)},
         }
         for index, arch in enumerate(("x86_64", "arm64"), start=1)
     ]
 
 
-def _populate(refs: References) -> FakeAccount:
+def _populate(refs: References, account: FakeAccount) -> FakeAccount:
     import boto3
 
-    account = FakeAccount(region=refs.region)
     ec2 = boto3.client("ec2", region_name=refs.region)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     for attribute in ("EnableDnsHostnames", "EnableDnsSupport"):
@@ -184,6 +385,10 @@ def _populate(refs: References) -> FakeAccount:
                 VpcId=vpc, CidrBlock=f"10.0.{index * 16}.0/20", AvailabilityZone=f"{refs.region}a"
             )
         account.subnets.append(subnet_id)
+        if subnet_id == refs.head_subnet:  # a public subnet, as the templates ask for it
+            ec2.modify_subnet_attribute(SubnetId=subnet_id, MapPublicIpOnLaunch={"Value": True})
+            account.public_subnets.append(subnet_id)
+    _register_custom_amis(refs)
     for key in refs.key_pairs:
         ec2.create_key_pair(KeyName=key, KeyType="ed25519")  # moto's RSA keys fail pcluster's check
         account.key_pairs.append(key)
@@ -199,6 +404,91 @@ def _populate(refs: References) -> FakeAccount:
             s3.put_object(Bucket=bucket, Key=key, Body=b"#!/usr/bin/env bash\n")
             account.objects.append(f"s3://{bucket}/{key}")
     return account
+
+
+@contextmanager
+def _unimplemented_calls_faked(account: FakeAccount, refs: References) -> Iterator[None]:
+    """Answer the EC2 calls moto raises NotImplementedError for, from what the config names.
+
+    Patched in botocore's BaseClient._make_api_call, so ParallelCluster's own client code
+    (paginators, error handling) runs unchanged. A name or id the account does not hold gets the
+    error code AWS returns for it.
+    """
+    from botocore.client import BaseClient
+    from botocore.exceptions import ClientError
+    from pcluster.constants import CAPACITY_RESERVATION_OS_MAP
+
+    zone = f"{refs.region}a"
+    groups = {
+        name: {
+            "GroupName": name,
+            "GroupId": f"pg-{index:017x}",
+            "GroupArn": f"arn:aws:ec2:{refs.region}:{_ACCOUNT_ID}:placement-group/{name}",
+            "Strategy": "cluster",
+            "State": "available",
+        }
+        for index, name in enumerate(refs.placement_groups, start=1)
+    }
+    reservations = {
+        cr: {
+            "CapacityReservationId": cr,
+            "CapacityReservationArn": f"arn:aws:ec2:{refs.region}:{_ACCOUNT_ID}:capacity-reservation/{cr}",
+            "OwnerId": _ACCOUNT_ID,
+            "InstanceType": instance_type,
+            "InstancePlatform": CAPACITY_RESERVATION_OS_MAP.get(refs.os, "Linux/UNIX"),
+            "AvailabilityZone": zone,
+            "Tenancy": "default",
+            "TotalInstanceCount": count,
+            "AvailableInstanceCount": count,
+            "State": "active",
+            "InstanceMatchCriteria": "targeted",
+            "ReservationType": "capacity-block" if kind == "CAPACITY_BLOCK" else "default",
+        }
+        for cr, instance_type, kind, count in refs.capacity_reservations
+    }
+    account.placement_groups = list(groups)
+    account.capacity_reservations = list(reservations)
+
+    def not_found(code: str, message: str, operation: str) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+    def placement_groups(params: Mapping[str, Any]) -> dict[str, Any]:
+        names = params.get("GroupNames") or []
+        for name in names:
+            if name not in groups:
+                raise not_found(
+                    "InvalidPlacementGroup.Unknown",
+                    f"The Placement Group '{name}' is unknown.",
+                    "DescribePlacementGroups",
+                )
+        return {"PlacementGroups": [groups[n] for n in names] if names else list(groups.values())}
+
+    def capacity_reservations(params: Mapping[str, Any]) -> dict[str, Any]:
+        ids = params.get("CapacityReservationIds") or []
+        for cr in ids:
+            if cr not in reservations:
+                raise not_found(
+                    "InvalidCapacityReservationId.NotFound",
+                    f"The capacity reservation ID '{cr}' does not exist",
+                    "DescribeCapacityReservations",
+                )
+        found = [reservations[c] for c in ids] if ids else list(reservations.values())
+        return {"CapacityReservations": found}
+
+    fakes = {
+        ("ec2", "DescribePlacementGroups"): placement_groups,
+        ("ec2", "DescribeCapacityReservations"): capacity_reservations,
+    }
+    real = BaseClient._make_api_call
+
+    def make_api_call(client: Any, operation_name: str, api_params: Mapping[str, Any]) -> Any:
+        fake = fakes.get((client.meta.service_model.service_name, operation_name))
+        if fake is None:
+            return real(client, operation_name, api_params)
+        return fake(api_params)
+
+    with mock.patch.object(BaseClient, "_make_api_call", make_api_call):
+        yield
 
 
 @contextmanager
@@ -269,6 +559,10 @@ def _strings(node: Any) -> Iterator[str]:
     elif isinstance(node, list):
         for value in node:
             yield from _strings(value)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _find_key(node: Any, wanted: str) -> Iterator[Any]:

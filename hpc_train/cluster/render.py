@@ -31,6 +31,9 @@ _REGION = re.compile(
 _SUBNET = re.compile(r"subnet-([0-9a-f]{8}|[0-9a-f]{17})")
 _KEY_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_AMI = re.compile(r"ami-([0-9a-f]{8}|[0-9a-f]{17})")
+_CAPACITY_RESERVATION = re.compile(r"cr-([0-9a-f]{8}|[0-9a-f]{17})")
+_FSX = re.compile(r"fs-([0-9a-f]{8}|[0-9a-f]{17})")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
@@ -55,6 +58,39 @@ def check_os(value: str) -> str | None:
 def check_subnet_id(value: str) -> str | None:
     if not _SUBNET.fullmatch(value):
         return "must be 'subnet-' and 8 or 17 lower-case hex digits (subnet-0123456789abcdef0)"
+    return None
+
+
+def check_allowed_ips(value: str) -> str | None:
+    """One IPv4 CIDR for ssh to the head node; never the whole internet."""
+    try:
+        if "/" not in value:
+            raise ValueError(value)
+        network = ipaddress.ip_network(value, strict=True)
+    except ValueError:
+        return "must be one CIDR block like 203.0.113.7/32 (your address, curl https://checkip.amazonaws.com)"
+    if network.prefixlen == 0:
+        return "opens ssh to the whole internet: give your own address or your network's CIDR"
+    if network.version != 4:
+        return "ParallelCluster takes an IPv4 CIDR block here"
+    return None
+
+
+def check_ami_id(value: str) -> str | None:
+    if not _AMI.fullmatch(value):
+        return "must be 'ami-' and 8 or 17 lower-case hex digits (ami-0123456789abcdef0)"
+    return None
+
+
+def check_capacity_reservation_id(value: str) -> str | None:
+    if not _CAPACITY_RESERVATION.fullmatch(value):
+        return "must be 'cr-' and 8 or 17 lower-case hex digits (cr-0123456789abcdef0)"
+    return None
+
+
+def check_fsx_id(value: str) -> str | None:
+    if not _FSX.fullmatch(value):
+        return "must be 'fs-' and 8 or 17 lower-case hex digits (fs-0123456789abcdef0)"
     return None
 
 
@@ -112,13 +148,52 @@ class Placeholder:
 PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder("REGION", "AWS region, e.g. us-east-1", check_region),
     Placeholder("OS", f"node OS: {', '.join(SUPPORTED_OSES)}", check_os),
-    Placeholder("SUBNET_ID", "subnet for head node and compute nodes", check_subnet_id),
+    Placeholder(
+        "HEAD_SUBNET_ID", "public subnet of the head node (assigns public IPs)", check_subnet_id
+    ),
+    Placeholder(
+        "COMPUTE_SUBNET_ID",
+        "private subnet of the compute nodes (no public IPs; NAT for outbound)",
+        check_subnet_id,
+    ),
+    Placeholder(
+        "ALLOWED_IPS",
+        "CIDR allowed to ssh to the head node, e.g. 203.0.113.7/32",
+        check_allowed_ips,
+    ),
     Placeholder("KEY_NAME", "EC2 key pair name for ssh to the head node", check_key_name),
     Placeholder("BUCKET", "S3 bucket: FSx data repository + bootstrap files", check_bucket),
     Placeholder(
         "SOURCE_SHA256", "sha256 of s3://BUCKET/hpc-train/hpc-train-src.tar.gz", check_sha256
     ),
+    Placeholder(
+        "UPDATE_SHA256",
+        "sha256 of the tarball OnNodeUpdated installs (default: source_sha256)",
+        check_sha256,
+    ),
+    Placeholder(
+        "P3DN_AMI_ID",
+        "AMI built by `pcluster build-image` from pcluster_configs/images/ (closed NVIDIA driver)",
+        check_ami_id,
+    ),
+    Placeholder(
+        "PARENT_AMI_ID", "plain OS AMI that `pcluster build-image` starts from", check_ami_id
+    ),
+    Placeholder(
+        "CAPACITY_RESERVATION_ID",
+        "On-Demand Capacity Reservation or Capacity Block id (cr-...)",
+        check_capacity_reservation_id,
+    ),
+    Placeholder("FSX_ID", "existing FSx for Lustre file system id (fs-...)", check_fsx_id),
 )
+# Filled from other values, never given: the first 16 hex digits of update_sha256 name the
+# tarball OnNodeUpdated downloads (hpc-train-src-<UPDATE_SHA16>.tar.gz).
+DERIVED: dict[str, Callable[[Mapping[str, str]], str]] = {
+    "UPDATE_SHA16": lambda checked: checked["UPDATE_SHA256"][:16],
+}
+DERIVED_NEEDS = {"UPDATE_SHA16": ("UPDATE_SHA256",)}
+DEFAULTS = {"update_sha256": "source_sha256"}  # a missing key takes the other key's value
+RENAMED = {"subnet_id": "head_subnet_id and compute_subnet_id (a public and a private subnet)"}
 BY_NAME: dict[str, Placeholder] = {p.name: p for p in PLACEHOLDERS}
 BY_KEY: dict[str, Placeholder] = {p.key: p for p in PLACEHOLDERS}
 
@@ -126,14 +201,25 @@ BY_KEY: dict[str, Placeholder] = {p.key: p for p in PLACEHOLDERS}
 def check_values(values: Mapping[str, Any], needed: list[str] | None = None) -> dict[str, str]:
     """Values by placeholder NAME, each checked; RenderError names the first bad or missing one.
 
-    `values` is keyed like a values file (`subnet_id`); `needed` are the placeholder names the
-    template uses (all known ones when None).
+    `values` is keyed like a values file (`head_subnet_id`); `needed` are the placeholder names the
+    template uses (all known ones when None). Derived names (UPDATE_SHA16) are filled too.
     """
     for key in values:
+        if key in RENAMED:
+            raise RenderError(f"{key!r} is gone: give {RENAMED[key]}")
         if key not in BY_KEY:
             raise RenderError(f"unknown value {key!r} (known: {', '.join(BY_KEY)})")
+    values = dict(values)
+    for key, default_key in DEFAULTS.items():
+        if values.get(key) is None and values.get(default_key) is not None:
+            values[key] = values[default_key]
+    wanted = [*BY_NAME, *DERIVED] if needed is None else list(needed)
+    for name in list(wanted):
+        wanted.extend(n for n in DERIVED_NEEDS.get(name, ()) if n not in wanted)
     checked: dict[str, str] = {}
-    for name in needed if needed is not None else list(BY_NAME):
+    for name in wanted:
+        if name in DERIVED:
+            continue
         spec = BY_NAME[name]
         if spec.key not in values or values[spec.key] is None:
             raise RenderError(
@@ -148,6 +234,9 @@ def check_values(values: Mapping[str, Any], needed: list[str] | None = None) -> 
         if problem:
             raise RenderError(f"{spec.key} {value!r}: {problem}")
         checked[name] = value
+    for name in wanted:
+        if name in DERIVED:
+            checked[name] = DERIVED[name](checked)
     return checked
 
 
@@ -164,7 +253,7 @@ def placeholders_in(text: str) -> list[str]:
 def render_text(template: str, values: Mapping[str, Any]) -> str:
     """The template with its placeholders replaced; the result must parse as a YAML mapping."""
     used = placeholders_in(template)
-    unknown = [n for n in used if n not in BY_NAME]
+    unknown = [n for n in used if n not in BY_NAME and n not in DERIVED]
     if unknown:
         raise RenderError(f"template uses unknown placeholder ${{{unknown[0]}}}")
     checked = check_values(values, used)

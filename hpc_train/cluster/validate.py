@@ -27,6 +27,21 @@ INSTALL_HINT = "pip install -e '.[aws]'"
 LEVELS = ("ERROR", "WARNING", "INFO")
 
 
+# Settings ParallelCluster still accepts but ignores: `validate` warns, naming them.
+NO_EFFECT = {
+    "GdrSupport": (
+        "GdrSupport has had no effect since ParallelCluster 3.0.2: GPUDirect RDMA is used wherever "
+        "the instance type and OS support it (ParallelCluster user guide, Scheduling section, "
+        "Efa/GdrSupport). Remove it"
+    ),
+}
+_SUPPRESS = re.compile(r"ALL|type:[A-Za-z0-9]+")
+
+
+class BadSuppression(ValueError):
+    """A --suppress-validators expression pcluster would not take, or names no validator."""
+
+
 class UnreadableConfig(Exception):
     """The file cannot be checked at all: missing, not YAML, not a mapping, or still a template."""
 
@@ -53,7 +68,10 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # validator -> why it did not run
     validators_run: int = 0
+    ran: set[str] = field(default_factory=set)  # names of the validators that ran
     refused: list[str] = field(default_factory=list)  # network attempts the fake account stopped
+    suppressed: list[str] = field(default_factory=list)  # validators skipped because asked to
+    not_checked: list[str] = field(default_factory=list)  # only the real account can say
 
     @property
     def errors(self) -> list[Finding]:
@@ -93,8 +111,81 @@ def read_config(path: Path) -> tuple[str, dict[str, Any]]:
     return text, data
 
 
-def validate_config(text: str, data: dict[str, Any], cluster_name: str = "hpc-train") -> Report:
-    """Schema, then validators, under a fake AWS account. Requires the aws extra."""
+def validator_names() -> set[str]:
+    """Every ParallelCluster validator class name (what `type:NAME` may name)."""
+    import importlib
+    import pkgutil
+
+    import pcluster.validators
+    from pcluster.validators.common import Validator
+
+    for module in pkgutil.iter_modules(pcluster.validators.__path__):
+        importlib.import_module(f"pcluster.validators.{module.name}")
+    names: set[str] = set()
+    todo = [Validator]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            names.add(sub.__name__)
+            todo.append(sub)
+    return names
+
+
+def parse_suppressions(expressions: list[str]) -> set[str]:
+    """`pcluster create-cluster --suppress-validators` syntax: ALL or type:NAME, several allowed.
+
+    Returns validator class names ("ALL" for all); BadSuppression for anything else.
+    """
+    names: set[str] = set()
+    known: set[str] | None = None
+    for expression in expressions:
+        if not _SUPPRESS.fullmatch(expression):
+            raise BadSuppression(
+                f"--suppress-validators {expression!r}: use ALL or type:NAME "
+                "(e.g. type:InstanceTypeBaseAMICompatibleValidator), as pcluster create-cluster does"
+            )
+        if expression == "ALL":
+            names.add("ALL")
+            continue
+        name = expression[len("type:") :]
+        known = known if known is not None else validator_names()
+        if name not in known:
+            raise BadSuppression(
+                f"--suppress-validators {expression!r}: ParallelCluster has no validator {name}"
+            )
+        names.add(name)
+    return names
+
+
+def no_effect_findings(data: Any, text: str, path: yaml_paths.Path = ()) -> Iterator[Finding]:
+    """A warning for each setting ParallelCluster accepts but ignores (NO_EFFECT), by YAML path."""
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            here = (*path, key)
+            if key in NO_EFFECT:
+                yield Finding(
+                    "WARNING",
+                    yaml_paths.format_path(here),
+                    NO_EFFECT[key],
+                    "hpc-train",
+                    yaml_paths.line_of(text, here),
+                )
+            yield from no_effect_findings(value, text, here)
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from no_effect_findings(value, text, (*path, index))
+
+
+def validate_config(
+    text: str,
+    data: dict[str, Any],
+    cluster_name: str = "hpc-train",
+    suppress: set[str] | frozenset[str] = frozenset(),
+) -> Report:
+    """Schema, then validators, under a fake AWS account. Requires the aws extra.
+
+    `suppress`: validator class names to skip ("ALL": every one), from parse_suppressions.
+    """
     from marshmallow import ValidationError
     from pcluster.schemas.cluster_schema import ClusterSchema
     from pcluster.validators.common import ValidatorContext
@@ -104,6 +195,7 @@ def validate_config(text: str, data: dict[str, Any], cluster_name: str = "hpc-tr
     report = Report(skipped=dict(UNJUDGEABLE_VALIDATORS))
     with fake_aws_account(data) as account:
         report.refused = account.refused
+        report.not_checked = account.not_checked
         try:
             config = ClusterSchema(cluster_name=cluster_name).load(data)
         except ValidationError as err:
@@ -111,10 +203,11 @@ def validate_config(text: str, data: dict[str, Any], cluster_name: str = "hpc-tr
             return report
         paths = yaml_paths.resource_paths(config, data)
         with _owners_recorded() as owners:
-            results = config.validate(
-                [_Suppressor(set(UNJUDGEABLE_VALIDATORS))], ValidatorContext()
-            )
+            suppressor = _Suppressor(set(UNJUDGEABLE_VALIDATORS), set(suppress))
+            results = config.validate([suppressor], ValidatorContext())
         report.validators_run = owners.executed
+        report.ran = owners.names
+        report.suppressed = sorted(suppressor.asked_and_hit)
     for result in results:
         owner, args = owners.by_result.get(id(result), (None, {}))
         where, fields = yaml_paths.locate(data, paths.get(id(owner), ()), args, paths)
@@ -128,6 +221,7 @@ def validate_config(text: str, data: dict[str, Any], cluster_name: str = "hpc-tr
                 line=yaml_paths.line_of(text, line_path),
             )
         )
+    report.findings.extend(no_effect_findings(data, text))
     report.findings.sort(key=lambda f: LEVELS.index(f.level) if f.level in LEVELS else 9)
     return report
 
@@ -157,11 +251,19 @@ def schema_findings(messages: Any, text: str, path: yaml_paths.Path = ()) -> Ite
 class _Suppressor:
     """Skip validators by class name (pcluster's ValidatorSuppressor interface)."""
 
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
+    def __init__(self, unjudgeable: set[str], asked: set[str]) -> None:
+        self.unjudgeable = unjudgeable
+        self.names = asked
+        self.asked_and_hit: set[str] = set()
 
     def suppress_validator(self, validator: Any) -> bool:
-        return type(validator).__name__ in self.names
+        name = type(validator).__name__
+        if name in self.unjudgeable:
+            return True
+        if "ALL" in self.names or name in self.names:
+            self.asked_and_hit.add(name)
+            return True
+        return False
 
 
 @dataclass
@@ -169,6 +271,7 @@ class _Owners:
     by_result: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
     keep: list[Any] = field(default_factory=list)  # keeps result ids stable while we map them
     executed: int = 0
+    names: set[str] = field(default_factory=set)
 
 
 @contextmanager
@@ -199,6 +302,7 @@ def _owners_recorded() -> Iterator[_Owners]:
         if result is None:
             return None
         owners.executed += 1
+        owners.names.add(validator_class.__name__)
         owner = current[-1] if current else None
         if hasattr(result, "__await__"):
 

@@ -14,6 +14,7 @@ from hpc_train.cluster import render
 REPO = Path(__file__).resolve().parents[3]
 CONFIGS = REPO / "pcluster_configs"
 VALUES = yaml.safe_load((CONFIGS / "examples" / "values.yaml").read_text())
+TEMPLATES = sorted(p.name for p in CONFIGS.glob("*.yaml"))
 
 
 def load(name: str) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def test_headline_config_has_what_the_issue_asks() -> None:
     [queue] = c["Scheduling"]["SlurmQueues"]
     [cr] = queue["ComputeResources"]
     assert (cr["InstanceType"], cr["MinCount"], cr["MaxCount"]) == ("p3dn.24xlarge", 0, 2)
-    assert cr["Efa"] == {"Enabled": True}  # p3dn: no GPUDirect RDMA
+    assert cr["Efa"] == {"Enabled": True}
     assert cr["DisableSimultaneousMultithreading"] is True
     assert queue["Networking"]["PlacementGroup"]["Enabled"] is True
     assert queue["HealthChecks"]["Gpu"]["Enabled"] is True
@@ -52,42 +53,125 @@ def test_headline_config_has_what_the_issue_asks() -> None:
     [dra] = lustre["FsxLustreSettings"]["DataRepositoryAssociations"]
     assert dra["DataRepositoryPath"] == f"s3://{bucket}"
     for node in (c["HeadNode"], queue):
-        action = node["CustomActions"]["OnNodeConfigured"]
-        assert action["Script"] == f"s3://{bucket}/hpc-train/on-node-configured.sh"
-        assert action["Args"][:4] == [
-            "--source",
-            f"s3://{bucket}/hpc-train/hpc-train-src.tar.gz",
-            "--sha256",
-            VALUES["source_sha256"],
-        ]
+        assert node["CustomActions"]["OnNodeConfigured"]["Script"] == (
+            f"s3://{bucket}/hpc-train/on-node-configured.sh"
+        )
         # least privilege: one bucket, one prefix, read only
         assert node["Iam"]["S3Access"] == [
             {"BucketName": bucket, "KeyName": "hpc-train/*", "EnableWriteAccess": False}
         ]
-    assert queue["CustomActions"]["OnNodeConfigured"]["Args"][4:] == [
+
+
+def test_node_type_and_code_reach_the_nodes_as_part_b_expects() -> None:
+    """The interface with the bootstrap (issue 17): node type in Args, source on the head only."""
+    c = load("p3dn.yaml")
+    bucket, sha = VALUES["bucket"], VALUES["source_sha256"]
+    head = c["HeadNode"]["CustomActions"]
+    assert head["OnNodeConfigured"]["Args"] == [
+        "--node-type",
+        "HeadNode",
+        "--source",
+        f"s3://{bucket}/hpc-train/hpc-train-src.tar.gz",
+        "--sha256",
+        sha,
+    ]
+    assert head["OnNodeUpdated"] == {
+        "Script": f"s3://{bucket}/hpc-train/on-node-updated.sh",
+        "Args": [
+            "--node-type",
+            "HeadNode",
+            "--source",
+            f"s3://{bucket}/hpc-train/hpc-train-src-{sha[:16]}.tar.gz",
+            "--sha256",
+            sha,
+        ],
+    }
+    [queue] = c["Scheduling"]["SlurmQueues"]
+    assert queue["CustomActions"]["OnNodeConfigured"]["Args"] == [
+        "--node-type",
+        "ComputeFleet",
         "--instance-type",
         "p3dn.24xlarge",
     ]
 
 
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_ssh_is_not_open_to_the_world_and_ssm_is_granted(name: str) -> None:
+    c = load(name)
+    assert c["HeadNode"]["Ssh"]["AllowedIps"] == VALUES["allowed_ips"] != "0.0.0.0/0"
+    # docs/on-aws.md promises Session Manager to the head node: the role must allow it
+    assert {"Policy": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"} in c["HeadNode"][
+        "Iam"
+    ]["AdditionalIamPolicies"]
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_head_and_compute_subnets_are_separate(name: str) -> None:
+    c = load(name)
+    assert c["HeadNode"]["Networking"]["SubnetId"] == VALUES["head_subnet_id"]
+    for queue in c["Scheduling"]["SlurmQueues"]:
+        assert queue["Networking"]["SubnetIds"] == [VALUES["compute_subnet_id"]]
+    assert VALUES["head_subnet_id"] != VALUES["compute_subnet_id"]
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_fsx_survives_the_cluster_and_rm_never_deletes_the_s3_copy(name: str) -> None:
+    c = load(name)
+    [lustre] = [s for s in c["SharedStorage"] if s["StorageType"] == "FsxLustre"]
+    settings = lustre["FsxLustreSettings"]
+    assert settings["DeletionPolicy"] == "Retain"
+    for dra in settings["DataRepositoryAssociations"]:
+        assert "DELETED" not in dra["AutoExportPolicy"]
+        assert set(dra["AutoExportPolicy"]) == {"NEW", "CHANGED"}
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_no_setting_without_effect(name: str) -> None:
+    assert not [k for k in flatten(load(name)) if "GdrSupport" in k]
+
+
+def test_p3dn_queues_run_the_custom_ami_and_p4d_p5_the_official_one() -> None:
+    for name in TEMPLATES:
+        [queue] = load(name)["Scheduling"]["SlurmQueues"]
+        if queue["ComputeResources"][0]["InstanceType"].startswith("p3dn"):
+            assert queue["Image"] == {"CustomAmi": VALUES["p3dn_ami_id"]}, name
+        else:
+            assert "Image" not in queue, name
+    assert "CustomAmi" not in load("p3dn.yaml")["Image"]  # head node: official AMI
+
+
 CR = "Scheduling.SlurmQueues[0].ComputeResources[0]"
-ARGS = "Scheduling.SlurmQueues[0].CustomActions.OnNodeConfigured.Args[5]"
+Q = "Scheduling.SlurmQueues[0]"
+ARGS = f"{Q}.CustomActions.OnNodeConfigured.Args[3]"
+P5 = {
+    f"{CR}.Name": "p5",
+    f"{CR}.InstanceType": "p5.48xlarge",
+    ARGS: "p5.48xlarge",
+    f"{Q}.Image.CustomAmi": None,
+}
 EXPECTED_DIFFERENCES = {
     "p3dn-spot.yaml": {
-        "Scheduling.SlurmQueues[0].CapacityType": "SPOT",
-        "Scheduling.SlurmQueues[0].AllocationStrategy": "capacity-optimized",
+        f"{Q}.CapacityType": "SPOT",
+        f"{Q}.AllocationStrategy": "price-capacity-optimized",
     },
     "p4d.yaml": {
         f"{CR}.Name": "p4d",
         f"{CR}.InstanceType": "p4d.24xlarge",
-        f"{CR}.Efa.GdrSupport": True,
         ARGS: "p4d.24xlarge",
+        f"{Q}.Image.CustomAmi": None,
     },
-    "p5.yaml": {
-        f"{CR}.Name": "p5",
-        f"{CR}.InstanceType": "p5.48xlarge",
-        f"{CR}.Efa.GdrSupport": True,
-        ARGS: "p5.48xlarge",
+    "p5.yaml": P5,
+    "p5-odcr.yaml": {
+        **P5,
+        f"{CR}.CapacityReservationTarget.CapacityReservationId": VALUES["capacity_reservation_id"],
+        f"{Q}.Networking.PlacementGroup.Enabled": False,
+    },
+    "p5-capacity-block.yaml": {
+        **P5,
+        f"{Q}.CapacityType": "CAPACITY_BLOCK",
+        f"{CR}.MinCount": 2,
+        f"{CR}.CapacityReservationTarget.CapacityReservationId": VALUES["capacity_reservation_id"],
+        f"{Q}.Networking.PlacementGroup.Enabled": False,
     },
 }
 
@@ -100,4 +184,8 @@ def test_variant_differs_from_headline_only_where_it_says(variant: str) -> None:
 
 
 def test_example_values_are_all_valid() -> None:
-    assert render.check_values(VALUES) == {p.name: VALUES[p.key] for p in render.PLACEHOLDERS}
+    checked = render.check_values(VALUES)
+    assert {n: v for n, v in checked.items() if n in render.BY_NAME} == {
+        p.name: VALUES.get(p.key, VALUES["source_sha256"]) for p in render.PLACEHOLDERS
+    }
+    assert checked["UPDATE_SHA16"] == VALUES["source_sha256"][:16]

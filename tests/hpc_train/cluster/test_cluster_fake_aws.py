@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import urllib.request
@@ -24,8 +25,11 @@ def test_references_lists_what_the_config_names() -> None:
     refs = references(CONFIG)
     bucket = VALUES["bucket"]
     assert refs.region == "us-east-1"
-    assert refs.os == "ubuntu2404"
-    assert refs.subnets == (VALUES["subnet_id"],)  # head node and queue share it: listed once
+    assert refs.os == "ubuntu2204"
+    assert refs.subnets == (VALUES["head_subnet_id"], VALUES["compute_subnet_id"])
+    assert refs.head_subnet == VALUES["head_subnet_id"]
+    assert refs.custom_amis == (VALUES["p3dn_ami_id"],)
+    assert refs.aws_policies == ("AmazonSSMManagedInstanceCore",)
     assert refs.key_pairs == ("hpc-train",)
     assert (bucket, "hpc-train/on-node-configured.sh") in refs.s3_objects
     assert (bucket, "hpc-train/hpc-train-src.tar.gz") in refs.s3_objects
@@ -46,7 +50,11 @@ def test_references_include_login_node_pools() -> None:
         },
     }
     refs = references(config)
-    assert refs.subnets == (VALUES["subnet_id"], "subnet-0aaaaaaaaaaaaaaaa")
+    assert refs.subnets == (
+        VALUES["head_subnet_id"],
+        VALUES["compute_subnet_id"],
+        "subnet-0aaaaaaaaaaaaaaaa",
+    )
     assert refs.key_pairs == ("hpc-train", "other-key")
 
 
@@ -73,18 +81,74 @@ def test_fake_account_holds_the_referenced_resources(fake_account, monkeypatch) 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAREALLOOKINGKEY")
     with fake_account(CONFIG) as account:
         ec2 = boto3.client("ec2")
-        subnets = ec2.describe_subnets(SubnetIds=[VALUES["subnet_id"]])["Subnets"]
-        assert subnets[0]["AvailabilityZone"] == "us-east-1a"
+        head, compute = VALUES["head_subnet_id"], VALUES["compute_subnet_id"]
+        subnets = {
+            s["SubnetId"]: s for s in ec2.describe_subnets(SubnetIds=[head, compute])["Subnets"]
+        }
+        assert subnets[head]["AvailabilityZone"] == "us-east-1a"
+        # the head node's subnet is public, the compute one private: as the templates ask
+        assert subnets[head]["MapPublicIpOnLaunch"] is True
+        assert subnets[compute]["MapPublicIpOnLaunch"] is False
         keys = ec2.describe_key_pairs(KeyNames=["hpc-train"])["KeyPairs"]
         assert keys[0]["KeyType"] == "ed25519"
         images = ec2.describe_images(Owners=["amazon"])["Images"]
-        assert any(i["Name"].startswith("aws-parallelcluster-3.16.1-ubuntu-2404") for i in images)
-        head = boto3.client("s3").head_object(
+        [official] = [i for i in images if i["Architecture"] == "x86_64"]
+        assert official["Name"].startswith("aws-parallelcluster-3.16.1-ubuntu-2204")
+        # described as ParallelCluster's image build describes it (parallelcluster_tag.yaml)
+        assert official["Description"].startswith("AWS ParallelCluster AMI for ubuntu2204, ")
+        [custom] = ec2.describe_images(Owners=["self"])["Images"]
+        assert custom["ImageId"] == VALUES["p3dn_ami_id"]
+        assert "AWS ParallelCluster AMI" in custom["Description"]
+        tags = {t["Key"]: t["Value"] for t in custom["Tags"]}
+        assert tags["parallelcluster:os"] == "ubuntu2204"
+        assert tags["parallelcluster:build_status"] == "available"
+        policy = boto3.client("iam").get_policy(
+            PolicyArn="arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+        )
+        assert policy["Policy"]["PolicyName"] == "AmazonSSMManagedInstanceCore"
+        script = boto3.client("s3").head_object(
             Bucket=VALUES["bucket"], Key="hpc-train/on-node-configured.sh"
         )
-        assert head["ContentLength"] > 0
-        assert account.subnets == [VALUES["subnet_id"]]
+        assert script["ContentLength"] > 0
+        assert account.subnets == [head, compute]
+        assert account.public_subnets == [head]
         assert os.environ["AWS_ACCESS_KEY_ID"] != "AKIAREALLOOKINGKEY"  # fake credentials only
+
+
+@aws
+def test_fake_account_answers_what_moto_lacks_as_strictly_as_aws(fake_account) -> None:
+    """Placement groups and capacity reservations: moto raises NotImplementedError; the fake
+    account holds the ones the config names and refuses any other with AWS's error code."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    config = copy.deepcopy(CONFIG)
+    queue = config["Scheduling"]["SlurmQueues"][0]
+    queue["Networking"]["PlacementGroup"] = {"Name": "my-pg"}
+    queue["CapacityType"] = "CAPACITY_BLOCK"
+    queue["ComputeResources"][0]["CapacityReservationTarget"] = {
+        "CapacityReservationId": "cr-0123456789abcdef0"
+    }
+    with fake_account(config) as account:
+        ec2 = boto3.client("ec2")
+        [group] = ec2.describe_placement_groups(GroupNames=["my-pg"])["PlacementGroups"]
+        assert (group["GroupName"], group["Strategy"]) == ("my-pg", "cluster")
+        with pytest.raises(ClientError) as err:
+            ec2.describe_placement_groups(GroupNames=["other"])
+        assert err.value.response["Error"]["Code"] == "InvalidPlacementGroup.Unknown"
+        [cr] = ec2.describe_capacity_reservations(CapacityReservationIds=["cr-0123456789abcdef0"])[
+            "CapacityReservations"
+        ]
+        assert (cr["InstanceType"], cr["ReservationType"], cr["TotalInstanceCount"]) == (
+            "p3dn.24xlarge",
+            "capacity-block",
+            2,
+        )
+        with pytest.raises(ClientError) as err:
+            ec2.describe_capacity_reservations(CapacityReservationIds=["cr-0aaaaaaaaaaaaaaaa"])
+        assert err.value.response["Error"]["Code"] == "InvalidCapacityReservationId.NotFound"
+        assert any("placement group my-pg" in line for line in account.not_checked)
+        assert any("a Capacity Block for 2 x p3dn.24xlarge" in line for line in account.not_checked)
 
 
 @aws

@@ -19,11 +19,34 @@ TEMPLATES = sorted(CONFIGS.glob("*.yaml"))
 GOOD = yaml.safe_load(EXAMPLE_VALUES.read_text())
 
 
-def test_there_are_four_templates_and_they_use_only_known_placeholders() -> None:
-    assert [t.name for t in TEMPLATES] == ["p3dn-spot.yaml", "p3dn.yaml", "p4d.yaml", "p5.yaml"]
+COMMON = {
+    "REGION",
+    "OS",
+    "HEAD_SUBNET_ID",
+    "COMPUTE_SUBNET_ID",
+    "ALLOWED_IPS",
+    "KEY_NAME",
+    "BUCKET",
+    "SOURCE_SHA256",
+    "UPDATE_SHA16",
+    "UPDATE_SHA256",
+}
+EXTRA = {
+    "p3dn.yaml": {"P3DN_AMI_ID"},
+    "p3dn-spot.yaml": {"P3DN_AMI_ID"},
+    "p4d.yaml": set(),
+    "p5.yaml": set(),
+    "p5-odcr.yaml": {"CAPACITY_RESERVATION_ID"},
+    "p5-capacity-block.yaml": {"CAPACITY_RESERVATION_ID"},
+}
+
+
+def test_the_templates_use_only_known_placeholders() -> None:
+    assert sorted(t.name for t in TEMPLATES) == sorted(EXTRA)
     for template in TEMPLATES:
         used = render.placeholders_in(template.read_text())
-        assert set(used) == set(render.BY_NAME), template.name
+        assert set(used) == COMMON | EXTRA[template.name], template.name
+        assert set(used) <= set(render.BY_NAME) | set(render.DERIVED)
 
 
 @pytest.mark.parametrize(
@@ -39,6 +62,11 @@ def test_there_are_four_templates_and_they_use_only_known_placeholders() -> None
         (render.check_bucket, "my-hpc-train-bucket"),
         (render.check_bucket, "a.b-c"),
         (render.check_sha256, "ab" * 32),
+        (render.check_allowed_ips, "203.0.113.7/32"),
+        (render.check_allowed_ips, "10.0.0.0/8"),
+        (render.check_ami_id, "ami-0123456789abcdef0"),
+        (render.check_capacity_reservation_id, "cr-0123456789abcdef0"),
+        (render.check_fsx_id, "fs-0123456789abcdef0"),
     ],
 )
 def test_good_values_pass(check, value: str) -> None:
@@ -68,6 +96,14 @@ def test_good_values_pass(check, value: str) -> None:
         (render.check_bucket, "xn--bucket", "reserved"),
         (render.check_bucket, "bucket-s3alias", "reserved"),
         (render.check_sha256, "abc", "64 lower-case hex"),
+        (render.check_allowed_ips, "0.0.0.0/0", "whole internet"),
+        (render.check_allowed_ips, "::/0", "whole internet"),
+        (render.check_allowed_ips, "203.0.113.7", "CIDR block"),
+        (render.check_allowed_ips, "203.0.113.7/24", "CIDR block"),
+        (render.check_allowed_ips, "2001:db8::/32", "IPv4"),
+        (render.check_ami_id, "ami-XYZ", "ami-"),
+        (render.check_capacity_reservation_id, "cr-1", "cr-"),
+        (render.check_fsx_id, "fsx-0123", "fs-"),
     ],
 )
 def test_bad_values_say_why(check, value: str, reason: str) -> None:
@@ -80,13 +116,19 @@ def test_render_fills_every_placeholder_outside_comments() -> None:
     text = render.render_text(template, GOOD)
     data = yaml.safe_load(text)
     assert data["Region"] == "us-east-1"
-    assert data["HeadNode"]["Networking"]["SubnetId"] == "subnet-0123456789abcdef0"
+    assert data["HeadNode"]["Networking"]["SubnetId"] == GOOD["head_subnet_id"]
+    assert data["HeadNode"]["Ssh"]["AllowedIps"] == GOOD["allowed_ips"]
     assert data["HeadNode"]["Ssh"]["KeyName"] == "hpc-train"
     queue = data["Scheduling"]["SlurmQueues"][0]
     assert queue["CustomActions"]["OnNodeConfigured"]["Script"] == (
         "s3://my-hpc-train-bucket/hpc-train/on-node-configured.sh"
     )
-    assert GOOD["source_sha256"] in queue["CustomActions"]["OnNodeConfigured"]["Args"]
+    assert GOOD["source_sha256"] in data["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Args"]
+    updated = data["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Args"]
+    # at creation OnNodeUpdated names the same tarball, by its sha-named copy
+    sha16 = GOOD["source_sha256"][:16]
+    assert updated[3] == f"s3://my-hpc-train-bucket/hpc-train/hpc-train-src-{sha16}.tar.gz"
+    assert updated[5] == GOOD["source_sha256"]
     code_lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     assert not any("${" in line for line in code_lines)
     # the header comment still documents the placeholders
@@ -110,7 +152,14 @@ def test_only_the_placeholders_a_template_uses_are_required() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({**GOOD, "subnet_id": "sub-1"}, "subnet_id 'sub-1': must be 'subnet-'"),
+        ({**GOOD, "head_subnet_id": "sub-1"}, "head_subnet_id 'sub-1': must be 'subnet-'"),
+        ({**GOOD, "subnet_id": "subnet-12345678"}, "'subnet_id' is gone: give head_subnet_id"),
+        ({**GOOD, "allowed_ips": "0.0.0.0/0"}, "allowed_ips '0.0.0.0/0': opens ssh to the whole"),
+        (
+            {k: v for k, v in GOOD.items() if k != "allowed_ips"},
+            "allowed_ips: missing (give --allowed-ips",
+        ),
+        ({**GOOD, "update_sha256": "abc"}, "update_sha256 'abc': must be 64"),
         ({**GOOD, "bucket": "My-Bucket"}, "bucket 'My-Bucket': bucket names are lower case"),
         ({**GOOD, "region": "mars-1"}, "region 'mars-1': not an AWS region"),
         ({**GOOD, "key_name": ""}, "key_name '': empty"),
@@ -156,7 +205,11 @@ def test_cli_render_with_flags_only(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--subnet-id", "subnet-XYZ"], "error: subnet_id 'subnet-XYZ': must be 'subnet-'"),
+        (
+            ["--compute-subnet-id", "subnet-XYZ"],
+            "error: compute_subnet_id 'subnet-XYZ': must be 'subnet-'",
+        ),
+        (["--allowed-ips", "0.0.0.0/0"], "error: allowed_ips '0.0.0.0/0': opens ssh"),
         (["--bucket", "Upper"], "error: bucket 'Upper': bucket names are lower case"),
         (["--region", "useast1"], "error: region 'useast1': not an AWS region"),
         (["--key-name", ""], "error: key_name '': empty"),
@@ -205,7 +258,7 @@ def _help(*args: str) -> str:
 
 def test_cli_help_explains_placeholders_and_exit_codes() -> None:
     text = _help("render")
-    for word in ("${SUBNET_ID}", "--values", "--subnet-id", "exit 2", "rename"):
+    for word in ("${HEAD_SUBNET_ID}", "--values", "--compute-subnet-id", "exit 2", "rename"):
         assert word in text
     assert "moto" in _help("validate") and "exit" in _help("validate")
     top = _help()

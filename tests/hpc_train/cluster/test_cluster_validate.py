@@ -1,7 +1,10 @@
 """validate: ParallelCluster's real schema and validators on our configs, AWS faked by moto.
 
-Every shipped template, rendered with the example values, must come out clean; deliberately broken
-copies must fail with ParallelCluster's own message at the right YAML path.
+AWS is faked (moto, plus botocore-level answers for what moto lacks) because these tests must run
+without credentials or network; the fake account is made no kinder than AWS (fake_aws.py), so the
+refusals below are ParallelCluster's own. Every shipped template, rendered with the example values,
+must come out clean (p3dn with the one suppression ParallelCluster's message asks for);
+deliberately broken copies must fail with ParallelCluster's own message at the right YAML path.
 """
 
 from __future__ import annotations
@@ -28,15 +31,21 @@ CONFIGS = REPO / "pcluster_configs"
 VALUES = yaml.safe_load((CONFIGS / "examples" / "values.yaml").read_text())
 TEMPLATES = sorted(CONFIGS.glob("*.yaml"))
 CR = "Scheduling.SlurmQueues[0].ComputeResources[0]"
+AMI_CHECK = "InstanceTypeBaseAMICompatibleValidator"
+OPENRM_REFUSAL = "The instance type 'p3dn.24xlarge' is not supported by NVIDIA OpenRM drivers"
+# What each template is created with, as docs/on-aws.md says (--suppress-validators type:NAME).
+SUPPRESS = {"p3dn.yaml": {AMI_CHECK}, "p3dn-spot.yaml": {AMI_CHECK}}
+# ParallelCluster's warnings a template keeps on purpose (its header comment says why).
+KEPT_WARNINGS = {"p5-odcr.yaml": {"EfaPlacementGroupValidator"}}
 
 
 def rendered(name: str) -> str:
     return render.render_text((CONFIGS / name).read_text(), VALUES)
 
 
-def check(data: dict[str, Any]) -> validate.Report:
+def check(data: dict[str, Any], suppress: set[str] | None = None) -> validate.Report:
     text = yaml.safe_dump(data, sort_keys=False)
-    return validate.validate_config(text, yaml.safe_load(text))
+    return validate.validate_config(text, yaml.safe_load(text), suppress=suppress or set())
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +56,150 @@ def headline() -> dict[str, Any]:
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
 def test_every_template_renders_and_validates_clean(template: Path) -> None:
     text = rendered(template.name)
-    report = validate.validate_config(text, yaml.safe_load(text))
+    suppress = SUPPRESS.get(template.name, set())
+    report = validate.validate_config(text, yaml.safe_load(text), suppress=suppress)
     assert report.validators_run > 80  # the validators really ran, not just the schema
-    assert [str(f) for f in report.findings if f.level != "INFO"] == []
+    kept = KEPT_WARNINGS.get(template.name, set())
+    assert [str(f) for f in report.findings if f.level != "INFO" and f.validator not in kept] == []
+    assert {f.validator for f in report.findings if f.level == "WARNING"} == kept
     assert report.refused == []  # no network attempt got as far as the guard
+    assert set(report.suppressed) == suppress
+    # what only the real account can say is listed by name, never passed silently
+    assert any(VALUES["head_subnet_id"] in line for line in report.not_checked)
+    assert any("key pair hpc-train" in line for line in report.not_checked)
     assert set(report.skipped) == {
         "HeadNodeLaunchTemplateValidator",
         "ComputeResourceLaunchTemplateValidator",
     }
+
+
+def test_p3dn_on_the_official_ami_is_refused_with_pclusters_reason(
+    headline: dict[str, Any],
+) -> None:
+    """Today's p3dn.yaml (queue on the official AMI): ParallelCluster refuses it; so must we."""
+    data = copy.deepcopy(headline)
+    del data["Scheduling"]["SlurmQueues"][0]["Image"]
+    [error] = [f for f in check(data).errors if f.validator == AMI_CHECK]
+    assert OPENRM_REFUSAL in error.message
+    assert "building a custom AMI with closed source NVIDIA drivers" in error.message
+    assert "suppress this validator" in error.message
+    assert error.path == f"{CR}.InstanceType"
+
+
+def test_p3dn_on_the_custom_ami_needs_the_suppression_pcluster_names(
+    headline: dict[str, Any],
+) -> None:
+    """A build-image AMI is described "AWS ParallelCluster AMI ..." too: refused until suppressed."""
+    [error] = check(headline).errors
+    assert (error.validator, error.path) == (AMI_CHECK, f"{CR}.InstanceType")
+    assert OPENRM_REFUSAL in error.message
+    report = check(headline, suppress={AMI_CHECK})
+    assert report.errors == []
+    assert report.suppressed == [AMI_CHECK]
+    assert "OsCustomAmiValidator" in report.ran  # the custom AMI itself was checked
+    assert any(VALUES["p3dn_ami_id"] in line for line in report.not_checked)
+
+
+def test_a_custom_ami_of_another_os_is_refused(headline: dict[str, Any]) -> None:
+    data = copy.deepcopy(headline)
+    data["Image"]["Os"] = "alinux2023"
+    text = yaml.safe_dump(data, sort_keys=False)
+    # the fake account builds the AMI for the config's OS; tell it otherwise
+    from hpc_train.cluster import fake_aws
+
+    real = fake_aws._fake_custom_amis
+
+    def other_os(refs: Any) -> list[dict[str, Any]]:
+        return [
+            {**a, "tags": {**a["tags"], "parallelcluster:os": "ubuntu2204"}} for a in real(refs)
+        ]
+
+    fake_aws._fake_custom_amis = other_os
+    try:
+        report = validate.validate_config(text, yaml.safe_load(text), suppress={AMI_CHECK})
+    finally:
+        fake_aws._fake_custom_amis = real
+    assert any(
+        f.validator == "AmiOsCompatibleValidator" and "not compatible with cluster OS" in f.message
+        for f in report.errors
+    ), [str(f) for f in report.findings]
+
+
+def test_an_efa_queue_in_the_public_head_subnet_is_refused(headline: dict[str, Any]) -> None:
+    """The old templates' single subnet: AWS cannot give an EFA node a public IP."""
+    data = copy.deepcopy(headline)
+    data["Scheduling"]["SlurmQueues"][0]["Networking"]["SubnetIds"] = [VALUES["head_subnet_id"]]
+    errors = [
+        f
+        for f in check(data, {AMI_CHECK}).errors
+        if f.validator == "MultiNetworkInterfacesInstancesValidator"
+    ]
+    assert errors, "an EFA queue in a subnet that assigns public IPs must be refused"
+    assert "auto-assign public IPs" in errors[0].message
+    assert VALUES["head_subnet_id"] in errors[0].message
+
+
+@pytest.mark.parametrize("name", ["p5-odcr.yaml", "p5-capacity-block.yaml"])
+def test_capacity_reservations_are_checkable(name: str) -> None:
+    """moto has no DescribeCapacityReservations: the fake account answers it, so pcluster's
+    reservation validators run instead of the config failing for moto's gap."""
+    report = check(yaml.safe_load(rendered(name)))
+    assert {"CapacityReservationValidator", "CapacityReservationSizeValidator"} <= report.ran
+    assert report.errors == []
+    assert any(VALUES["capacity_reservation_id"] in line for line in report.not_checked)
+
+
+def test_a_capacity_block_with_dynamic_nodes_is_refused() -> None:
+    data = yaml.safe_load(rendered("p5-capacity-block.yaml"))
+    data["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["MinCount"] = 0
+    messages = [
+        f.message for f in check(data).errors if f.validator == "ComputeResourceSizeValidator"
+    ]
+    assert "Min count must be a value > 0 when using Capacity Block reservation." in messages
+
+
+def test_a_capacity_reservation_bigger_than_asked_is_refused() -> None:
+    data = yaml.safe_load(rendered("p5-odcr.yaml"))
+    queue = data["Scheduling"]["SlurmQueues"][0]
+    second = copy.deepcopy(queue["ComputeResources"][0])
+    second["Name"] = "p5b"
+    queue["ComputeResources"].append(second)  # two resources on one reservation sized for one
+    from hpc_train.cluster import fake_aws
+
+    refs = fake_aws.references(data)
+    assert [r[3] for r in refs.capacity_reservations] == [2]  # sized from the first MaxCount
+    errors = [f for f in check(data).errors if f.validator == "CapacityReservationSizeValidator"]
+    assert errors, [str(f) for f in check(data).findings]
+
+
+def test_a_named_placement_group_is_checked(headline: dict[str, Any]) -> None:
+    """moto has no placement groups: the fake account holds the one the config names."""
+    data = copy.deepcopy(headline)
+    data["Scheduling"]["SlurmQueues"][0]["Networking"]["PlacementGroup"] = {"Name": "hpc-train-pg"}
+    report = check(data, {AMI_CHECK})
+    assert "PlacementGroupNamingValidator" in report.ran
+    assert report.errors == [], [str(f) for f in report.errors]
+    assert any("placement group hpc-train-pg" in line for line in report.not_checked)
+
+
+def test_gdr_support_gets_a_warning_naming_it(headline: dict[str, Any]) -> None:
+    data = copy.deepcopy(headline)
+    data["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["Efa"]["GdrSupport"] = True
+    [warning] = [f for f in check(data, {AMI_CHECK}).findings if f.level == "WARNING"]
+    assert warning.path == f"{CR}.Efa.GdrSupport"
+    assert "GdrSupport has had no effect since ParallelCluster 3.0.2" in warning.message
+    assert warning.line is not None
+
+
+def test_suppressions_take_pclusters_syntax() -> None:
+    assert validate.parse_suppressions([f"type:{AMI_CHECK}", "ALL"]) == {AMI_CHECK, "ALL"}
+    for bad, why in [
+        (AMI_CHECK, "use ALL or type:NAME"),
+        ("type:", "use ALL or type:NAME"),
+        ("type:NoSuchValidator", "has no validator NoSuchValidator"),
+    ]:
+        with pytest.raises(validate.BadSuppression, match=why):
+            validate.parse_suppressions([bad])
 
 
 def _storage_index(data: dict[str, Any], storage_type: str) -> int:
@@ -212,11 +357,32 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_clean_file_exits_0_and_says_aws_is_faked(tmp_path: Path) -> None:
     out = tmp_path / "cluster.yaml"
     out.write_text(rendered("p3dn.yaml"))
-    proc = _cli(str(out))
+    proc = _cli(str(out), "--suppress-validators", f"type:{AMI_CHECK}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "AWS is faked by moto inside this command" in proc.stdout
+    assert "pcluster create-cluster --dryrun true" in proc.stdout
     assert "skipped HeadNodeLaunchTemplateValidator" in proc.stdout
+    assert f"suppressed {AMI_CHECK} (--suppress-validators)" in proc.stdout
+    assert f"not checked offline: AMI {VALUES['p3dn_ami_id']} exists" in proc.stdout
+    assert "not checked offline: s3://my-hpc-train-bucket/hpc-train/on-node-configured.sh" in (
+        proc.stdout
+    )
     assert "result: ok (error: 0, warning: 0" in proc.stdout
+
+
+def test_cli_p3dn_without_the_suppression_exits_1_with_pclusters_reason(tmp_path: Path) -> None:
+    out = tmp_path / "cluster.yaml"
+    out.write_text(rendered("p3dn.yaml"))
+    proc = _cli(str(out))
+    assert proc.returncode == 1
+    assert OPENRM_REFUSAL in proc.stdout and f"[{AMI_CHECK}]" in proc.stdout
+
+
+@pytest.mark.parametrize("expr", ["InstanceTypeBaseAMICompatibleValidator", "type:Nope"])
+def test_cli_bad_suppression_is_one_line_exit_2(tmp_path: Path, expr: str) -> None:
+    proc = _cli(str(tmp_path / "x.yaml"), "--suppress-validators", expr)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --suppress-validators") and proc.stderr.count("\n") == 1
 
 
 def test_cli_errors_exit_1_and_unreadable_exit_2(tmp_path: Path, headline: dict[str, Any]) -> None:
@@ -224,13 +390,14 @@ def test_cli_errors_exit_1_and_unreadable_exit_2(tmp_path: Path, headline: dict[
     _set_min_count(bad)
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump(bad, sort_keys=False))
-    proc = _cli(str(broken))
+    suppress = ["--suppress-validators", f"type:{AMI_CHECK}"]
+    proc = _cli(str(broken), *suppress)
     assert proc.returncode == 1
     assert f"ERROR   {CR}.{{MinCount, MaxCount}} (line" in proc.stdout
     assert "[ComputeResourceSizeValidator]" in proc.stdout
     assert "result: FAILED (error: 1" in proc.stdout
 
-    proc = _cli(str(broken), str(tmp_path / "missing.yaml"))
+    proc = _cli(str(broken), str(tmp_path / "missing.yaml"), *suppress)
     assert proc.returncode == 2
     assert "cannot read" in proc.stderr and "missing.yaml" in proc.stderr
     assert "result: FAILED" in proc.stdout  # the readable file was still checked
