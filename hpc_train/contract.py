@@ -17,7 +17,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | ``.hpc-train/chaos-crash.json`` | ``CrashRequest`` | ``hpc-train chaos JOB crash`` | every rank, each update (``worker.crash``) |
 | ``.hpc-train/chaos-slow-save.json`` | ``{"seconds": S}`` (``ask_slow_saves``) | ``hpc-train chaos JOB slow-save`` | each rank's checkpoint writer, per save (``worker.async_save``) |
 | ``.hpc-train/nodes/<job>-<restart>-task<t>.exit.json`` | ``faults.agent_exit.NodeExit`` | each launcher (launcher to launcher) | task 0 |
-| ``.hpc-train/audit/<job>-<restart>/rank-<r>.jsonl`` | ``worker.data_position`` lines | each rank (``--audit-samples``) | ``runs.audit`` |
+| ``.hpc-train/audit/<job>-<restart>/rank-<r>.jsonl`` | ``AuditLine`` (one a line) | each rank (``--audit-samples``) | ``runs.audit`` |
 | ``.hpc-train/ledger.jsonl`` | ``hpc_core.ledger.Event`` | submit, task 0's launcher, rank 0 (``worker.ledger_hooks``) | ``runs``, ``costs``, the launcher |
 | ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
 
@@ -220,6 +220,24 @@ def write_stop(path: Path, marker: StopMarker) -> None:
 def read_stop(run: RunDir, job: str, restart: int) -> StopMarker | None:
     path = run.stop_marker(job, restart)
     return StopMarker(**json.loads(path.read_text())) if path.exists() else None
+
+
+# --- ranks to the audit (--audit-samples): the sample ids trained --------------------------------
+
+
+@dataclass(frozen=True)
+class AuditLine:
+    """One line of a rank's audit file (``worker.data_position`` writes, ``runs.audit`` reads):
+    a start's first line (``resumed``), a training step (``ids``) or an epoch's end (``end``)."""
+
+    epoch: int
+    update: int  # the update reached (``resumed``: the update of the save it resumed from)
+    position: int  # batches of the epoch's plan consumed by all ranks, as this rank's iterator says
+    t: float  # time.time(): the audit replays every rank's lines in this order
+    ids: list[int] = field(default_factory=list)  # a step: the sample ids this rank trained
+    resumed: bool = False  # this start resumed at ``update``: earlier starts' later lines undone
+    end: bool = False  # the epoch's batches are all consumed
+    world: int = 0  # the start's ranks (on ``resumed`` lines)
 
 
 # --- ranks to the watchers: heartbeats ----------------------------------------------------------

@@ -22,8 +22,8 @@ Here (``install``):
 
 The audit (``--audit-samples``, ``WorkerEnv.audit_samples``): every rank appends, after each of
 its training steps, the epoch, the global position reached and the sample ids it trained to
-``RunDir.audit_file``; a header line first says where the start resumed. ``hpc_train.runs.audit``
-reads them back. See docs/data-position.md.
+``RunDir.audit_file`` (``contract.AuditLine``); a first line says where the start resumed.
+``hpc_train.runs.audit`` reads them back. See docs/data-position.md.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import RunDir, atomic_write
+from hpc_train.contract import AuditLine
 
 logger = logging.getLogger(__name__)
 
@@ -138,18 +139,18 @@ def audit_label(start: tuple[str, int] | None, world: int, resumed_update: int) 
     return f"local-w{world}-u{resumed_update}"
 
 
-def header(epoch: int, position: int, world: int) -> dict[str, Any]:
-    """A start's first line: it resumed at ``position`` global batches of ``epoch``."""
-    return {"resumed": {"epoch": epoch, "global": position}, "world": world, "t": time.time()}
+def header(epoch: int, update: int, position: int, world: int) -> AuditLine:
+    """A start's first line: it resumed from the save at ``update`` (``position`` of ``epoch``)."""
+    return AuditLine(epoch, update, position, time.time(), resumed=True, world=world)
 
 
-def step_line(epoch: int, position: int, ids: Sequence[int]) -> dict[str, Any]:
-    """After a step: the global batches of ``epoch`` consumed, and the ids this rank trained."""
-    return {"epoch": epoch, "global": position, "ids": list(ids), "t": time.time()}
+def step_line(epoch: int, update: int, position: int, ids: Sequence[int]) -> AuditLine:
+    """After a step: the update reached, the epoch's global batches consumed, the ids trained."""
+    return AuditLine(epoch, update, position, time.time(), ids=list(ids))
 
 
-def end_line(epoch: int) -> dict[str, Any]:
-    return {"epoch": epoch, "end": True, "t": time.time()}
+def end_line(epoch: int, update: int, position: int) -> AuditLine:
+    return AuditLine(epoch, update, position, time.time(), end=True)
 
 
 # --- fairseq ---------------------------------------------------------------------------------------
@@ -215,17 +216,17 @@ class AuditWriter:
     def position(self) -> int:
         return int(self.itr.iterations_in_epoch) * int(self.itr.num_shards)
 
-    def begin(self, itr: Any, resumed_update: int) -> None:
-        """fairseq's train() is about to run an epoch of ``itr``."""
+    def begin(self, itr: Any, update: int) -> None:
+        """fairseq's train() is about to run an epoch of ``itr``, from ``update``."""
         self.itr = itr
         if self.path is None:  # this start's first epoch: where it resumed
             world = int(itr.num_shards)
-            label = audit_label(self.start, world, resumed_update)
+            label = audit_label(self.start, world, update)
             self.path = self.run.audit_file(label, self.rank)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.append(header(itr.next_epoch_idx, self.position(), world))
+            self.append(header(itr.next_epoch_idx, update, self.position(), world))
 
-    def step(self, samples: Sequence[Any]) -> None:
+    def step(self, samples: Sequence[Any], update: int) -> None:
         """After a training step: the ids of the (non-dummy) samples it trained."""
         if self.itr is None:
             return
@@ -240,17 +241,17 @@ class AuditWriter:
             if isinstance(sample, dict) and "id" in sample
             for i in sample["id"].tolist()
         ]
-        self.append(step_line(epoch, self.position(), ids))
+        self.append(step_line(epoch, update, self.position(), ids))
 
-    def end(self) -> None:
+    def end(self, update: int) -> None:
         """fairseq's train() returned: an end line if the epoch's batches are all consumed."""
         if self.itr is not None and self.itr.end_of_epoch():
-            self.append(end_line(int(self.itr.epoch)))
+            self.append(end_line(int(self.itr.epoch), update, self.position()))
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, line: AuditLine) -> None:
         assert self.path is not None
         with open(self.path, "a") as out:
-            out.write(json.dumps(record) + "\n")
+            out.write(json.dumps(asdict(line)) + "\n")
 
 
 def install_audit(run: RunDir, start: tuple[str, int] | None, rank: int) -> AuditWriter:
@@ -265,12 +266,12 @@ def install_audit(run: RunDir, start: tuple[str, int] | None, rank: int) -> Audi
     def audited_train(cfg: Any, trainer: Any, task: Any, epoch_itr: Any) -> Any:
         writer.begin(epoch_itr, trainer.get_num_updates())
         result = train(cfg, trainer, task, epoch_itr)
-        writer.end()
+        writer.end(trainer.get_num_updates())
         return result
 
     def audited_step(self: Any, samples: Any, *args: Any, **kwargs: Any) -> Any:
         out = train_step(self, samples, *args, **kwargs)
-        writer.step(samples)
+        writer.step(samples, self.get_num_updates())
         return out
 
     fairseq_train.train = audited_train
