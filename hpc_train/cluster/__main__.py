@@ -69,7 +69,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip validators, as pcluster create-cluster does: ALL or type:NAME, e.g. "
         "type:InstanceTypeBaseAMICompatibleValidator (the p3dn custom AMI, docs/on-aws.md)",
     )
+    up = sub.add_parser(
+        "check-update",
+        help="may a cluster created from OLD be updated to NEW? (pcluster's own update check)",
+        description="Run ParallelCluster's update-policy check (ConfigPatch, as pcluster "
+        "update-cluster does) on two rendered configs, offline. Prints each change with its "
+        "update policy and verdict. Exit 0 allowed, 1 refused, 2 unreadable input.",
+        epilog="example: python -m hpc_train.cluster check-update cluster.yaml cluster-new.yaml",
+    )
+    up.add_argument("old", type=Path, help="the config the cluster runs")
+    up.add_argument("new", type=Path, help="the config to update it to")
     return parser
+
+
+def cmd_check_update(args: argparse.Namespace) -> int:
+    from hpc_train.cluster import validate
+
+    try:
+        validate.require_extra()
+        _, old = validate.read_config(args.old)
+        _, new = validate.read_config(args.new)
+    except (validate.MissingExtra, validate.UnreadableConfig) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    allowed, changes = validate.update_check(old, new)
+    for change in changes:
+        print(f"{change.check:<13} {change.path} [{change.policy}]")
+        if change.check != "SUCCEEDED":
+            print(f"    {change.reason}; {change.action}")
+    print(f"result: update {'allowed' if allowed else 'REFUSED'} ({len(changes)} change(s))")
+    return EXIT_OK if allowed else EXIT_FINDINGS
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -157,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "render":
         return cmd_render(args)
+    if args.command == "check-update":
+        return cmd_check_update(args)
     return cmd_validate(args)
 
 

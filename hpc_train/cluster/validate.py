@@ -226,6 +226,47 @@ def validate_config(
     return report
 
 
+@dataclass(frozen=True)
+class UpdateChange:
+    path: str  # e.g. HeadNode.CustomActions.OnNodeUpdated.Args
+    policy: (
+        str  # ParallelCluster's UpdatePolicy name: SUPPORTED, UNSUPPORTED, COMPUTE_FLEET_STOP...
+    )
+    check: str  # SUCCEEDED, ACTION NEEDED or FAILED
+    reason: str
+    action: str
+
+
+def update_check(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, list[UpdateChange]]:
+    """ParallelCluster's own update check (ConfigPatch, as `pcluster update-cluster` runs it):
+    may the cluster created from `old` be updated to `new`? Offline; conditions that need the
+    running cluster (is the compute fleet stopped?) are judged as pcluster would from the configs.
+    """
+    from pcluster.config.config_patch import ConfigPatch
+
+    from hpc_train.cluster.fake_aws import fake_aws_account
+
+    @dataclass
+    class _Cluster:  # what ConfigPatch reads from the running cluster
+        name: str
+        stack_name: str
+
+    with fake_aws_account(new):
+        patch = ConfigPatch(_Cluster("hpc-train", "hpc-train"), old, new)
+        allowed, rows = patch.check()
+    changes = [
+        UpdateChange(
+            path=".".join([*map(str, row[0] or []), str(row[1])]),
+            policy=str(row[7]),
+            check=str(row[4]),
+            reason=_one_line(row[5]),
+            action=_one_line(row[6]) if row[6] else "",
+        )
+        for row in rows[1:]
+    ]
+    return allowed, changes
+
+
 def schema_findings(messages: Any, text: str, path: yaml_paths.Path = ()) -> Iterator[Finding]:
     """Flatten marshmallow's nested error messages into findings with YAML paths."""
     if isinstance(messages, Mapping):

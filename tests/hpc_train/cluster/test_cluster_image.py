@@ -1,0 +1,44 @@
+"""pcluster_configs/images/p3dn-closed-driver.yaml: the `pcluster build-image` config of the p3dn AMI.
+
+Loaded through ParallelCluster's own ImageBuilderSchema, and its node attributes computed by
+ParallelCluster's own ImageBuilderExtraChefAttributes: what the cookbook receives at build time.
+No AWS call is made (a region is set because pcluster reads one).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpc_train.cluster import render
+
+REPO = Path(__file__).resolve().parents[3]
+IMAGE = REPO / "pcluster_configs" / "images" / "p3dn-closed-driver.yaml"
+VALUES = yaml.safe_load((REPO / "pcluster_configs" / "examples" / "values.yaml").read_text())
+
+
+def test_image_template_uses_only_region_and_parent_ami() -> None:
+    assert render.placeholders_in(IMAGE.read_text()) == ["REGION", "PARENT_AMI_ID"]
+
+
+@pytest.mark.aws
+def test_pcluster_loads_it_and_the_cookbook_gets_the_closed_volta_driver(monkeypatch) -> None:
+    pytest.importorskip("pcluster.schemas.imagebuilder_schema", reason="needs the aws extra")
+    from pcluster.config.imagebuilder_config import ImageBuilderExtraChefAttributes
+    from pcluster.schemas.imagebuilder_schema import ImageBuilderSchema
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", VALUES["region"])
+    config = ImageBuilderSchema().load(
+        yaml.safe_load(render.render_text(IMAGE.read_text(), VALUES))
+    )
+    assert config.build.parent_image == VALUES["parent_ami_id"]
+    assert config.build.installation.nvidia_software.enabled is True
+    nvidia = json.loads(ImageBuilderExtraChefAttributes(config).dump_json())["cluster"]["nvidia"]
+    # cookbook _nvidia_driver_common.rb: kernel_open false -> `nvidia.run -m=kernel` (closed module)
+    assert nvidia["kernel_open"] == "false"
+    assert nvidia["enabled"] == "yes"
+    branch = int(nvidia["driver_version"].split(".")[0])
+    assert branch <= 580  # R580 is NVIDIA's last driver branch for Volta
