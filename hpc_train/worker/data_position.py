@@ -76,6 +76,7 @@ class Resume:
     offset: int  # batches each new shard skips (fairseq's iterations_in_epoch)
     exact: bool  # every sample of the epoch trained exactly once
     why: str  # one line for the log
+    blank_below: int = 0  # shards below this one find their next batch trained: an empty one
 
 
 def fingerprint(batches: Sequence[Sequence[int]]) -> int:
@@ -89,7 +90,12 @@ def fingerprint(batches: Sequence[Sequence[int]]) -> int:
 
 def convert(saved: Plan, iterations: int, now: Plan) -> Resume:
     """The offset for ``now``'s shards of a position saved as ``iterations`` batches per shard of
-    ``saved``'s. Exact when the plan is the same and the global count divides the new width."""
+    ``saved``'s: exact when the epoch's batch plan is the same (the same batch per device).
+
+    ``C = iterations x saved.num_shards`` batches of the plan were consumed: exactly its first
+    ``C`` (the shards stepped together). Shard ``s`` of ``W'`` holds batches ``s, s + W', …``;
+    skipping ``C // W'`` each leaves the first ``C % W'`` shards one batch already trained, which
+    they take as an empty batch (fairseq's dummy, no gradient) so that all stay in step."""
     if saved.num_shards == now.num_shards:
         if saved.fingerprint != now.fingerprint or saved.epoch_batches != now.epoch_batches:
             return Resume(iterations, False, f"same width, but {_plan_changed(saved, now)}")
@@ -112,13 +118,8 @@ def convert(saved: Plan, iterations: int, now: Plan) -> Resume:
         f"consumed -> {now.num_shards} shards skip {offset} each"
     )
     if left:
-        return Resume(
-            offset,
-            False,
-            f"{said}; {consumed} is not a multiple of {now.num_shards}: {left} batch(es) "
-            "trained twice in this epoch (was the global batch changed?)",
-        )
-    return Resume(offset, True, said)
+        said += f"; shards 0-{left - 1} start with an empty batch (their next one was trained)"
+    return Resume(offset, True, said, blank_below=left)
 
 
 def _plan_changed(saved: Plan, now: Plan) -> str:
@@ -196,12 +197,32 @@ def install_conversion() -> None:
                 log = logger.info if resume.exact else logger.warning
                 log("data position (epoch %s): %s", state.get("epoch"), resume.why)
                 state = {**state, "iterations_in_epoch": resume.offset}
+                if self.shard_id < resume.blank_below:
+                    blank_once(self, resume.offset)
         load_state_dict(self, state)
 
     recorded.__wrapped__ = state_dict  # type: ignore[attr-defined]
     converted.__wrapped__ = load_state_dict  # type: ignore[attr-defined]
     cls.state_dict = recorded
     cls.load_state_dict = converted
+
+
+def blank_once(itr: Any, index: int) -> None:
+    """The next epoch plan ``itr`` deals this shard (the one its load builds) has batch ``index``
+    emptied; later epochs' plans (the data loader keeps the function) are fairseq's own."""
+    ordered = itr.ordered_batches
+    pending = [True]
+
+    def blanked(*args: Any, **kwargs: Any) -> Any:
+        batches = ordered(*args, **kwargs)
+        if pending:
+            pending.clear()
+            batches[index] = []
+        return batches
+
+    itr.ordered_batches = blanked
+    if getattr(itr, "dataloader", None) is not None:  # a reused loader re-plans with its own
+        itr.epoch_batch_sampler.ordered_batches = blanked
 
 
 class AuditWriter:

@@ -45,6 +45,7 @@ def consume(itrs: list[iterators.EpochBatchIterator], steps: int | None) -> list
     seen: list[int] = []
     epochs = [itr.next_epoch_itr(shuffle=True) for itr in itrs]
     while steps is None or steps > 0:
+        assert len({epoch.has_next() for epoch in epochs}) == 1  # the ranks stay in step
         if not epochs[0].has_next():
             break
         for epoch in epochs:
@@ -90,6 +91,21 @@ def test_each_sample_once_in_the_epoch_across_width_changes(converting, widths):
     assert Counter(seen) == Counter(range(SAMPLES))
 
 
+@pytest.mark.parametrize(
+    "stages", [((3, 3), (2, None)), ((2, 5), (3, None)), ((3, 1), (2, 2), (1, 3), (3, None))]
+)
+def test_a_position_that_does_not_divide_the_new_width_is_exact_too(converting, stages):
+    """Worlds that stop after any number of steps (a global batch kept only up to rounding):
+    the shards whose next batch was trained take an empty one, and all stay in step."""
+    itrs = world(stages[0][0])
+    seen: list[int] = []
+    for (_, steps), (after, _) in zip(stages, (*stages[1:], (0, None)), strict=True):
+        seen += consume(itrs, steps)
+        if after:
+            itrs = resumed(itrs[0].state_dict(), after)
+    assert Counter(seen) == Counter(range(SAMPLES))
+
+
 def test_the_same_width_keeps_fairseqs_state_and_offset(converting):
     two = world(2)
     consume(two, 3)
@@ -115,9 +131,9 @@ def test_what_cannot_be_exact_is_said_by_name():
     plan = Plan(num_shards=2, epoch_batches=24, fingerprint=7)
     same = convert(plan, 5, plan)
     assert same == Resume(5, True, same.why)
-    # a global count not a multiple of the new width: floor, the rest trained twice, logged
+    # 10 batches consumed over 3 shards: each skips 3, shard 0's next (batch 9) was trained
     odd = convert(plan, 5, Plan(3, 24, 7))
-    assert (odd.offset, odd.exact) == (3, False) and "1 batch(es) trained twice" in odd.why
+    assert (odd.offset, odd.exact, odd.blank_below) == (3, True, 1) and "empty batch" in odd.why
     # another batch per device: another plan; the same fraction of the epoch, not exact
     other = convert(plan, 6, Plan(3, 12, 9))
     assert (other.offset, other.exact) == (2, False) and "batch plan changed" in other.why
