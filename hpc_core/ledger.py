@@ -16,6 +16,7 @@ by the one process that saw it happen:
     requeued      the launcher, task 0   by (task 0 after a crash, submitit after a notice)
     requeue_blocked the launcher, task 0 why (too few usable nodes: which, and why), waiting
     restarted     the launcher, task 0   in the allocation: why, members, left_out, round
+    grown         the launcher, task 0   from, to (nodes), why (idle nodes Slurm would start now)
     finished      the launcher, task 0   why; reached, last_progress
 
 Each append is one ``write`` of one whole line on a file opened with ``O_APPEND``, then fsync: a
@@ -47,6 +48,7 @@ EVENTS = (
     "requeued",
     "requeue_blocked",
     "restarted",
+    "grown",
     "finished",
 )
 INDEX_ENV = "HPC_TRAIN_STATE_HOME"  # overrides where the user's index lives (tests, shared homes)

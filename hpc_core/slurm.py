@@ -252,6 +252,39 @@ def idle_nodes(partition: str) -> int:
     return sum(int(n) for n in out.split())
 
 
+# sinfo's states in which a node takes no new job until someone (or clustermgtd) acts
+UNUSABLE_STATES = ("drain", "down", "fail", "maint", "reserved", "inval", "unknown", "future")
+
+
+def node_usable(state: str) -> bool:
+    """Can a node in sinfo's ``state`` (``idle``, ``drained``, ``down*``, ``idle~``...) take a
+    job? A node only not responding for now (``idle*``: a slurmd restarting) counts as usable:
+    stopping a run needs a state that stays."""
+    state = state.lower()
+    return not any(s in state for s in UNUSABLE_STATES)
+
+
+TEST_ONLY_RE = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+
+
+def start_estimate(args: Sequence[str], timeout: float = 30.0) -> float | None:
+    """When Slurm would start a job of these sbatch options if it were submitted now
+    (``sbatch --test-only``, which submits nothing), as a Unix time; None when Slurm says it
+    never could (the request cannot be met)."""
+    cmd = [_binary("sbatch"), "--test-only", *args, "--wrap", "true"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as err:
+        raise SlurmUnreachable(f"`sbatch --test-only` timed out after {timeout:.0f} s") from err
+    said = f"{proc.stdout}\n{proc.stderr}"
+    if any(mark in said for mark in UNREACHABLE_MARKS):
+        raise SlurmUnreachable(f"`sbatch --test-only`: {last_line(said)}")
+    found = TEST_ONLY_RE.search(said)
+    if proc.returncode != 0 or found is None:
+        return None
+    return time.mktime(time.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S"))  # the controller's
+
+
 def partition_nodes(partition: str | None) -> dict[str, str]:
     """Every node of ``partition`` (the default one if None) and its state as sinfo writes it
     (``idle``, ``allocated``, ``drained``, ``down*``, ``idle~`` ...), in one query."""

@@ -167,6 +167,13 @@ class JobSpec:
         "restarts allowed in all: preemptions, node failures, crashes and time-limit requeues",
         default=20, type=int, metavar="N",
     )  # fmt: skip
+    grow_after: float = option(
+        "--grow-after",
+        "with --nodes MIN-MAX on fewer than MAX: grow once free nodes of the partition stay idle "
+        "this many seconds and Slurm would start them now (save on notice, requeue wider; "
+        "0: never)",
+        default=300.0, type=float, metavar="S",
+    )  # fmt: skip
     restart_in_job: bool = option(
         "--restart-in-job",
         "after a crash or a hang, restart training inside the allocation on its healthy nodes "
@@ -390,6 +397,8 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
         raise SpecError("--max-update must be >= 1")
     if spec.sequences_per_update < 1:
         raise SpecError("--global-batch must be >= 1")
+    if spec.grow_after < 0:
+        raise SpecError(f"--grow-after {spec.grow_after:g}: must be >= 0 (0: never grow)")
     if spec.max_restarts < 0 or spec.keep_checkpoints < 1 or spec.max_no_progress_restarts < 0:
         raise SpecError(
             "--max-restarts and --max-no-progress-restarts must be >= 0, --keep-checkpoints >= 1"

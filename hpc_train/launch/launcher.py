@@ -61,6 +61,7 @@ from hpc_train.launch.starts import Start, batch_plan_of, decide_start, previous
 from hpc_train.planning import costs
 from hpc_train.planning import plan as plan_mod
 from hpc_train.watch import hang_monitor, straggler_monitor
+from hpc_train.watch.grow_monitor import GrowWatch
 
 # checkpoint() waits for the save on notice at most this long: HPC_TRAIN_SAVE_WAIT_S if set, else
 # the need of the run's slowest recent save (the ledger's) or, before one, the preset's estimate
@@ -108,6 +109,7 @@ class Launcher:
         self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
         self._start: Start | None = None
+        self._growing = ""  # why task 0 asked to grow (the next notice is its own)
 
     def note(self, kind: str, **data: Any) -> None:
         """Task 0 records a stage of this start in the run's ledger (the others never do)."""
@@ -133,6 +135,7 @@ class Launcher:
         self._marker = None
         self._signals = []
         self._start = None
+        self._growing = ""  # why task 0 asked to grow (the next notice is its own)
 
     def cancelled(self, job_id: str) -> bool:
         """Did the user cancel the job (``scancel``)?
@@ -262,7 +265,7 @@ class Launcher:
         previous = {sig: signal.getsignal(sig) for sig in noted}
         for sig, name in noted.items():
             signal.signal(sig, self._recording(name, previous[sig]))
-        monitor = slow = None
+        monitor = slow = wider = None
         try:
             self._proc = subprocess.Popen(
                 argv, env=env, preexec_fn=_ignore_usr2, stderr=subprocess.PIPE
@@ -270,6 +273,7 @@ class Launcher:
             tee = agent_exit.Tee(self._proc.stderr, sys.stderr).start()  # type: ignore[arg-type]
             monitor = self._watch_hangs(start, nproc, self._proc.pid)
             slow = self._watch_stragglers(start)  # task 0 only
+            wider = self._watch_growth(start)  # task 0, below --nodes MAX
             returncode = self._proc.wait()
             root = tee.root_cause(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
             agent_exit.write(run, *start_key(start), agent_exit.NodeExit(
@@ -279,6 +283,8 @@ class Launcher:
                 signal.signal(sig, handler)
             hang = monitor.stop() if monitor else None  # the hang it stopped the ranks for
             evicted = slow.stop() if slow else None  # --evict-stragglers: the node it evicted
+            if wider:
+                wider.stop()
         if watcher:
             watcher.stop()
         saved = read_stop(run, *start_key(start)) is not None
@@ -427,17 +433,46 @@ class Launcher:
     ) -> tuple[restart_policy.Decision | None, str]:
         """Could the requeued job start? (One sinfo, one scontrol; a Slurm error is said and
         the requeue goes ahead: it is Slurm's to refuse then.)"""
-        spec, start = self.spec, self._start
+        spec = self.spec
         try:
             states = slurm.partition_nodes(spec.partition)
-            info = slurm.job_info(start.job_id) if start else None
-            listed = (info or {}).get("ExcNodeList", "(null)")
-            excluded = set(slurm.hostnames(listed)) if listed not in ("", "(null)") else set()
+            excluded = self._excluded() | set(leave_out)
         except slurm.SlurmError as err:
             log(f"cannot tell whether the requeued job can start ({err}): requeueing")
             return None, ""
-        excluded |= {*leave_out, *quarantine.nodes(spec.run_dir)}
         return restart_policy.requeue_blocked(states, excluded, spec.nodes_min, replaced=None)
+
+    def _excluded(self) -> set[str]:
+        """The nodes this run keeps out of its job: the job's ExcNodeList (the nodes it blamed)
+        and the quarantine list."""
+        start = self._start
+        info = slurm.job_info(start.job_id) if start else None
+        listed = (info or {}).get("ExcNodeList", "(null)")
+        excluded = set(slurm.hostnames(listed)) if listed not in ("", "(null)") else set()
+        return excluded | set(quarantine.nodes(self.spec.run_dir))
+
+    def _watch_growth(self, start: Start) -> GrowWatch | None:
+        """Task 0's grow-back thread while this start runs on fewer than ``--nodes`` MAX
+        (``hpc_train.watch.grow_monitor``); none with ``--grow-after 0``."""
+        spec = self.spec
+        if start.task != 0 or start.num_nodes >= spec.nodes_max or spec.grow_after <= 0:
+            return None
+        try:
+            end = slurm.job_info(start.job_id) or {}
+            end_time = time.mktime(time.strptime(end["EndTime"], "%Y-%m-%dT%H:%M:%S"))
+        except (slurm.SlurmError, KeyError, ValueError):
+            end_time = None  # no limit known: grow whenever nodes come free
+
+        def grow(target: int, why: str) -> None:
+            self._growing = why
+            log(f"grow: from {start.num_nodes} to {target} node(s): {why}; saving on notice")
+            self.note("grown", **{"from": start.num_nodes, "to": target, "why": why})
+            slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
+
+        return GrowWatch(
+            spec.partition, start.hosts, spec.nodes_max, spec.grow_after, self._excluded,
+            end_time, grow, log,
+        ).start()  # fmt: skip
 
     def save_wait_s(self) -> float:
         """The longest checkpoint() waits for the save on notice (see ``SAVE_WAIT_ENV``)."""
@@ -576,6 +611,7 @@ class Launcher:
         progress = (
             start_progress(self.spec.run_dir, *start_key(start), start.hosts) if start else {}
         )
-        self.note("stopped", cause="notice", why=why, saved=saved, **progress)
+        cause = "grow" if self._growing else "notice"
+        self.note("stopped", cause=cause, why=why, saved=saved, **progress)
         self.note("requeued", by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))

@@ -13,6 +13,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from hpc_core.slurm import node_usable
+
 
 def restart_allowed(restart: int, max_restarts: int) -> bool:
     """May the run have restart number ``restart`` (1 = the first restart)?"""
@@ -143,19 +145,9 @@ def no_progress(resume_points: Sequence[int], limit: int) -> str:
     )
 
 
-# sinfo's states in which a node takes no new job until someone (or clustermgtd) acts
-UNUSABLE_STATES = ("drain", "down", "fail", "maint", "reserved", "inval", "unknown", "future")
 # ParallelCluster's node names (<queue>-st|dy-<compute resource>-<n>): its clustermgtd replaces a
 # node set DRAIN or DOWN, so a requeue waits for the replacement instead of stopping the run
 PCLUSTER_NODE = re.compile(r"^[a-z0-9-]+-(st|dy)-[a-z0-9-]+-\d+$")
-
-
-def usable(state: str) -> bool:
-    """Can a node in sinfo's ``state`` (``idle``, ``drained``, ``down*``, ``idle~``...) take the
-    requeued job? A node only not responding for now (``idle*``: a slurmd restarting) counts as
-    usable: stopping a run needs a state that stays."""
-    state = state.lower()
-    return not any(s in state for s in UNUSABLE_STATES)
 
 
 def requeue_blocked(
@@ -166,7 +158,7 @@ def requeue_blocked(
     (blamed, quarantined); ``replaced``: does the cluster replace drained nodes (None: tell by
     ParallelCluster's node names). Returns (a FAIL decision instead of the requeue, or None;
     what to say: "" when enough nodes are usable)."""
-    ok = [n for n, s in states.items() if usable(s) and n not in excluded]
+    ok = [n for n, s in states.items() if node_usable(s) and n not in excluded]
     if len(ok) >= min_nodes:
         return None, ""
     out = [f"{n} ({'excluded' if n in excluded else s})" for n, s in sorted(states.items())

@@ -57,9 +57,14 @@ def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
     if restart == 0:
         return "first start"
     marker = read_stop(run, job_id, restart - 1)
+    events = ledger.read(run.ledger)
+    grown = [e for e in events if e.kind == "grown" and (e.job, e.restart) == (job_id, restart - 1)]
+    if grown and marker is not None:
+        width = f"grown from {grown[-1].get('from')} to {grown[-1].get('to')} node(s)"
+        return f"{width}: saved on notice at update {marker.update}"
     if marker is not None:
         return f"saved on notice ({marker.signal or 'peer'}) at update {marker.update}"
-    for event in reversed(ledger.read(run.ledger)):  # task 0 said why it stopped (a hang ...)
+    for event in reversed(events):  # task 0 said why it stopped (a hang ...)
         if event.kind == "stopped" and (event.job, event.restart) == (job_id, restart - 1):
             detail = event.get("error") or event.get("why")
             return f"{event.get('cause')} ({detail}): last periodic checkpoint"

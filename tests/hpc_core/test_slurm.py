@@ -33,18 +33,16 @@ def test_real_cluster_answers_and_expands_hostnames(slurm_cluster):
 def test_partition_nodes_reads_every_node_and_its_state_in_one_query(slurm_cluster):
     """What task 0 asks before a requeue (``restart_policy.requeue_blocked``), on real Slurm:
     a node drained by hand shows as drained (not usable), then idle again once resumed."""
-    from hpc_train.launch import restart_policy
-
     before = slurm.partition_nodes("low")
     assert sorted(before) == ["n1", "n2", "n3", "n4"]
     slurm.drain("n4", "hpc-train test: partition_nodes")
     try:
         drained = slurm.partition_nodes("low")["n4"]
-        assert "drain" in drained and not restart_policy.usable(drained), drained
+        assert "drain" in drained and not slurm.node_usable(drained), drained
     finally:
         slurm.resume("n4")
     back = slurm.partition_nodes(None)["n4"]  # "idle", or "idle*" while slurmd re-registers
-    assert restart_policy.usable(back) and "drain" not in back, back
+    assert slurm.node_usable(back) and "drain" not in back, back
 
 
 def test_exclude_retries_until_the_requeued_job_is_pending_and_keeps_earlier_exclusions(

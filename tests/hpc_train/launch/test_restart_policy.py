@@ -3,6 +3,7 @@ asks ``restart_policy``. Pure, milliseconds."""
 
 from __future__ import annotations
 
+from hpc_core.slurm import node_usable
 from hpc_train.launch import restart_policy
 from hpc_train.launch.restart_policy import Action, Decision
 
@@ -57,5 +58,5 @@ def test_on_parallelcluster_a_blocked_requeue_waits_for_the_replacement_nodes():
     local = {"n1": "idle", "n2": "drained"}  # the local cluster: its names are not pcluster's
     assert restart_policy.requeue_blocked(local, set(), 2, replaced=None)[0] is not None
     # powered-down cloud nodes (idle~) start on demand: usable
-    assert restart_policy.usable("idle~") and not restart_policy.usable("draining")
-    assert restart_policy.usable("idle*") and not restart_policy.usable("down*")  # transient
+    assert node_usable("idle~") and not node_usable("draining")
+    assert node_usable("idle*") and not node_usable("down*")  # transient

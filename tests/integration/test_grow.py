@@ -1,0 +1,43 @@
+"""Grow-back on the local Slurm (tiny preset, 4 emulated nodes): a ``--nodes 1-3`` run that
+started on the one node a blocker job left free grows to 3 once the blocker ends: save on
+notice, requeue, resume wider with the global batch kept; no update trained twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpc_core import ledger, slurm
+from hpc_core.rundir import RunDir
+from hpc_train.runs import goodput
+
+pytestmark = pytest.mark.slurm
+
+
+def test_a_run_grows_back_when_the_blocker_ends_and_loses_nothing(runs):
+    runs.wait_idle_nodes(4)
+    blocker = slurm.sbatch(
+        ["-p", "low", "-N3", "--exclusive", "-o", "/dev/null", "--job-name=hold-3-nodes",
+         "--wrap=sleep 600"]
+    )  # fmt: skip
+    try:
+        runs.wait_for("the blocker", lambda: slurm.job_state(blocker).state == "RUNNING", 60)
+        max_update = 1000
+        job, save = runs.submit("grow", max_update, nodes="1-3", fairseq=("--log-interval", "1"),
+                                extra_cli=("--grow-after", "5", "--global-batch", "24"))  # fmt: skip
+        assert len(slurm.hostnames(runs.wait_running(job).nodes)) == 1
+        runs.wait_for_update(save, 20)
+    finally:
+        slurm.cancel(blocker)
+    final = runs.wait_done(job, timeout=900)
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    events = ledger.read(RunDir(save).ledger)
+    (grown,) = [e for e in events if e.kind == "grown"]
+    assert (grown.get("from"), grown.get("to")) == (1, 3), grown
+    starts = [e for e in events if e.kind == "started"]
+    assert [len(s.get("nodes")) for s in starts] == [1, 3], starts
+    assert starts[1].get("previous", "").startswith("grown from 1 to 3 node(s): saved on notice")
+    # the global batch kept: 8 sequences x 1 rank x 3 steps, then 8 x 3 ranks x 1
+    assert [(s.get("world"), s.get("update_freq")) for s in starts] == [(1, 3), (3, 1)]
+    assert runs.trained_updates(save) == list(range(1, max_update + 1))  # none trained twice
+    g = goodput.account(events, events[-1].time)
+    assert g.recomputed_updates == 0 and sum(g.parts.values()) == pytest.approx(g.wall_s)
