@@ -118,7 +118,7 @@ def convert(saved: Plan, iterations: int, now: Plan) -> Resume:
         f"consumed -> {now.num_shards} shards skip {offset} each"
     )
     if left:
-        said += f"; shards 0-{left - 1} start with an empty batch (their next one was trained)"
+        said += f"; the first {left} shard(s) start with an empty batch (their next was trained)"
     return Resume(offset, True, said, blank_below=left)
 
 

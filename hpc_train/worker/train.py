@@ -9,6 +9,8 @@ It runs fairseq's own training entry with the few fixes this stack needs:
 - atomic checkpoint files (write, fsync, rename) instead of fairseq's in-place copies;
 - async saves: a host-memory snapshot written in the background (``hpc_train.worker.async_save``),
   through node-local disk first with ``--local-save-dir`` (tiered);
+- the data position converted when a resume changes the width, so that each sample of an epoch
+  is trained once, and the ``--audit-samples`` record of it (``hpc_train.worker.data_position``);
 - save on notice: SIGUSR2 → all ranks save at the same update and stop (``hpc_train.worker.preemption``);
 - a heartbeat every update for the launcher's hang watchdog, and SIGUSR1 → Python stacks
   (``hpc_train.worker.heartbeat``);

@@ -62,6 +62,19 @@ def test_width_changes_mid_epoch_train_each_sample_once(corpus, tmp_path):
     assert "1 shards x 36 batches = 36 batches of the epoch consumed -> 3 shards skip 12" in grown
 
 
+def test_a_position_the_new_width_does_not_divide_is_exact_too(corpus, tmp_path):
+    """1 rank x 5 batches, then 2 ranks (5 = 2 x 2 + 1): rank 0 starts with fairseq's empty
+    batch; then 22 batches over 3 ranks: the same. No rank waits on another, none repeats."""
+    save = tmp_path / "run"
+    train(corpus, save, 1, "--max-update", "1", "--update-freq", "5")
+    two = train(corpus, save, 2, "--max-update", "4")
+    assert "-> 2 shards skip 2 each; the first 1 shard(s) start with an empty batch" in two
+    three = train(corpus, save, 3, "--max-epoch", "1")
+    assert "22 batches of the epoch consumed -> 3 shards skip 7 each; the first 1" in three
+    (epoch,) = audit.audit(save)
+    assert epoch.complete and epoch.exact and epoch.seen == epoch.planned, epoch.describe()
+
+
 def test_a_resume_at_the_same_width_is_the_uninterrupted_run(corpus, tmp_path, same_training_state):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(corpus, straight, 1, "--max-update", "8")
