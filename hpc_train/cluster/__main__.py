@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("template", type=Path, help="template, e.g. pcluster_configs/p3dn.yaml")
     rp.add_argument("-o", "--output", type=Path, required=True, help="config file to write")
     rp.add_argument(
-        "--values", type=Path, help="YAML file of values (keys: subnet_id, bucket, ...)"
+        "--values", type=Path, help="YAML file of values (keys: head_subnet_id, bucket, ...)"
     )
     for spec in render.PLACEHOLDERS:
         rp.add_argument(spec.flag, dest=spec.key, metavar=spec.name, help=spec.help)

@@ -60,8 +60,8 @@ _DESCRIPTION_TAIL = (
     "kernel-6.8.0-1021-aws, lustre-2.15.6, efa-2.15.3-1, slurm-25-11-1-1, "
     "nvidia-{nvidia}, cuda-12.8"
 )
-OFFICIAL_NVIDIA = "570.172.08"  # example open-kernel-module driver of an official AMI
-CUSTOM_NVIDIA = "550.90.07"  # the driver pcluster_configs/images/p3dn-closed-driver.yaml pins
+OFFICIAL_NVIDIA = "595.71.05"  # an official 3.16 AMI's open-module driver (3.16.3 release notes)
+CUSTOM_NVIDIA = "570.172.08"  # the driver pcluster_configs/images/p3dn-closed-driver.yaml pins
 
 
 class NetworkAttempt(OSError):

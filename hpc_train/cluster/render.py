@@ -33,7 +33,6 @@ _KEY_NAME = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _AMI = re.compile(r"ami-([0-9a-f]{8}|[0-9a-f]{17})")
 _CAPACITY_RESERVATION = re.compile(r"cr-([0-9a-f]{8}|[0-9a-f]{17})")
-_FSX = re.compile(r"fs-([0-9a-f]{8}|[0-9a-f]{17})")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
@@ -85,12 +84,6 @@ def check_ami_id(value: str) -> str | None:
 def check_capacity_reservation_id(value: str) -> str | None:
     if not _CAPACITY_RESERVATION.fullmatch(value):
         return "must be 'cr-' and 8 or 17 lower-case hex digits (cr-0123456789abcdef0)"
-    return None
-
-
-def check_fsx_id(value: str) -> str | None:
-    if not _FSX.fullmatch(value):
-        return "must be 'fs-' and 8 or 17 lower-case hex digits (fs-0123456789abcdef0)"
     return None
 
 
@@ -184,7 +177,6 @@ PLACEHOLDERS: tuple[Placeholder, ...] = (
         "On-Demand Capacity Reservation or Capacity Block id (cr-...)",
         check_capacity_reservation_id,
     ),
-    Placeholder("FSX_ID", "existing FSx for Lustre file system id (fs-...)", check_fsx_id),
 )
 # Filled from other values, never given: the first 16 hex digits of update_sha256 name the
 # tarball OnNodeUpdated downloads (hpc-train-src-<UPDATE_SHA16>.tar.gz).

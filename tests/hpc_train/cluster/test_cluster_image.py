@@ -42,3 +42,7 @@ def test_pcluster_loads_it_and_the_cookbook_gets_the_closed_volta_driver(monkeyp
     assert nvidia["enabled"] == "yes"
     branch = int(nvidia["driver_version"].split(".")[0])
     assert branch <= 580  # R580 is NVIDIA's last driver branch for Volta
+    # the fake account describes the custom AMI with the driver this config pins
+    from hpc_train.cluster.fake_aws import CUSTOM_NVIDIA
+
+    assert nvidia["driver_version"] == CUSTOM_NVIDIA

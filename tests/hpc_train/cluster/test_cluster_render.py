@@ -66,7 +66,6 @@ def test_the_templates_use_only_known_placeholders() -> None:
         (render.check_allowed_ips, "10.0.0.0/8"),
         (render.check_ami_id, "ami-0123456789abcdef0"),
         (render.check_capacity_reservation_id, "cr-0123456789abcdef0"),
-        (render.check_fsx_id, "fs-0123456789abcdef0"),
     ],
 )
 def test_good_values_pass(check, value: str) -> None:
@@ -103,7 +102,6 @@ def test_good_values_pass(check, value: str) -> None:
         (render.check_allowed_ips, "2001:db8::/32", "IPv4"),
         (render.check_ami_id, "ami-XYZ", "ami-"),
         (render.check_capacity_reservation_id, "cr-1", "cr-"),
-        (render.check_fsx_id, "fsx-0123", "fs-"),
     ],
 )
 def test_bad_values_say_why(check, value: str, reason: str) -> None:
@@ -257,7 +255,7 @@ def _help(*args: str) -> str:
 
 
 def test_cli_help_explains_placeholders_and_exit_codes() -> None:
-    text = _help("render")
+    text = " ".join(_help("render").split())  # argparse wraps at the terminal's width
     for word in ("${HEAD_SUBNET_ID}", "--values", "--compute-subnet-id", "exit 2", "rename"):
         assert word in text
     assert "moto" in _help("validate") and "exit" in _help("validate")
