@@ -5,10 +5,18 @@ times in an epoch are named. Pure: no fairseq."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
+from pathlib import Path
+
+import pytest
 
 from hpc_core.rundir import RunDir
+from hpc_train import contract, submit
 from hpc_train.contract import AuditLine, WorkerEnv
+from hpc_train.job import options
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch import launcher
 from hpc_train.runs import audit
 
 
@@ -73,3 +81,25 @@ def test_the_files_of_every_rank_and_start_read_back(tmp_path):
 def test_the_flag_reaches_the_ranks():
     assert WorkerEnv.from_env(WorkerEnv(audit_samples=True).to_env()).audit_samples
     assert not WorkerEnv.from_env(WorkerEnv().to_env()).audit_samples
+    parser = submit.build_parser()
+    argv = ["--data", "d", "--save-dir", "s", "--preset", "tiny"]
+    assert options.spec_from_options(parser.parse_args([*argv, "--audit-samples"])).audit_samples
+    assert not options.spec_from_options(parser.parse_args(argv)).audit_samples
+
+
+class EnvTorchrun(launcher.Launcher):
+    """torchrun replaced by ``python -c`` (a fake: only the environment the launcher passes is
+    under test) that writes the audit flag it was given to a file."""
+
+    def torchrun_command(self, start: launcher.Start, nproc: int, args: list[str]) -> list[str]:
+        out = self.spec.save_dir / "env.txt"
+        name = contract.AUDIT_SAMPLES
+        body = f"import os; open({str(out)!r}, 'w').write(os.environ.get({name!r}, ''))"
+        return [sys.executable, "-c", body]
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_the_launcher_passes_the_flag(tmp_path, fake_slurm, asked):
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, audit_samples=asked)
+    EnvTorchrun(spec).run(launcher.Start("41", 0, 1, "n1", 0), gpus=0)
+    assert (tmp_path / "env.txt").read_text() == ("1" if asked else "")
