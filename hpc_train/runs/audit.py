@@ -17,10 +17,11 @@ exactly once. Reports samples seen 0 times (in an epoch whose end was reached) a
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,14 +125,17 @@ def audit(save_dir: Path) -> list[EpochAudit]:
     return audit_epochs(lines, read_plans(run, {line.epoch for line in lines}))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m hpc_train.runs.audit SAVE_DIR", file=sys.stderr)
-        return 2
-    epochs = audit(Path(args[0]))
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpc_train.runs.audit",
+        description="Per epoch: the samples a run trained 0 or 2+ times (runs with "
+        "--audit-samples). Exit status 1 when an epoch is not exactly once.",
+    )
+    parser.add_argument("save_dir", type=Path, metavar="SAVE_DIR", help="the run's --save-dir")
+    save_dir = parser.parse_args(argv).save_dir
+    epochs = audit(save_dir)
     if not epochs:
-        print(f"no audit in {args[0]} (train with --audit-samples)")
+        print(f"no audit in {save_dir} (train with --audit-samples)")
         return 1
     for epoch in epochs:
         print(epoch.describe())
