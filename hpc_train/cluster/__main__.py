@@ -154,6 +154,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             report = validate.validate_config(
                 text, data, cluster_name=args.cluster_name, suppress=suppress
             )
+        except validate.NotCheckableOffline as err:
+            print(f"error: {path} is not checkable offline: {err}", file=sys.stderr)
+            worst = EXIT_USAGE
+            continue
         except Exception as err:  # a crash inside pcluster or moto: say so, keep checking the rest
             reason = " ".join(f"{type(err).__name__}: {err}".split())
             print(f"error: {path} could not be checked: {reason}", file=sys.stderr)

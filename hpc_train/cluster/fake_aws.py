@@ -203,6 +203,7 @@ def fake_aws_account(config: Mapping[str, Any]) -> Iterator[FakeAccount]:
                 moto_iam, "aws_managed_policies_data", _aws_managed_policies(refs.aws_policies)
             )
         )
+        stack.enter_context(_moto_fixed())
         stack.enter_context(moto.mock_aws())
         account = FakeAccount(region=refs.region)
         stack.enter_context(_unimplemented_calls_faked(account, refs))
@@ -404,6 +405,24 @@ def _populate(refs: References, account: FakeAccount) -> FakeAccount:
             s3.put_object(Bucket=bucket, Key=key, Body=b"#!/usr/bin/env bash\n")
             account.objects.append(f"s3://{bucket}/{key}")
     return account
+
+
+@contextmanager
+def _moto_fixed() -> Iterator[None]:
+    """Where moto is stricter than AWS: DescribeSubnets with one id twice (pcluster asks so when
+    login nodes share the head node's subnet) answers once on AWS, 'does not exist' in moto."""
+    from moto.ec2.models.subnets import SubnetBackend
+
+    real = SubnetBackend.describe_subnets
+
+    def describe_subnets(
+        backend: Any, subnet_ids: list[str] | None = None, filters: Any | None = None
+    ) -> Any:
+        unique = list(dict.fromkeys(subnet_ids)) if subnet_ids else subnet_ids
+        return real(backend, subnet_ids=unique, filters=filters)
+
+    with mock.patch.object(SubnetBackend, "describe_subnets", describe_subnets):
+        yield
 
 
 @contextmanager

@@ -42,6 +42,10 @@ class BadSuppression(ValueError):
     """A --suppress-validators expression pcluster would not take, or names no validator."""
 
 
+class NotCheckableOffline(Exception):
+    """The config names something whose checks need the real account (an existing file system)."""
+
+
 class UnreadableConfig(Exception):
     """The file cannot be checked at all: missing, not YAML, not a mapping, or still a template."""
 
@@ -190,9 +194,10 @@ def validate_config(
     from pcluster.schemas.cluster_schema import ClusterSchema
     from pcluster.validators.common import ValidatorContext
 
-    from hpc_train.cluster.fake_aws import UNJUDGEABLE_VALIDATORS, fake_aws_account
+    from hpc_train.cluster.fake_aws import UNJUDGEABLE_VALIDATORS, fake_aws_account, references
 
     report = Report(skipped=dict(UNJUDGEABLE_VALIDATORS))
+    existing = references(data).file_systems
     with fake_aws_account(data) as account:
         report.refused = account.refused
         report.not_checked = account.not_checked
@@ -201,6 +206,12 @@ def validate_config(
         except ValidationError as err:
             report.findings = list(schema_findings(err.messages, text))
             return report
+        if existing:
+            raise NotCheckableOffline(
+                f"existing file system {', '.join(existing)}: ParallelCluster's validators read "
+                "it and its network interfaces, which only your account holds (moto has none); "
+                "check with pcluster create-cluster --dryrun true"
+            )
         paths = yaml_paths.resource_paths(config, data)
         with _owners_recorded() as owners:
             suppressor = _Suppressor(set(UNJUDGEABLE_VALIDATORS), set(suppress))
