@@ -21,7 +21,7 @@ FAKE_AWS_NOTE = (
     "AWS is faked by moto inside this command: fake credentials, no network. What the file names "
     "(subnets, key pair, buckets, objects, AMIs, placement groups, reservations) is created in the "
     "fake account, so each is listed below as 'not checked offline'. The last check is AWS's own: "
-    "pcluster create-cluster --dryrun true with your credentials."
+    "pcluster create-cluster (build-image for an image config) --dryrun true with your credentials."
 )
 
 

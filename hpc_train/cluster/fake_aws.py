@@ -102,6 +102,7 @@ class References:
     capacity_reservations: tuple[tuple[str, str, str, int], ...] = ()
     file_systems: tuple[str, ...] = ()  # existing FSx / EFS ids the config mounts
     aws_policies: tuple[str, ...] = ()  # AWS managed policies named (arn:aws:iam::aws:policy/X)
+    parent_images: tuple[str, ...] = ()  # build-image configs: Build.ParentImage (a plain OS AMI)
 
 
 def references(config: Mapping[str, Any]) -> References:
@@ -158,7 +159,9 @@ def references(config: Mapping[str, Any]) -> References:
         for p in policies
         if isinstance(p, str) and re.fullmatch(r"arn:aws[a-z-]*:iam::aws:policy/(.+/)?[^/]+", p)
     ]
+    parent = _mapping(config.get("Build")).get("ParentImage")
     return References(
+        parent_images=(parent,) if isinstance(parent, str) and parent.startswith("ami-") else (),
         aws_policies=tuple(dict.fromkeys(aws_policies)),
         head_subnet=head_subnet if isinstance(head_subnet, str) else None,
         custom_amis=tuple(dict.fromkeys(a for a in amis if isinstance(a, str))),
@@ -272,6 +275,10 @@ def not_checked_offline(refs: References) -> list[str]:
         for a in refs.custom_amis
     ]
     lines += [
+        f"AMI {a} exists and is a plain OS image (not a ParallelCluster AMI, no NVIDIA driver)"
+        for a in refs.parent_images
+    ]
+    lines += [
         f"placement group {g} exists (assumed: strategy cluster)" for g in refs.placement_groups
     ]
     lines += [
@@ -337,10 +344,33 @@ def _register_custom_amis(refs: References) -> None:
     from moto.ec2.models.amis import Ami
 
     backend = ec2_backends[_ACCOUNT_ID][refs.region]
-    for spec in _fake_custom_amis(refs):
+    for spec in _fake_custom_amis(refs) + _fake_parent_amis(refs):
         spec = {**spec, "creation_date": parse_timestamp(spec["creation_date"])}
         ami_id = spec.pop("ami_id")
         backend.amis[ami_id] = Ami(backend, ami_id=ami_id, **spec)
+
+
+def _fake_parent_amis(refs: References) -> list[dict[str, Any]]:
+    """A build-image ParentImage: an OS vendor's public image (here Canonical's), no pcluster tags."""
+    return [
+        {
+            "ami_id": ami_id,
+            "name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20260101",
+            "description": "Canonical, Ubuntu, 22.04 LTS, amd64 jammy image",
+            "owner_id": "099720109477",
+            "public": True,
+            "virtualization_type": "hvm",
+            "architecture": "x86_64",
+            "state": "available",
+            "creation_date": _FAKE_AMI_DATE,
+            "image_type": "machine",
+            "root_device_name": "/dev/sda1",
+            "root_device_type": "ebs",
+            "sriov": "simple",
+            "hypervisor": "xen",
+        }
+        for ami_id in refs.parent_images
+    ]
 
 
 def _fake_official_amis(os_name: str) -> list[dict[str, Any]]:

@@ -180,6 +180,11 @@ def no_effect_findings(data: Any, text: str, path: yaml_paths.Path = ()) -> Iter
             yield from no_effect_findings(value, text, (*path, index))
 
 
+def is_image_config(data: Mapping[str, Any]) -> bool:
+    """A `pcluster build-image` config (Build, Image.Name) rather than a cluster config."""
+    return "Build" in data and "Scheduling" not in data
+
+
 def validate_config(
     text: str,
     data: dict[str, Any],
@@ -188,10 +193,12 @@ def validate_config(
 ) -> Report:
     """Schema, then validators, under a fake AWS account. Requires the aws extra.
 
+    A cluster config, or a `pcluster build-image` config (one with a top-level `Build`).
     `suppress`: validator class names to skip ("ALL": every one), from parse_suppressions.
     """
     from marshmallow import ValidationError
     from pcluster.schemas.cluster_schema import ClusterSchema
+    from pcluster.schemas.imagebuilder_schema import ImageBuilderSchema
     from pcluster.validators.common import ValidatorContext
 
     from hpc_train.cluster.fake_aws import UNJUDGEABLE_VALIDATORS, fake_aws_account, references
@@ -202,9 +209,13 @@ def validate_config(
         report.refused = account.refused
         report.not_checked = account.not_checked
         try:
-            config = ClusterSchema(cluster_name=cluster_name).load(data)
+            if is_image_config(data):
+                config = ImageBuilderSchema().load(data)
+            else:
+                config = ClusterSchema(cluster_name=cluster_name).load(data)
         except ValidationError as err:
-            report.findings = list(schema_findings(err.messages, text))
+            schema = "ImageBuilderSchema" if is_image_config(data) else "ClusterSchema"
+            report.findings = list(schema_findings(err.messages, text, schema=schema))
             return report
         if existing:
             raise NotCheckableOffline(
@@ -278,26 +289,28 @@ def update_check(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, list[U
     return allowed, changes
 
 
-def schema_findings(messages: Any, text: str, path: yaml_paths.Path = ()) -> Iterator[Finding]:
+def schema_findings(
+    messages: Any, text: str, path: yaml_paths.Path = (), schema: str = "ClusterSchema"
+) -> Iterator[Finding]:
     """Flatten marshmallow's nested error messages into findings with YAML paths."""
     if isinstance(messages, Mapping):
         for key, value in messages.items():
             child = path if key == "_schema" else (*path, key)
-            yield from schema_findings(value, text, child)
+            yield from schema_findings(value, text, child, schema)
     elif isinstance(messages, list) and all(isinstance(m, str) for m in messages):
         for message in messages:
             yield Finding(
                 "ERROR",
                 yaml_paths.format_path(path),
                 _one_line(message),
-                "ClusterSchema",
+                schema,
                 yaml_paths.line_of(text, path),
             )
     elif isinstance(messages, list):
         for item in messages:
-            yield from schema_findings(item, text, path)
+            yield from schema_findings(item, text, path, schema)
     else:
-        yield Finding("ERROR", yaml_paths.format_path(path), _one_line(messages), "ClusterSchema")
+        yield Finding("ERROR", yaml_paths.format_path(path), _one_line(messages), schema)
 
 
 class _Suppressor:

@@ -46,3 +46,31 @@ def test_pcluster_loads_it_and_the_cookbook_gets_the_closed_volta_driver(monkeyp
     from hpc_train.cluster.fake_aws import CUSTOM_NVIDIA
 
     assert nvidia["driver_version"] == CUSTOM_NVIDIA
+
+
+@pytest.mark.aws
+def test_the_image_config_passes_pclusters_build_image_validators() -> None:
+    """AWS faked (moto): the parent image exists as a plain OS AMI, listed as not checked offline."""
+    pytest.importorskip("pcluster.schemas.imagebuilder_schema", reason="needs the aws extra")
+    from hpc_train.cluster import validate
+
+    text = render.render_text(IMAGE.read_text(), VALUES)
+    report = validate.validate_config(text, yaml.safe_load(text))
+    assert report.validators_run >= 5
+    assert "InstanceTypeBaseAMICompatibleValidator" in report.ran  # build instance vs parent AMI
+    assert [str(f) for f in report.findings if f.level != "INFO"] == []
+    assert any(VALUES["parent_ami_id"] in line for line in report.not_checked)
+
+
+@pytest.mark.aws
+def test_an_image_config_with_a_bad_key_is_refused_by_pclusters_schema() -> None:
+    pytest.importorskip("pcluster.schemas.imagebuilder_schema", reason="needs the aws extra")
+    from hpc_train.cluster import validate
+
+    data = yaml.safe_load(render.render_text(IMAGE.read_text(), VALUES))
+    data["Build"]["Installation"]["NvidiaDriver"] = {"Enabled": True}
+    text = yaml.safe_dump(data, sort_keys=False)
+    report = validate.validate_config(text, yaml.safe_load(text))
+    assert [(f.validator, f.path) for f in report.errors] == [
+        ("ImageBuilderSchema", "Build.Installation.NvidiaDriver")
+    ]
