@@ -360,7 +360,7 @@ def test_cli_clean_file_exits_0_and_says_aws_is_faked(tmp_path: Path) -> None:
     proc = _cli(str(out), "--suppress-validators", f"type:{AMI_CHECK}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "AWS is faked by moto inside this command" in proc.stdout
-    assert "pcluster create-cluster --dryrun true" in proc.stdout
+    assert "pcluster create-cluster (build-image for an image config) --dryrun true" in proc.stdout
     assert "skipped HeadNodeLaunchTemplateValidator" in proc.stdout
     assert f"suppressed {AMI_CHECK} (--suppress-validators)" in proc.stdout
     assert f"not checked offline: AMI {VALUES['p3dn_ami_id']} exists" in proc.stdout
