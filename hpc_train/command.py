@@ -40,6 +40,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "hpc_train.runs.metrics",
         "your runs as Prometheus metrics: serve, or write a textfile",
     ),
+    "audit": (
+        "hpc_train.runs.audit",
+        "per epoch, samples trained 0 or 2+ times (runs with --audit-samples)",
+    ),
     "doctor": (
         "hpc_train.runs.doctor",
         "find stalled, stuck, storming or stuck-pending runs; --act fixes",

@@ -26,6 +26,7 @@ range), fp16 on V100 (no bf16 units). Both are overridable (``--precision``, ``-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -159,7 +160,22 @@ def batch_per_device(
     row = table_row(preset, instance_type) if instance_type else None
     if row is None:
         return default
-    return max(1, min(row.batch, global_batch // max(1, world_size)))
+    return fitted_batch(row.batch, global_batch, world_size)
+
+
+def fitted_batch(most: int, global_batch: int, world_size: int) -> int:
+    """Sequences per device, at most ``most``, whose steps come closest above ``global_batch``
+    without one step of the world exceeding it: ``update_freq`` F is the fewest steps that fit,
+    then the batch the smallest that fills F steps. (2048 over 24 GPUs, at most 256: 43 x 24 x 2 =
+    2064 per update, not 85 x 24 x 2 = 4080.)"""
+    if world_size > global_batch:
+        return 1  # one sequence per device is already too many: batch.plan refuses it by name
+    steps = max(1, math.ceil(global_batch / (most * world_size)))
+    while True:
+        batch = math.ceil(global_batch / (steps * world_size))
+        if batch <= most and batch * world_size <= global_batch:
+            return batch
+        steps += 1
 
 
 def precision(instance_type: str | None, override: str | None = None) -> str:

@@ -335,13 +335,17 @@ class JobSpec:
         return self.gpus_per_node if gpu and self.gpus_per_node > 0 else 1
 
     def device_batch(self, gpu: bool, world_size: int) -> int:
-        """Sequences per rank in a world of ``world_size`` (``hpc_train.job.devices``)."""
+        """Sequences per rank (``hpc_train.job.devices``), decided for the widest world the run
+        may have (``--nodes`` MAX): the same at every width of an elastic run, so a resume at
+        another width stays sample-exact (``worker.data_position``); narrower starts take more
+        steps per update instead."""
+        widest = max(world_size, self.nodes_max * self.ranks_per_node(gpu))
         return devices.batch_per_device(
             self.preset,
             self.instance_type if gpu else None,
             self.recipe.batch_per_device,
             self.sequences_per_update,
-            world_size,
+            widest,
             self.batch_per_device,
         )
 

@@ -8,6 +8,7 @@ import pytest
 
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
+from hpc_train import chaos
 from hpc_train.runs import goodput
 
 pytestmark = pytest.mark.slurm
@@ -41,3 +42,33 @@ def test_a_run_grows_back_when_the_blocker_ends_and_loses_nothing(runs):
     assert runs.trained_updates(save) == list(range(1, max_update + 1))  # none trained twice
     g = goodput.account(events, events[-1].time)
     assert g.recomputed_updates == 0 and sum(g.parts.values()) == pytest.approx(g.wall_s)
+
+
+def test_a_grow_and_a_notice_landing_together_lose_nothing(runs):
+    """The grow's notice and another notice (a preemption's, a time limit's) arrive within the
+    same moment: one save on notice, one requeue, and no update lost or trained twice."""
+    runs.wait_idle_nodes(4)
+    blocker = slurm.sbatch(
+        ["-p", "low", "-N2", "--exclusive", "-o", "/dev/null", "--job-name=hold-2-nodes",
+         "--wrap=sleep 600"]
+    )  # fmt: skip
+    try:
+        runs.wait_for("the blocker", lambda: slurm.job_state(blocker).state == "RUNNING", 60)
+        max_update = 1000
+        job, save = runs.submit("grow-notice", max_update, nodes="2-4",
+                                fairseq=("--log-interval", "1"),
+                                extra_cli=("--grow-after", "5", "--global-batch", "32"))  # fmt: skip
+        runs.wait_for_update(save, 20)
+    finally:
+        slurm.cancel(blocker)
+    runs.wait_for(
+        "the grow",
+        lambda: any(e.kind == "grown" for e in ledger.read(RunDir(save).ledger)),
+        120,
+    )
+    chaos.notice(job)  # a second notice, as the grow's own lands
+    final = runs.wait_done(job, timeout=900)
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    assert runs.trained_updates(save) == list(range(1, max_update + 1))  # none lost, none twice
+    starts = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "started"]
+    assert len(starts[-1].get("nodes")) == 4, starts

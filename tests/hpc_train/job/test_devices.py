@@ -138,3 +138,22 @@ def test_validate_refuses_bf16_on_v100_and_a_zero_batch() -> None:
     with pytest.raises(SpecError, match="--batch-per-device"):
         validate(JobSpec("roberta-base", Path("/d"), Path("/s"), batch_per_device=0), False)
     assert validate(JobSpec("roberta-base", Path("/d"), Path("/s"), precision="fp16"), False)
+
+
+def test_a_world_that_does_not_divide_the_global_batch_is_not_doubled():
+    """2048 sequences over 24 H100s (3 p5 nodes): 43 x 24 x 2 = 2064 per update (before: 85
+    per GPU, a step of 2040, so 2 steps: 4080, twice the recipe's batch)."""
+    per = devices.batch_per_device("roberta-base", "p5.48xlarge", 16, 2048, 24)
+    plan = batch.plan(2048, per, 24)
+    assert (per, plan.update_freq, plan.effective) == (43, 2, 2064)
+    for world in range(1, 257):  # never more than one sequence per device over the recipe's
+        per = devices.fitted_batch(256, 2048, world)
+        if world <= 2048:
+            assert batch.plan(2048, per, world).effective < 2048 + world * 2, world
+
+
+def test_an_elastic_run_keeps_one_batch_per_device_at_every_width(tmp_path):
+    """--nodes 1-3 on p5: the batch per GPU is the widest world's at every width (so a resume at
+    another width is sample-exact), the narrower ones take more steps per update."""
+    spec = JobSpec("roberta-base", tmp_path, tmp_path, 1, 3, 8, instance_type="p5.48xlarge")
+    assert {spec.device_batch(True, 8 * n) for n in (1, 2, 3)} == {43}
