@@ -2,5 +2,6 @@
 ParallelCluster's own schema and validators against a fake AWS account (validate.py, fake_aws.py).
 
     python -m hpc_train.cluster render pcluster_configs/p3dn.yaml --values my-values.yaml -o cluster.yaml
-    python -m hpc_train.cluster validate cluster.yaml
+    python -m hpc_train.cluster validate cluster.yaml [--suppress-validators type:NAME ...]
+    python -m hpc_train.cluster check-update cluster.yaml cluster-new.yaml   # pcluster's update check
 """

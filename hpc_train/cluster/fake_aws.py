@@ -160,13 +160,16 @@ def references(config: Mapping[str, Any]) -> References:
         if isinstance(p, str) and re.fullmatch(r"arn:aws[a-z-]*:iam::aws:policy/(.+/)?[^/]+", p)
     ]
     parent = _mapping(config.get("Build")).get("ParentImage")
+    first_by_id: dict[str, tuple[str, str, str, int]] = {}
+    for reservation in reservations:  # one per id, as the first compute resource naming it says
+        first_by_id.setdefault(reservation[0], reservation)
     return References(
         parent_images=(parent,) if isinstance(parent, str) and parent.startswith("ami-") else (),
         aws_policies=tuple(dict.fromkeys(aws_policies)),
         head_subnet=head_subnet if isinstance(head_subnet, str) else None,
         custom_amis=tuple(dict.fromkeys(a for a in amis if isinstance(a, str))),
         placement_groups=tuple(dict.fromkeys(g for g in groups if isinstance(g, str))),
-        capacity_reservations=tuple(dict.fromkeys(reservations)),
+        capacity_reservations=tuple(first_by_id.values()),
         file_systems=tuple(dict.fromkeys(file_systems)),
         region=str(config.get("Region") or "us-east-1"),
         os=str(_mapping(config.get("Image")).get("Os") or "alinux2023"),
