@@ -1,11 +1,18 @@
 """Check a cluster config with ParallelCluster's own schema and validators, offline.
 
-    load   pcluster.schemas.cluster_schema.ClusterSchema: unknown keys, types, enums, required keys
-    check  the ~70 validators `pcluster create-cluster` runs (MinCount <= MaxCount, queue names,
-           EFA support per instance type, FSx capacity, ...), against a fake AWS account (moto,
-           see fake_aws.py) so no credentials or network are needed
+    load   pcluster's ClusterSchema (ImageBuilderSchema for a `pcluster build-image` config):
+           unknown keys, types, enums, required keys
+    check  the ~110 validators `pcluster create-cluster` runs (MinCount <= MaxCount, queue names,
+           EFA support per instance type, FSx capacity, the AMI's NVIDIA driver, public IPs on
+           EFA subnets, capacity reservations, ...), against a fake AWS account no kinder than
+           AWS (moto, see fake_aws.py) so no credentials or network are needed; skipped as
+           `--suppress-validators` asks, with pcluster's syntax (ALL, type:NAME)
+    warn   settings pcluster accepts but ignores (NO_EFFECT: GdrSupport)
+    update pcluster's ConfigPatch on two configs: may `pcluster update-cluster` go from one to
+           the other (update_check)
 
-Each finding carries the YAML path it belongs to (yaml_paths.py). Needs the `aws` extra.
+Each finding carries the YAML path it belongs to (yaml_paths.py). What only the real account can
+say is listed by name (Report.not_checked). Needs the `aws` extra.
 """
 
 from __future__ import annotations
