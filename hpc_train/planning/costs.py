@@ -153,10 +153,11 @@ def cluster_throughput_mbs(config: Path) -> float:
 
 def config_for(instance_type: str, configs: Path) -> Path | None:
     """The template in ``configs`` (pcluster_configs/) whose compute resources use
-    ``instance_type``, on-demand first (``p3dn.yaml`` before ``p3dn-spot.yaml``)."""
+    ``instance_type``, the plain on-demand template first (``p3dn.yaml`` before
+    ``p3dn-spot.yaml``, ``p5.yaml`` before ``p5-odcr.yaml`` and ``p5-capacity-block.yaml``)."""
     import yaml
 
-    for path in sorted(configs.glob("*.yaml"), key=lambda p: ("spot" in p.stem, p.name)):
+    for path in sorted(configs.glob("*.yaml"), key=lambda p: ("-" in p.stem, p.name)):
         try:
             doc = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError):

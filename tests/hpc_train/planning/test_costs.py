@@ -224,3 +224,11 @@ def test_once_the_run_has_saved_the_launcher_waits_for_its_measured_save(monkeyp
     assert launcher.save_wait_s() == pytest.approx(60.3)
     assert costs.measured_save_s(ledger.read(path)[-1:]) == pytest.approx(9.3)
     assert costs.measured_save_s([]) is None
+
+
+def test_the_plain_on_demand_template_is_the_one_a_plan_reads():
+    """p5 has variants (ODCR, Capacity Block): the plan reads p5.yaml, p3dn the on-demand one."""
+    from hpc_train.planning.costs import config_for
+
+    assert config_for("p5.48xlarge", REPO / "pcluster_configs").name == "p5.yaml"
+    assert config_for("p3dn.24xlarge", REPO / "pcluster_configs").name == "p3dn.yaml"
