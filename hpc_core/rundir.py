@@ -288,6 +288,11 @@ class RunDir:
     def stop_marker(self, job_id: str, restart: int) -> Path:
         return self.state / f"stopped-{job_id}-{restart}.json"
 
+    def notice_pending(self, job_id: str, restart: int) -> Path:
+        """A notice a launcher received in this start: the ranks that had no handler yet (torchrun
+        and its workers still starting) learn of it here at their next update."""
+        return self.state / f"notice-{job_id}-{restart}.json"
+
     def heartbeats(self, job_id: str, restart: int, node: str) -> Path:
         """One node's heartbeat directory in this start (``heartbeat_file``, ``stacks_file``):
         each launcher reads its own ranks' files only."""

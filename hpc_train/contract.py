@@ -11,6 +11,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | ``.hpc-train/resume-<job>-<restart>.json`` | ``StartDecision`` | task 0, once per start | every launcher of that start |
 | ``.hpc-train/next-<job>-<restart>.json`` | ``RoundVerdict`` | task 0, when a start ends badly | every launcher of that start (restart in the allocation, or not) |
 | ``.hpc-train/stopped-<job>-<restart>.json`` | ``StopMarker`` | rank 0, after the save on notice | the launchers (``checkpoint()``, the restart policy) |
+| ``.hpc-train/notice-<job>-<restart>.json`` | ``{"signal", "node", "time"}`` (``record_notice``) | a launcher, on USR2 (its torchrun ignores it, its ranks may not have a handler yet) | every rank, each update until it has a notice (``worker.preemption``) |
 | ``heartbeats/<job>-<restart>/<node>/rank-<r>.json`` | ``Beat`` | each rank, every update (``worker.heartbeat``) | that node's hang monitor, task 0's straggler monitor, ``faults.node_blame`` |
 | ``rank-<r>.stacks`` | text | a rank's faulthandler on ``STACKS_SIGNAL`` | the hang monitor |
 | ``.hpc-train/failures/<job>-<restart>-rank<r>.json`` | ``FailureRecord`` | a rank, as an exception ends it (``worker.crash``) | task 0 (``faults.failures``) |
@@ -43,6 +44,7 @@ from hpc_core.rundir import RunDir, atomic_write
 SAVE_DIR = "HPC_TRAIN_SAVE_DIR"  # the run's save dir (checkpoints, train.log, the ledger)
 START = "HPC_TRAIN_START"  # "JOB:RESTART": which start this is, for the ledger and crash reports
 STOP_MARKER = "HPC_TRAIN_STOP_MARKER"  # where rank 0 records the save on notice
+NOTICE_PENDING = "HPC_TRAIN_NOTICE_PENDING"  # where a launcher records a notice it received
 HEARTBEAT_DIR = "HPC_TRAIN_HEARTBEAT_DIR"  # this node's heartbeat dir; unset: --no-watchdog
 SYNC_SAVE = "HPC_TRAIN_SYNC_SAVE"  # "1": fairseq's synchronous save (--sync-save)
 LOCAL_SAVE_DIR = "HPC_TRAIN_LOCAL_SAVE_DIR"  # tiered saves: this run's dir on node-local disk
@@ -58,6 +60,7 @@ class WorkerEnv:
     save_dir: Path | None = None  # None: the rank's own --save-dir (worker.train.save_dir_of)
     start: tuple[str, int] | None = None  # (job, restart)
     stop_marker: Path | None = None
+    notice_pending: Path | None = None
     heartbeat_dir: Path | None = None
     sync_save: bool = False
     local_save_dir: Path | None = None
@@ -74,6 +77,8 @@ class WorkerEnv:
             env[START] = f"{self.start[0]}:{self.start[1]}"
         if self.stop_marker is not None:
             env[STOP_MARKER] = str(self.stop_marker)
+        if self.notice_pending is not None:
+            env[NOTICE_PENDING] = str(self.notice_pending)
         if self.heartbeat_dir is not None:
             env[HEARTBEAT_DIR] = str(self.heartbeat_dir)
         if self.local_save_dir is not None:
@@ -100,12 +105,19 @@ class WorkerEnv:
             save_dir=path(SAVE_DIR),
             start=parse_start(env.get(START, "")),
             stop_marker=path(STOP_MARKER),
+            notice_pending=path(NOTICE_PENDING),
             heartbeat_dir=path(HEARTBEAT_DIR),
             sync_save=env.get(SYNC_SAVE, "") not in ("", "0"),
             local_save_dir=path(LOCAL_SAVE_DIR),
             auto_interval=auto,
             audit_samples=env.get(AUDIT_SAMPLES, "") not in ("", "0"),
         )
+
+
+def record_notice(path: Path, signal_name: str) -> None:
+    """Record at ``path`` (``WorkerEnv.notice_pending``) that this node's launcher got a notice."""
+    atomic_write(path, json.dumps({"signal": signal_name, "node": node_name(), "time": time.time()}),
+                 durable=False)  # fmt: skip
 
 
 def parse_start(value: str) -> tuple[str, int] | None:

@@ -48,6 +48,7 @@ from hpc_train.contract import (
     read_beats,
     read_stop,
     read_verdict,
+    record_notice,
     start_progress,
     write_verdict,
 )
@@ -107,6 +108,7 @@ class Launcher:
         self.spec = spec
         self._proc: subprocess.Popen[bytes] | None = None
         self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
+        self._pending: Path | None = None  # this start's record of a notice, for its ranks
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
         self._start: Start | None = None
         self._growing = ""  # why task 0 asked to grow (the next notice is its own)
@@ -133,6 +135,7 @@ class Launcher:
         self.spec = state["spec"]
         self._proc = None
         self._marker = None
+        self._pending = None
         self._signals = []
         self._start = None
         self._growing = ""  # why task 0 asked to grow (the next notice is its own)
@@ -159,6 +162,8 @@ class Launcher:
 
         def handler(signum: int, frame: Any) -> None:
             self._signals.append(name)
+            if name == "notice" and self._pending is not None:  # for ranks without a handler yet
+                record_notice(self._pending, signal.Signals(signum).name)
             if callable(previous):
                 previous(signum, frame)
 
@@ -240,11 +245,13 @@ class Launcher:
             self.note("finished", why="max-update reached before this start")
             return done
         self._marker = run.stop_marker(*start_key(start))
+        self._pending = run.notice_pending(*start_key(start))
         beats = run.heartbeats(*start_key(start), node_name())
         worker = WorkerEnv(
             save_dir=spec.save_dir,
             start=start_key(start),
             stop_marker=self._marker,
+            notice_pending=self._pending,
             heartbeat_dir=None if spec.no_watchdog else beats,
             sync_save=spec.sync_save,
             # tiered saves: this run's dir on node-local disk

@@ -7,6 +7,11 @@ only sets a flag. After every update, all ranks all-reduce the flag (MAX), so th
 same update: write ``checkpoint_last.pt`` (no validation: grace time is short), record a stop
 marker for the launcher, and leave fairseq's training loop normally. The resumed run continues at
 the next update, so no update is trained twice.
+
+A notice can come before a rank has its handler: torchrun is started with USR2 ignored (the
+agent must not die of it) and its workers inherit that until ``install_handler``. Each launcher
+records the notices it receives (``contract.record_notice``); a rank reads that record at every
+update until it knows of a notice, so a notice during start-up is saved on too, at the first update.
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ def notice_received() -> bool:
     return _notice["at"] is not None
 
 
+def notice_recorded(pending: Path | None) -> bool:
+    """A notice this rank's handler missed (it came while torchrun or this rank was starting,
+    with USR2 ignored): the launcher recorded it at ``pending``. One stat per update until a
+    notice is known."""
+    if pending is None or notice_received() or not pending.exists():
+        return False
+    _notice["at"], _notice["why"] = time.monotonic(), "SIGUSR2 (recorded by the launcher)"
+    return True
+
+
 def saving_on_notice() -> bool:
     """True while the save that a notice triggered runs: a periodic or end-of-epoch save the
     signal merely landed in is not the save on notice."""
@@ -71,10 +86,14 @@ def agree(device: Any, proposal: int = 0) -> tuple[bool, int]:
 
 
 def install_save_on_notice(
-    marker: Path, heartbeat: Heartbeat | None = None, auto: AutoInterval | None = None
+    marker: Path,
+    heartbeat: Heartbeat | None = None,
+    auto: AutoInterval | None = None,
+    pending: Path | None = None,
 ) -> None:
     """Wrap fairseq's per-update validate-and-save step with the agreed notice check; the stop
-    marker goes to ``marker`` (a path the launcher chose). ``heartbeat``: told when each update
+    marker goes to ``marker`` (a path the launcher chose); ``pending``: where the launcher records
+    a notice it received (``notice_recorded``). ``heartbeat``: told when each update
     completed and when validate-and-save returned (fairseq calls it once per update, with
     ``end_of_epoch`` on the epoch's last one). ``auto`` (rank 0 under ``--save-interval auto``):
     times updates and save points and proposes the interval every rank then sets."""
@@ -87,6 +106,7 @@ def install_save_on_notice(
         update, began = trainer.get_num_updates(), time.monotonic()
         if auto is not None:
             auto.completed(began)
+        notice_recorded(pending)
         notice, interval = agree(trainer.device, auto.proposal() if auto is not None else 0)
         if heartbeat is not None:  # after the agreement: a rank blocked in that all-reduce
             heartbeat.completed(update)  # is still training (a peer stopped mid-update)

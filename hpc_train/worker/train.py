@@ -201,6 +201,7 @@ def install_extensions(
         stop_marker(worker, run),
         heartbeat,
         save_interval.AutoInterval.for_rank(worker.auto_interval, rank),
+        worker.notice_pending,
     )
     # 7. rank 0's ledger events: after 6, so its save hook also times the notice save
     ledger_hooks.install(run, worker.start, rank)
@@ -214,7 +215,7 @@ def install_extensions(
 
 
 def main(argv: list[str] | None = None) -> None:
-    preemption.install_handler()  # first: a notice during start-up is kept, not lost
+    preemption.install_handler()  # first; a notice before it: the launcher's record
     setup_logging()
     quiet_known_warnings()
     worker = WorkerEnv.from_env(os.environ)  # the launcher's word, parsed once

@@ -28,7 +28,12 @@ class FakeTorchrun(launcher_module.Launcher):
     stop marker at the path the launcher passed (what preemption.install_save_on_notice does)."""
 
     def __init__(
-        self, spec: JobSpec, code: int, save: bool = False, term: bool = False, notice: bool = False
+        self,
+        spec: JobSpec,
+        code: int,
+        save: bool = False,
+        term: bool = False,
+        notice: bool | str = False,
     ) -> None:
         super().__init__(spec)
         self.code, self.save, self.term, self.notice = code, save, term, notice
@@ -46,6 +51,13 @@ class FakeTorchrun(launcher_module.Launcher):
             )
         if self.notice:  # a preemption's USR2 reaches every task's launcher first
             body += "import signal, time; os.kill(os.getppid(), signal.SIGUSR2); time.sleep(0.2)\n"
+        if self.notice == "then save":  # a rank with no handler yet saves on the launcher's record
+            body += "p = os.environ['HPC_TRAIN_NOTICE_PENDING']\n"
+            body += "assert json.load(open(p))['signal'] == 'SIGUSR2', p\n"
+            body += "m = os.environ['HPC_TRAIN_STOP_MARKER']\n"
+            body += (
+                "open(m, 'w').write(json.dumps({'update': 7, 'signal': 'SIGUSR2', 'time': 1.0}))\n"
+            )
         if self.term:  # what scancel does to the launcher: SIGTERM, with no notice before it
             body += "import signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(0.2)\n"
         return [sys.executable, "-c", body + f"sys.exit({self.code})"]
@@ -308,6 +320,20 @@ def test_a_notice_then_the_requeues_sigterm_is_not_a_cancel_even_without_a_save(
     assert launcher._signals == ["notice", "SIGTERM"]
     assert "cancelled" not in capsys.readouterr().out
     assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # handlers restored
+
+
+def test_a_notice_before_the_ranks_have_a_handler_is_recorded_for_them(tmp_path, fake_slurm):
+    """USR2 reaches the launcher while torchrun (USR2 ignored) is still starting its ranks: the
+    launcher records it where the ranks look each update, and they save on it."""
+    write_decision(
+        RunDir(tmp_path),
+        "41",
+        0,
+        StartDecision([], 0, world_size=1, batch_per_device=1, update_freq=1),
+    )
+    out = FakeTorchrun(spec_in(tmp_path), 0, notice="then save").run(start(task=1), gpus=0)
+    assert out["stopped"] is True
+    assert json.loads(RunDir(tmp_path).notice_pending("41", 0).read_text())["signal"] == "SIGUSR2"
 
 
 def test_restarts_that_never_advance_stop_the_run_before_torchrun(tmp_path, fake_slurm):
