@@ -109,6 +109,7 @@ class RunStatus:
     goodput: goodput.Goodput | None = None
     eta_s: float | None = None
     nodes_named: list[NodeNote] = field(default_factory=list)
+    blocked: str | None = None  # why its requeue cannot start (``blocked_requeue``)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -126,6 +127,7 @@ class RunStatus:
             "goodput": self.goodput.as_json() if self.goodput else None,
             "eta_s": self.eta_s,
             "nodes_named": [n.as_json() for n in self.nodes_named],
+            "blocked": self.blocked,
         }
 
 
@@ -201,7 +203,19 @@ def status_of(
         goodput=goodput.account(events, end) if events else None,
         eta_s=eta,
         nodes_named=node_notes(events),
+        blocked=blocked_requeue(events),
     )
+
+
+def blocked_requeue(events: Sequence[ledger.Event]) -> str | None:
+    """Why the run's requeue cannot start (the launcher's ``requeue_blocked``: too few usable
+    nodes, each named), while no start has followed it; else None."""
+    for event in reversed(events):
+        if event.kind == "started":
+            return None
+        if event.kind == "requeue_blocked":
+            return str(event.get("why", "too few usable nodes"))
+    return None
 
 
 def seconds_per_update(events: list[ledger.Event], updates: int, now: float) -> float | None:

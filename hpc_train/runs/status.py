@@ -35,7 +35,7 @@ def row(s: index.RunStatus) -> list[str]:
     return [
         s.run.job or "-",
         s.run.name or s.run.save_dir.name,
-        s.state,
+        f"{s.state} (blocked)" if s.blocked else s.state,
         s.nodes or "-",
         f"{s.updates}/{s.max_update if s.max_update is not None else '?'}",
         "-" if s.last_loss is None else f"{s.last_loss:.3f}",
@@ -73,6 +73,8 @@ def table(rows: list[list[str]]) -> str:
 def detail(s: index.RunStatus) -> str:
     """The one-run view: the row, each restart and its cause, the nodes it named, the goodput."""
     lines = [table([row(s)]), f"save dir: {s.run.save_dir}"]
+    if s.blocked:
+        lines.append(f"requeue blocked: {s.blocked}")
     for n, (update, why) in enumerate(s.restarts, 1):
         lines.append(f"restart {n}: resumed at update {update}; before it: {why}")
     lines += [n.describe() for n in s.nodes_named]

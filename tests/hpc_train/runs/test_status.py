@@ -246,3 +246,26 @@ def test_a_requeue_by_scontrol_shows_as_a_requeue_not_a_cancel(tmp_path, monkeyp
     assert [s.cause for s in goodput.segments(ledger.read(cancelled.ledger), 1200.0)] == [
         "cancelled"
     ]
+
+
+def test_a_requeue_that_cannot_start_shows_as_blocked_until_a_start_follows(
+    tmp_path, monkeypatch, capsys
+):
+    """Task 0 requeued with too few usable nodes (``requeue_blocked``): Slurm only says
+    PENDING; status says why, by node, until the run starts again."""
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "b", "51", 40, finished=False)
+    why = "1 usable node(s) for --nodes 2: n2 drained (blamed: hang), n3 excluded"
+    ledger.record(run.ledger, "requeue_blocked", "51", 0, when=1070.0, why=why, waiting=True)
+    pending = {"51": slurm.JobState("51", "PENDING", 1, "", "")}
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: pending)
+    assert status.main(["51"]) == 0
+    out = capsys.readouterr().out
+    assert "PENDING (blocked)" in out and f"requeue blocked: {why}\n" in out
+    assert status.main(["51", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["blocked"] == why
+    ledger.record(run.ledger, "started", "51", 1, when=1200.0, previous="requeued")
+    pending["51"] = slurm.JobState("51", "RUNNING", 1, "n[1-2]", "")
+    assert status.main(["51"]) == 0
+    out = capsys.readouterr().out
+    assert "blocked" not in out and "RUNNING" in out
