@@ -9,7 +9,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | the ranks' environment (``HPC_TRAIN_*``) | ``WorkerEnv`` | each launcher, per start (``to_env``) | every rank, once (``worker.train``: ``from_env``) |
 | ``.hpc-train/nodes/<job>-<restart>-task<t>.json`` | ``NodeReport`` | each launcher (its GPUs) | task 0 (``launch.starts``) |
 | ``.hpc-train/resume-<job>-<restart>.json`` | ``StartDecision`` | task 0, once per start | every launcher of that start |
-| ``.hpc-train/next-<job>-<restart>.json`` | ``RoundVerdict`` | task 0, when a start ends badly | every launcher of that start (restart in the allocation, or not) |
+| ``.hpc-train/next-<job>-<restart>.json`` | ``RoundVerdict`` | task 0, when a start ends badly (and when it ends at all, with hot spares) | every launcher of that start and the spares standing by (restart in the allocation, or not) |
 | ``.hpc-train/stopped-<job>-<restart>.json`` | ``StopMarker`` | rank 0, after the save on notice | the launchers (``checkpoint()``, the restart policy) |
 | ``.hpc-train/notice-<job>-<restart>.json`` | ``{"signal", "node", "time"}`` (``record_notice``) | a launcher, on USR2 (its torchrun ignores it, its ranks may not have a handler yet) | every rank, each update until it has a notice (``worker.preemption``) |
 | ``heartbeats/<job>-<restart>/<node>/rank-<r>.json`` | ``Beat`` | each rank, every update (``worker.heartbeat``) | that node's hang monitor, task 0's straggler monitor, ``faults.node_blame`` |
@@ -190,17 +190,19 @@ def read_node_reports(run: RunDir, job: str, restart: int, nodes: int) -> list[N
     return reports
 
 
-RESTART_IN_JOB, REQUEUE, STOP = "restart", "requeue", "stop"
+RESTART_IN_JOB, REQUEUE, STOP, DONE = "restart", "requeue", "stop", "done"
 
 
 @dataclass(frozen=True)
 class RoundVerdict:
     """Task 0's word once a start ended badly (a crash, a hang): ``restart`` training in the
-    same allocation on ``members`` (the others leave), ``requeue`` through Slurm, or ``stop``."""
+    same allocation on ``members`` (the others leave, the hot spares in ``standby`` wait on),
+    ``requeue`` through Slurm, or ``stop``; ``done`` (to the spares only): the run ended well."""
 
-    action: str  # RESTART_IN_JOB, REQUEUE or STOP
+    action: str  # RESTART_IN_JOB, REQUEUE, STOP or DONE
     why: str
     members: list[str] = field(default_factory=list)
+    standby: list[str] = field(default_factory=list)
 
 
 def write_verdict(run: RunDir, job: str, restart: int, verdict: RoundVerdict) -> None:

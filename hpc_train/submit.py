@@ -56,7 +56,7 @@ def setup_lines(spec: JobSpec) -> list[str]:
         lines += [
             "# Pre-flight: all-reduce across the allocation; an unhealthy verdict ends the job here",
             *preflight.setup_lines(
-                nodes=spec.nodes_min,
+                nodes=spec.allocated_min,  # the spares are checked too
                 backend="nccl" if gpu else "gloo",
                 out_dir=spec.run_dir.preflight,
                 instance_type=spec.instance_type if gpu else None,
@@ -70,7 +70,7 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
     ``exclude``: nodes to keep out (the save dir's quarantine list)."""
     params: dict[str, Any] = {
         "job_name": spec.job_name,
-        "nodes": spec.nodes_min,
+        "nodes": spec.allocated_min,  # with --spares K: N + K
         "ntasks_per_node": 1,  # one launcher per node; torchrun starts the ranks
         "time": spec.time_limit_min,
         "exclusive": True,  # whole nodes: GPUs, EFA and NVLink are per node
@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         job = submit(spec)
     except (SpecError, slurm.SlurmError) as err:
         parser.error(str(err))
-    print(f"submitted job {job.job_id}: {spec.nodes_arg} node(s), preset {spec.preset}")
+    spares = f" + {spec.spares} hot spare(s)" if spec.spares else ""
+    print(f"submitted job {job.job_id}: {spec.nodes_arg} node(s){spares}, preset {spec.preset}")
     run = spec.run_dir
     record_submission(spec, job.job_id, submitted_at)
     print(f"  task logs: {run.task_log(job.job_id, 0)} … (one per node, and .err)")

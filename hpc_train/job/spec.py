@@ -181,6 +181,13 @@ class JobSpec:
         "still follows when fewer than MIN healthy nodes remain",
         default=False,
     )  # fmt: skip
+    spares: int = option(
+        "--spares",
+        "hot spares: K more nodes allocated and kept idle; a node blamed for a crash or a hang "
+        "is replaced by one inside the allocation, at the same width (implies "
+        "--restart-in-job; needs a fixed --nodes N; N + K nodes are billed)",
+        default=0, type=int, metavar="K",
+    )  # fmt: skip
     max_no_progress_restarts: int = option(
         "--max-no-progress-restarts",
         "stop the run (FAILED, with the reason) after N restarts in a row that resumed from the "
@@ -325,6 +332,16 @@ class JobSpec:
         return StragglerLimits(self.straggler_threshold, self.straggler_window)
 
     @property
+    def in_job_restarts(self) -> bool:
+        """Recover inside the allocation (``--restart-in-job``, or spares to swap in)."""
+        return self.restart_in_job or self.spares > 0
+
+    @property
+    def allocated_min(self) -> int:
+        """The fewest nodes the job asks Slurm for: MIN, and the hot spares beside them."""
+        return self.nodes_min + self.spares
+
+    @property
     def nodes_arg(self) -> str:
         """Slurm's --nodes value: ``N`` or ``MIN-MAX`` for an elastic run."""
         if self.nodes_min == self.nodes_max:
@@ -401,6 +418,10 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
         raise SpecError("--max-update must be >= 1")
     if spec.sequences_per_update < 1:
         raise SpecError("--global-batch must be >= 1")
+    if spec.spares < 0:
+        raise SpecError(f"--spares {spec.spares}: must be >= 0")
+    if spec.spares and spec.nodes_min != spec.nodes_max:
+        raise SpecError(f"--spares needs a fixed --nodes N (got {spec.nodes_arg})")
     if spec.grow_after < 0:
         raise SpecError(f"--grow-after {spec.grow_after:g}: must be >= 0 (0: never grow)")
     if spec.max_restarts < 0 or spec.keep_checkpoints < 1 or spec.max_no_progress_restarts < 0:

@@ -13,6 +13,8 @@ Interruptions:
   (``hpc_train.launch.restart_policy`` decides); with ``--restart-in-job`` it restarts training
   in the same allocation on the healthy nodes instead (``contract.RoundVerdict``: the others
   wait for its word; a blamed node's task ends), and requeues only below MIN healthy nodes.
+  With ``--spares K`` the last K nodes of the allocation stand by (``_stand_by``) and task 0
+  swaps one in for each node it leaves out: the width, and the recipe's batch, stay N.
 - no progress (a hang): each node's watchdog thread (``hpc_train.watch.hang_monitor``) saves its ranks'
   stacks and stops them; task 0 names the suspect node, drains it (unless ``--no-drain``),
   and requeues without it (or restarts in the job without it). A torchrun that outlives its
@@ -25,6 +27,7 @@ Interruptions:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -32,12 +35,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 from hpc_core import instances, ledger, slurm
-from hpc_core.wait import FAST, process_exited, wait_until
+from hpc_core.wait import FAST, Backoff, process_exited, wait_until
 from hpc_train.contract import (
+    DONE,
     REQUEUE,
     RESTART_IN_JOB,
     STOP,
@@ -58,7 +63,15 @@ from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
 from hpc_train.launch import notify, restart_policy
 from hpc_train.launch.restart_policy import Action
 from hpc_train.launch.spot import SpotWatcher, endpoint_to_watch
-from hpc_train.launch.starts import Start, batch_plan_of, decide_start, previous_stop, start_key
+from hpc_train.launch.starts import (
+    Start,
+    allocation_start,
+    batch_plan_of,
+    decide_start,
+    previous_stop,
+    refill,
+    start_key,
+)
 from hpc_train.planning import costs
 from hpc_train.planning import plan as plan_mod
 from hpc_train.watch import hang_monitor, straggler_monitor
@@ -72,6 +85,7 @@ SAVE_WAIT_ENV = "HPC_TRAIN_SAVE_WAIT_S"
 ROOT_CAUSE_WAIT_S = 5.0  # torchrun's failure summary after it exited (orphans hold the pipe)
 REQUEUE_GRACE_S = 60.0  # after `scontrol requeue` Slurm ends this task; never succeed meanwhile
 VERDICT_WAIT_S = 240.0  # for task 0's word after a bad end (its evidence waits come first)
+SPARE_POLL = Backoff(1.0, 1.5, 5.0)  # a hot spare reads task 0's word: seconds matter, not ms
 
 
 def log(msg: str) -> None:
@@ -180,13 +194,15 @@ class Launcher:
         job = submitit.JobEnvironment()
         restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
         hosts = tuple(job.hostnames)
-        start = Start(job.job_id, job.global_rank, job.num_nodes, hosts[0], restart, hosts)
+        start = allocation_start(job.job_id, job.global_rank, hosts, restart, self.spec.spares)
+        if start is None:  # a hot spare: idle until task 0 swaps it in, or the run ends
+            spare = Start(job.job_id, job.global_rank, len(hosts), hosts[0], restart, hosts)
+            return self._stand_by(spare, visible_gpus())
         return self.run(start, visible_gpus())
 
-    def run(self, start: Start, gpus: int) -> dict[str, Any]:
+    def run(self, start: Start, gpus: int, came_from: str | None = None) -> dict[str, Any]:
         """Every start of this node in this allocation: the first, then each in-job restart
         task 0 decides after a crash or a hang (``_start_once`` returns the next start)."""
-        came_from: str | None = None
         while True:
             result = self._start_once(start, gpus, came_from)
             if isinstance(result, dict):
@@ -225,6 +241,7 @@ class Launcher:
         if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
             log(f"stopping the run: {decision.stop}")
             self.note("stopped", cause="no progress", why=decision.stop)
+            self._release_spares(start, STOP, decision.stop)
             raise RuntimeError(decision.stop)
         use_gpu, nproc = decision.use_gpu, decision.ranks_per_node
         plan = batch_plan_of(spec, decision)  # task 0's, for every node
@@ -239,10 +256,12 @@ class Launcher:
             update_freq=plan.update_freq,
             resume_at=decision.at_update,
             previous=previous_end,
+            **({"spares": list(start.standby)} if start.standby else {}),
         )
         if decision.at_update >= spec.updates:
             log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
             self.note("finished", why="max-update reached before this start")
+            self._release_spares(start, DONE, "max-update reached")
             return done
         self._marker = run.stop_marker(*start_key(start))
         self._pending = run.notice_pending(*start_key(start))
@@ -319,38 +338,47 @@ class Launcher:
             why = f"{outcome.why}; then {stuck}: killed" if stuck else outcome.why
             log(why)
             self.note("finished", why=why, **progress)
+            self._release_spares(start, DONE, why)
             return done
         if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
             crash = ("crash", f"{suspect.node}: {suspect.why}")
         error = {"error": crash[1]} if crash else {}
         self.note("stopped", cause=outcome.cause, why=outcome.why, returncode=returncode,
                   **error, **progress)  # fmt: skip
-        if outcome.action is Action.CANCELLED:
+        if outcome.action in (Action.CANCELLED, Action.STOPPED):
             log(outcome.why)
-            return done
-        if outcome.action is Action.STOPPED:
-            log(outcome.why)
-            return done | {"stopped": True}
+            self._release_spares(start, DONE, outcome.why)
+            return done | ({"stopped": True} if outcome.action is Action.STOPPED else {})
         if outcome.action is Action.FAIL:
             log(outcome.why)
-            if start.task != 0 and spec.restart_in_job:  # task 0 decides: in the job, or not
+            if start.task != 0 and spec.in_job_restarts:  # task 0 decides: in the job, or not
                 return self._follow_verdict(start, outcome.why, done)
             write_verdict(run, *start_key(start), RoundVerdict(STOP, outcome.why))
             raise RuntimeError(outcome.why)
         log(f"job {start.job_id}: {outcome.why}")
         left_out = [suspect.node] if suspect is not None else []
-        members = [h for h in start.hosts if h not in left_out]
-        if not spec.restart_in_job or len(members) < spec.nodes_min:
+        healthy = [h for h in start.hosts if h not in left_out]
+        members, standby = refill(healthy, start.standby, start.num_nodes)  # a spare for each
+        if not spec.in_job_restarts or len(members) < spec.nodes_min:
             self._requeue(start, left_out)
         detail = crash[1] if crash else hang or f"torchrun exited with {returncode}"
         why = f"{outcome.cause}: {detail}"
-        write_verdict(run, *start_key(start), RoundVerdict(RESTART_IN_JOB, why, members))
-        self.note("restarted", why=why, members=members, left_out=left_out, round=start.round + 1)
-        log(f"in-job restart on {', '.join(members)} (without {', '.join(left_out) or 'none'})")
-        return self._next_round(start, members, why, done)
+        verdict = RoundVerdict(RESTART_IN_JOB, why, members, standby)
+        write_verdict(run, *start_key(start), verdict)
+        spare_in = members[len(healthy) :]
+        self.note("restarted", why=why, members=members, left_out=left_out, round=start.round + 1,
+                  **({"spare_in": spare_in, "spares": standby} if start.standby else {}))  # fmt: skip
+        log(f"in-job restart on {', '.join(members)} (without {', '.join(left_out) or 'none'}"
+            + (f"; hot spare {', '.join(spare_in)} in" if spare_in else "") + ")")  # fmt: skip
+        return self._next_round(start, members, why, done, standby)
 
     def _next_round(
-        self, start: Start, members: Sequence[str], why: str, done: dict[str, Any]
+        self,
+        start: Start,
+        members: Sequence[str],
+        why: str,
+        done: dict[str, Any],
+        standby: Sequence[str] = (),
     ) -> dict[str, Any] | tuple[Start, str]:
         """This node's part in an in-job restart on ``members``: its next start, or (left out,
         blamed) the end of its task, a success: the run goes on without it."""
@@ -358,7 +386,40 @@ class Launcher:
         if me not in members:
             log(f"left out of the in-job restart ({why}): this task ends")
             return done | {"left_out": True}
-        return start.next_round(members, me), f"in-job restart after {why}"
+        return start.next_round(members, me, standby), f"in-job restart after {why}"
+
+    def _release_spares(self, start: Start, action: str, why: str) -> None:
+        """Task 0, as the run ends in this allocation: the hot spares standing by end too."""
+        if start.task == 0 and start.standby:
+            verdict = RoundVerdict(action, why, [], list(start.standby))
+            write_verdict(self.spec.run_dir, *start_key(start), verdict)
+
+    def _stand_by(self, spare: Start, gpus: int) -> dict[str, Any]:
+        """A hot spare (``--spares``): idle, reading task 0's word after each round, until a
+        round takes it in (then it trains as a member) or the run ends in this allocation."""
+        me, job_round = spare.hosts[spare.task], 0
+        log(f"hot spare: standing by ({spare.num_nodes - self.spec.spares} node(s) train)")
+        while True:
+            job_key, restart = start_key(dataclasses.replace(spare, round=job_round))
+            verdict = wait_until(partial(read_verdict, self.spec.run_dir, job_key, restart),
+                                 f"round {job_round}'s end", None, SPARE_POLL)  # fmt: skip
+            if verdict.action == RESTART_IN_JOB and me in verdict.members:
+                members = verdict.members
+                start = Start(spare.job_id, members.index(me), len(members), members[0],
+                              spare.restart, tuple(members), job_round + 1,
+                              tuple(verdict.standby))  # fmt: skip
+                log(f"hot spare taken in for round {job_round + 1}: {verdict.why}")
+                return self.run(start, gpus, f"in-job restart after {verdict.why}")
+            if verdict.action == RESTART_IN_JOB:
+                job_round += 1
+                continue
+            done = {"node": socket.gethostname(), "restarts": spare.restart, "spare": True}
+            if verdict.action == DONE:
+                log(f"hot spare released: {verdict.why}")
+                return done
+            if verdict.action == REQUEUE:
+                time.sleep(REQUEUE_GRACE_S)  # task 0's requeue ends this task
+            raise RuntimeError(f"hot spare: task 0 said {verdict.action} ({verdict.why})")
 
     def _follow_verdict(
         self, start: Start, why: str, done: dict[str, Any]
@@ -371,7 +432,7 @@ class Launcher:
         except TimeoutError:
             raise RuntimeError(f"{why}; task 0 said nothing in {VERDICT_WAIT_S:.0f} s") from None
         if verdict.action == RESTART_IN_JOB:
-            return self._next_round(start, verdict.members, verdict.why, done)
+            return self._next_round(start, verdict.members, verdict.why, done, verdict.standby)
         if verdict.action == REQUEUE:
             time.sleep(REQUEUE_GRACE_S)  # task 0's requeue ends this task
         raise RuntimeError(f"{why}; task 0: {verdict.action} ({verdict.why})")
@@ -447,7 +508,7 @@ class Launcher:
         except slurm.SlurmError as err:
             log(f"cannot tell whether the requeued job can start ({err}): requeueing")
             return None, ""
-        return restart_policy.requeue_blocked(states, excluded, spec.nodes_min, replaced=None)
+        return restart_policy.requeue_blocked(states, excluded, spec.allocated_min, replaced=None)
 
     def _excluded(self) -> set[str]:
         """The nodes this run keeps out of its job: the job's ExcNodeList (the nodes it blamed)

@@ -45,11 +45,32 @@ class Start:
     restart: int  # SLURM_RESTART_COUNT: 0 on the first start
     hosts: tuple[str, ...] = ()  # every node of this start, in task order
     round: int = 0  # in-job restarts within this Slurm start (0: the allocation's first)
+    standby: tuple[str, ...] = ()  # hot spares (``--spares``): allocated, idle, not in ``hosts``
 
-    def next_round(self, members: Sequence[str], me: str) -> Start:
+    def next_round(self, members: Sequence[str], me: str, standby: Sequence[str] = ()) -> Start:
         """This node's view of the in-job restart on ``members`` (it must be one of them)."""
         return Start(self.job_id, list(members).index(me), len(members), members[0],
-                     self.restart, tuple(members), self.round + 1)  # fmt: skip
+                     self.restart, tuple(members), self.round + 1, tuple(standby))  # fmt: skip
+
+
+def allocation_start(
+    job_id: str, task: int, hosts: Sequence[str], restart: int, spares: int
+) -> Start | None:
+    """This task's first start in the allocation ``hosts`` (task order): the first
+    ``len(hosts) - spares`` nodes train, the last ``spares`` stand by. None: this task is a spare."""
+    members, standby = tuple(hosts[: len(hosts) - spares]), tuple(hosts[len(hosts) - spares :])
+    if task >= len(members):
+        return None
+    return Start(job_id, task, len(members), members[0], restart, members, 0, standby)
+
+
+def refill(
+    members: Sequence[str], standby: Sequence[str], width: int
+) -> tuple[list[str], list[str]]:
+    """An in-job restart's nodes: ``members`` (the healthy ones) topped up to ``width`` from the
+    hot spares in ``standby``; returns (members, the spares left)."""
+    taken = list(standby[: max(0, width - len(members))])
+    return [*members, *taken], [n for n in standby if n not in taken]
 
 
 def previous_stop(run: RunDir, job_id: str, restart: int) -> str:

@@ -110,6 +110,7 @@ class RunStatus:
     eta_s: float | None = None
     nodes_named: list[NodeNote] = field(default_factory=list)
     blocked: str | None = None  # why its requeue cannot start (``blocked_requeue``)
+    spares: list[str] = field(default_factory=list)  # hot spares standing by in this start
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +129,7 @@ class RunStatus:
             "eta_s": self.eta_s,
             "nodes_named": [n.as_json() for n in self.nodes_named],
             "blocked": self.blocked,
+            "spares": self.spares,
         }
 
 
@@ -204,6 +206,7 @@ def status_of(
         eta_s=eta,
         nodes_named=node_notes(events),
         blocked=blocked_requeue(events),
+        spares=standing_by(events) if alive else [],
     )
 
 
@@ -216,6 +219,14 @@ def blocked_requeue(events: Sequence[ledger.Event]) -> str | None:
         if event.kind == "requeue_blocked":
             return str(event.get("why", "too few usable nodes"))
     return None
+
+
+def standing_by(events: Sequence[ledger.Event]) -> list[str]:
+    """The hot spares of the current start: the last ``started`` or ``restarted`` says."""
+    for event in reversed(events):
+        if event.kind in ("started", "restarted"):
+            return list(event.get("spares") or [])
+    return []
 
 
 def seconds_per_update(events: list[ledger.Event], updates: int, now: float) -> float | None:

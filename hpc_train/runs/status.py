@@ -75,6 +75,8 @@ def detail(s: index.RunStatus) -> str:
     lines = [table([row(s)]), f"save dir: {s.run.save_dir}"]
     if s.blocked:
         lines.append(f"requeue blocked: {s.blocked}")
+    if s.spares:
+        lines.append(f"hot spares standing by: {', '.join(s.spares)}")
     for n, (update, why) in enumerate(s.restarts, 1):
         lines.append(f"restart {n}: resumed at update {update}; before it: {why}")
     lines += [n.describe() for n in s.nodes_named]

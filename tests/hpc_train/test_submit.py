@@ -151,6 +151,15 @@ def test_elastic_range_lets_slurm_allocate_as_many_nodes_as_are_free():
     assert "--ntasks-per-node" not in script  # with it, Slurm allocates only MIN nodes
 
 
+def test_hot_spares_are_allocated_beside_the_nodes_that_train_and_preflighted_too():
+    spec = JobSpec("tiny", Path("/d"), Path("/s"), nodes_min=2, nodes_max=2, gpus_per_node=0,
+                   spares=1, preflight=True)  # fmt: skip
+    script = submit.render_sbatch(spec)
+    assert "#SBATCH --nodes=3" in script and "#SBATCH --ntasks-per-node=1" in script
+    check = next(line for line in submit.setup_lines(spec) if "nccl_checks allreduce" in line)
+    assert "--nodes=3" in check
+
+
 def test_a_partition_sbatch_refuses_is_one_line_and_exit_2(tmp_path, corpus, slurm_cluster):
     """Real Slurm: sbatch says no; the user reads its reason, not submitit's traceback."""
     proc = run_cli(

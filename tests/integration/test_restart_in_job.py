@@ -24,7 +24,7 @@ IN_JOB = (
 
 def _recovered_in_job(runs, name: str, interrupt) -> None:
     runs.wait_idle_nodes(2)
-    max_update = 120
+    max_update = 300  # the interrupt lands mid-run on a loaded machine too (~25 updates/s)
     job, save = runs.submit(name, max_update, nodes="1-2", fairseq=PER_UPDATE, extra_cli=IN_JOB)
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     assert len(nodes) == 2, nodes
@@ -63,3 +63,36 @@ def test_a_killed_nodes_ranks_are_recovered_in_the_allocation(runs):
 
 def test_a_hang_is_recovered_in_the_allocation(runs):
     _recovered_in_job(runs, "injob-hang", lambda job, node: chaos.hang(job, node))
+
+
+def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
+    """``--nodes 2 --spares 1``: three nodes allocated, two train. One training node's ranks
+    are killed: task 0 blames and drains it and restarts in the allocation on the healthy node
+    and the spare: two nodes again, the same update_freq, Slurm's Restarts 0."""
+    runs.wait_idle_nodes(3)
+    max_update = 300
+    job, save = runs.submit("injob-spare", max_update, nodes="2", fairseq=PER_UPDATE,
+                            extra_cli=("--spares", "1", *IN_JOB[1:]))  # fmt: skip
+    nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    assert len(nodes) == 3, nodes
+    runs.wait_for_update(save, 25)
+    trained = next(e for e in ledger.read(RunDir(save).ledger) if e.kind == "started")
+    assert trained.get("nodes") == nodes[:2] and trained.get("spares") == nodes[2:]
+    victim = nodes[1]
+    try:
+        chaos.kill_node(job, victim, stop_slurmd=False)
+        final = runs.wait_done(job)
+        info = slurm.node_info(victim)
+    finally:
+        slurm.resume(victim)
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    assert final.restarts == 0
+    events = ledger.read(RunDir(save).ledger)
+    (restarted,) = [e for e in events if e.kind == "restarted"]
+    assert restarted.get("left_out") == [victim] and restarted.get("spare_in") == [nodes[2]]
+    assert "DRAIN" in info["State"], info
+    starts = [e for e in events if e.kind == "started"]
+    assert [s.get("nodes") for s in starts] == [nodes[:2], [nodes[0], nodes[2]]]
+    shapes = [(s.get("world"), s.get("update_freq")) for s in starts]
+    assert shapes[0] == shapes[1] and shapes[0][0] == 2, shapes  # the recipe's batch, unchanged
+    assert runs.summary(save).updates == max_update

@@ -41,6 +41,18 @@ def test_validate_uses_the_largest_world_of_an_elastic_range(tmp_path):
         validate(spec)  # 4 nodes x 8 sequences = 32 > 16
 
 
+def test_spares_need_a_fixed_node_count_and_imply_in_job_restarts(tmp_path):
+    data = make_corpus(tmp_path / "d")
+    with pytest.raises(SpecError, match="--spares needs a fixed --nodes N"):
+        validate(JobSpec("tiny", data, tmp_path / "s", 1, 2, 0, spares=1))
+    with pytest.raises(SpecError, match="--spares -1"):
+        validate(JobSpec("tiny", data, tmp_path / "s", 2, 2, 0, spares=-1))
+    spec = JobSpec("tiny", data, tmp_path / "s", 2, 2, 0, spares=1)
+    validate(spec)
+    assert spec.allocated_min == 3 and spec.in_job_restarts and not spec.restart_in_job
+    assert not JobSpec("tiny", data, tmp_path / "s", 2, 2, 0).in_job_restarts
+
+
 def test_validate_rejects_missing_and_raw_data(tmp_path):
     with pytest.raises(SpecError, match="no such directory"):
         validate(JobSpec("tiny", tmp_path / "nope", tmp_path / "s", gpus_per_node=0))

@@ -447,3 +447,84 @@ def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, mon
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
     verdict = read_verdict(run, "41", 0)
     assert verdict is not None and verdict.action == REQUEUE
+
+
+def spares_spec(tmp_path: Path) -> JobSpec:
+    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, spares=1,
+                   gpus_per_node=0, no_watchdog=True)  # fmt: skip
+
+
+def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """--nodes 2 --spares 1 on n1-n3: n1, n2 train, n3 stands by. n2's torchrun is killed and
+    n2 blamed: task 0 restarts in the job on n1 and n3 (two nodes again, no requeue), records
+    the swap, and releases nobody: the spare is used."""
+    from hpc_train.contract import RESTART_IN_JOB, NodeReport, read_verdict, write_node_report
+
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    run = RunDir(tmp_path)
+    write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
+    write_node_report(run, "41.1", 0, NodeReport(1, "n3", 0))  # the spare, as a member
+    agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    fake = FailsOnce(spares_spec(tmp_path))
+    suspect = launcher_module.hang_monitor.Suspect("n2", None, "its torchrun was killed")
+    monkeypatch.setattr(fake, "_blame", lambda start, cause: suspect)
+    first = starts.allocation_start("41", 0, ("n1", "n2", "n3"), 0, spares=1)
+    assert first is not None and first.standby == ("n3",)
+    done = fake.run(first, gpus=0)
+    assert done["restarts"] == 0 and fake_slurm.requeued == []
+    assert fake.rounds == [("n1", "n2"), ("n1", "n3")]
+    verdict = read_verdict(run, "41", 0)
+    assert verdict is not None and verdict.action == RESTART_IN_JOB
+    assert (verdict.members, verdict.standby) == (["n1", "n3"], [])
+    events = ledger.read(run.ledger)
+    (restarted,) = [e for e in events if e.kind == "restarted"]
+    assert restarted.get("spare_in") == ["n3"] and restarted.get("left_out") == ["n2"]
+    assert [e.get("spares") for e in events if e.kind == "started"] == [["n3"], None]
+    assert [e.get("world") for e in events if e.kind == "started"] == [2, 2]
+
+
+def test_a_hot_spare_waits_joins_the_round_that_takes_it_and_ends_when_the_run_does(
+    tmp_path, fake_slurm
+):
+    """n3 stands by: round 0 restarts without it (it waits on), round 1 takes it in (it trains
+    as task 1 of round 2); another spare is released by task 0's ``done``."""
+    from hpc_train.contract import DONE, RESTART_IN_JOB, RoundVerdict, write_verdict
+
+    run = RunDir(tmp_path)
+    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"]))
+    write_verdict(run, "41.1", 0, RoundVerdict(RESTART_IN_JOB, "hang: n2", ["n1", "n3"], []))
+    write_decision(run, "41.2", 0, StartDecision([], 0, world_size=2, batch_per_device=1,
+                                                 update_freq=1))  # fmt: skip
+    spare = launcher_module.Start("41", 2, 3, "n1", 0, ("n1", "n2", "n3"))
+    fake = FailsOnce(spares_spec(tmp_path))
+    fake.code, fake.rounds = 0, [("first",)]  # exits 0: the round it joined finishes
+    done = fake._stand_by(spare, gpus=0)
+    assert done["restarts"] == 0 and "spare" not in done
+    assert fake.rounds[1:] == [("n1", "n3")]
+    write_verdict(run, "42", 0, RoundVerdict(DONE, "max-update reached", [], ["n3"]))
+    other = launcher_module.Start("42", 2, 3, "n1", 0, ("n1", "n2", "n3"))
+    assert FakeTorchrun(spares_spec(tmp_path), 1)._stand_by(other, gpus=0)["spare"] is True
+
+
+def test_task_0_releases_its_spares_when_the_run_finishes(tmp_path, fake_slurm, monkeypatch):
+    from hpc_train.contract import DONE, NodeReport, read_verdict, write_node_report
+
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    write_node_report(RunDir(tmp_path), "41", 0, NodeReport(1, "n2", 0))
+    first = starts.allocation_start("41", 0, ("n1", "n2", "n3"), 0, spares=1)
+    FakeTorchrun(spares_spec(tmp_path), 0).run(first, gpus=0)
+    verdict = read_verdict(RunDir(tmp_path), "41", 0)
+    assert verdict is not None and verdict.action == DONE and verdict.standby == ["n3"]
+
+
+def test_the_last_nodes_of_the_allocation_are_the_spares_and_refill_tops_up_to_the_width():
+    assert starts.allocation_start("41", 2, ("n1", "n2", "n3"), 0, spares=1) is None
+    one = starts.allocation_start("41", 1, ("n1", "n2", "n3"), 0, spares=1)
+    assert one == starts.Start("41", 1, 2, "n1", 0, ("n1", "n2"), 0, ("n3",))
+    plain = starts.allocation_start("41", 1, ("n1", "n2"), 3, spares=0)
+    assert plain == starts.Start("41", 1, 2, "n1", 3, ("n1", "n2"))
+    assert starts.refill(["n1"], ["n3", "n4"], 2) == (["n1", "n3"], ["n4"])
+    assert starts.refill(["n1", "n2"], ["n3"], 2) == (["n1", "n2"], ["n3"])  # nobody blamed
+    assert starts.refill(["n1"], [], 3) == (["n1"], [])  # no spare left: narrower (or requeue)

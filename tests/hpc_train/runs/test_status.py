@@ -269,3 +269,18 @@ def test_a_requeue_that_cannot_start_shows_as_blocked_until_a_start_follows(
     assert status.main(["51"]) == 0
     out = capsys.readouterr().out
     assert "blocked" not in out and "RUNNING" in out
+
+
+def test_the_hot_spares_standing_by_show_while_the_run_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "h", "61", 40, finished=False)
+    ledger.record(run.ledger, "started", "61", 0, when=1030.0, nodes=["n1", "n2"],
+                  spares=["n3", "n4"], previous="first start")  # fmt: skip
+    said = {"61": slurm.JobState("61", "RUNNING", 0, "n[1-4]", "")}
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: said)
+    assert status.main(["61"]) == 0
+    assert "hot spares standing by: n3, n4\n" in capsys.readouterr().out
+    ledger.record(run.ledger, "restarted", "61", 0, when=1040.0, members=["n1", "n3"],
+                  left_out=["n2"], spare_in=["n3"], spares=["n4"])  # fmt: skip
+    assert status.main(["61", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["spares"] == ["n4"]
