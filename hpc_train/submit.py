@@ -4,11 +4,15 @@
         --data .local/data/demo-bin --save-dir .local/runs/demo --follow
     python -m hpc_train.submit --preset roberta-large --nodes 2 --data /lustre/data-bin/wikitext-103 \\
         --save-dir /lustre/runs/large --dry-run -- --validate-interval-updates 2000
+    python -m hpc_train.submit --preset roberta-large --nodes 2 --data /lustre/data-bin/wikitext-103 \\
+        --save-dir /lustre/runs/large --container /lustre/images/hpc-train.sqsh \\
+        --container-mounts /lustre/tokenizers:/tokenizers:ro
 
 One Slurm task per node runs ``hpc_train.launch.launcher.Launcher``, which starts torchrun, which starts
 fairseq on every GPU (or one CPU rank per node when there is no GPU). The job is submitted with
 ``--requeue`` and resumes from ``checkpoint_last.pt`` in ``--save-dir`` after every restart.
-Arguments after ``--`` go to fairseq-train unchanged.
+Arguments after ``--`` go to fairseq-train unchanged. With ``--container`` the launcher and the
+ranks run inside the image through pyxis (``hpc_train.job.container``, docs/containers.md).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 from hpc_core import instances, ledger, slurm
 from hpc_train import cli
 from hpc_train.faults import quarantine
-from hpc_train.job import command_lines, options, presets
+from hpc_train.job import command_lines, container, options, presets
 from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
 from hpc_train.launch import restart_policy
@@ -99,7 +103,15 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
     elif spec.gpus_per_node > 0:
         # all cores to the node's one task: torchrun's ranks and their data loaders run in it
         params["cpus_per_task"] = instances.instance_type(spec.instance_type).cores
+    if spec.container is not None:
+        # pyxis: the launcher (and so torchrun and the ranks) runs inside the image
+        params["srun_args"] = spec.container_srun_args
     return params
+
+
+def job_python(spec: JobSpec, host_python: str = sys.executable) -> str:
+    """The interpreter each task runs submitit with: the image's with ``--container``."""
+    return container.IMAGE_PYTHON if spec.container is not None else host_python
 
 
 def submission_command(folder: Path, python: str = sys.executable) -> str:
@@ -111,7 +123,7 @@ def render_sbatch(spec: JobSpec, python: str = sys.executable) -> str:
     """The sbatch script submitit would submit for ``spec``; needs no Slurm."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    command = submission_command(spec.run_dir.slurm_logs, python)
+    command = submission_command(spec.run_dir.slurm_logs, job_python(spec, python))
     params = sbatch_parameters(spec, quarantine.nodes(spec.run_dir))
     return _make_sbatch_string(command=command, folder=spec.run_dir.slurm_logs, **params)
 
@@ -129,6 +141,8 @@ def training_command(spec: JobSpec, plan: BatchPlan) -> tuple[str, str]:
     line = command_lines.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
     line = line.replace("SLURM_JOB_ID", "$SLURM_JOB_ID")
     note = f"{plan.describe()}; RDZV_PORT = {port} + job id mod 20000"
+    if spec.container is not None:
+        note += f"; inside the image {spec.container}"
     return line, note
 
 
@@ -138,6 +152,7 @@ def make_executor(spec: JobSpec) -> Any:
     executor = submitit.SlurmExecutor(
         folder=spec.run_dir.slurm_logs,
         max_num_timeout=restart_policy.submitit_max_num_timeout(spec.max_restarts),
+        python=shlex.quote(job_python(spec)),
     )
     executor.update_parameters(**sbatch_parameters(spec, quarantine.nodes(spec.run_dir)))
     return executor

@@ -15,7 +15,8 @@ from typing import Any
 
 from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
 from hpc_core.rundir import RunDir
-from hpc_train.job import batch, devices, presets
+from hpc_train.job import batch, container, devices, presets
+from hpc_train.job.container import Mount
 from hpc_train.job.limits import HangLimits, StragglerLimits
 
 
@@ -117,6 +118,22 @@ def parse_local_save_dir(path: Path) -> Path:
             "e.g. /scratch/hpc-train"
         )
     return path
+
+
+def parse_container(text: str) -> str:
+    """``--container``: a registry reference or a squashfs file (``job.container``)."""
+    try:
+        return container.parse_image(text)
+    except container.ContainerError as err:
+        raise SpecError(str(err)) from None
+
+
+def parse_container_mounts(text: str) -> tuple[Mount, ...]:
+    """``--container-mounts``: ``SRC:DST[:FLAGS][,...]``, DST absolute (``job.container``)."""
+    try:
+        return container.parse_mounts(text)
+    except container.ContainerError as err:
+        raise SpecError(str(err)) from None
 
 
 @dataclass(frozen=True)
@@ -290,6 +307,20 @@ class JobSpec:
         "every sample of an epoch was trained exactly once across restarts and width changes",
         default=False,
     )  # fmt: skip
+    container: str | None = option(
+        "--container", "run the launcher and the ranks inside this image through pyxis (srun "
+        "--container-image; see docs/containers.md): a registry reference in enroot's form, "
+        "docker://[USER@][REGISTRY#]IMAGE[:TAG], or a squashfs file from `enroot import` "
+        "(bootstrap/container/import.sh), e.g. /lustre/images/hpc-train.sqsh; the save dir, the "
+        "data, --local-save-dir (it must exist on every node) and the nodes' Slurm client are "
+        "mounted at their own paths", default=None, parse=parse_container, metavar="IMAGE",
+        default_text="off: the bootstrap's Python environment on the nodes",
+    )  # fmt: skip
+    container_mounts: tuple[Mount, ...] = option(
+        "--container-mounts", "more bind mounts for --container, pyxis's SRC:DST[:FLAGS][,...] "
+        "(SRC must exist, DST absolute), e.g. /lustre/tokenizers:/tokenizers:ro",
+        default=(), parse=parse_container_mounts, metavar="SRC:DST[,...]", default_text="none",
+    )  # fmt: skip
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
     @property
@@ -370,6 +401,22 @@ class JobSpec:
     def gpu_precision(self) -> str:
         return devices.precision(self.instance_type, self.precision)
 
+    @property
+    def container_mount_list(self) -> tuple[Mount, ...]:
+        """Every mount of the job's container (``job.container.job_mounts``); () without one."""
+        if self.container is None:
+            return ()
+        return container.job_mounts(
+            self.save_dir, self.data, self.local_save_dir, self.container_mounts
+        )
+
+    @property
+    def container_srun_args(self) -> list[str]:
+        """pyxis's options for the job's srun (``job.container``); [] without --container."""
+        if self.container is None:
+            return []
+        return container.srun_args(self.container, self.container_mount_list, self.save_dir)
+
 
 def is_binarized(data: Path) -> bool:
     """A fairseq-preprocess'ed masked-LM corpus: dict.txt and train.{bin,idx}."""
@@ -395,6 +442,27 @@ def check_writable(save_dir: Path) -> None:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise SpecError(f"--save-dir {save_dir}: not writable ({probe} is not a writable dir)")
+
+
+def check_container(spec: JobSpec, check_paths: bool) -> None:
+    """``--container``: the mounts' paths and destinations; with ``check_paths`` a file image's
+    existence and squashfs magic, and each ``--container-mounts`` source's existence."""
+    if spec.container is None:
+        if spec.container_mounts:
+            raise SpecError("--container-mounts needs --container IMAGE")
+        return
+    if spec.preflight:
+        raise SpecError(
+            "--preflight with --container: not yet (the check would run outside the image); "
+            "run `python -m nccl_checks allreduce` with the image on its own"
+        )
+    try:
+        spec.container_srun_args  # noqa: B018 - builds the mount list: ',' ':' and clashes
+        if check_paths:
+            container.check_image_file(spec.container)
+            container.check_mount_sources(spec.container_mounts)
+    except container.ContainerError as err:
+        raise SpecError(str(err)) from None
 
 
 def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
@@ -449,6 +517,7 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
         plan = batch.plan(spec.sequences_per_update, spec.device_batch(gpu, world), world)
     except ValueError as err:
         raise SpecError(f"--global-batch: {err}") from None
+    check_container(spec, check_paths)
     if check_paths:
         check_data(spec.data)
         check_writable(spec.save_dir)

@@ -1,0 +1,191 @@
+"""``submit --container IMAGE``: the job's launcher and ranks run inside an image, through pyxis.
+
+The one owner of the container flags. On AWS (ParallelCluster >= 3.11.1 ships enroot and pyxis,
+pyxis disabled until the head node enables it: ``bootstrap/container/enable-pyxis.sh``), submitit's
+``srun`` gets pyxis's options (``srun --help`` once pyxis is loaded; NVIDIA/pyxis wiki, Usage)::
+
+    --container-image=IMAGE --container-mounts=SRC:DST[:FLAGS][,...] --container-workdir=DIR
+
+IMAGE is a registry reference in enroot's URI form (``docker://[USER@][REGISTRY#]IMAGE[:TAG]``, or
+the same without ``docker://``, which pyxis adds) or a squashfs file made by ``enroot import``
+(``bootstrap/container/import.sh``). Mounted at their own paths: the save dir (checkpoints, logs,
+submitit's pickles, every ``.hpc-train/`` file), the data, ``--local-save-dir`` when set, and the
+nodes' Slurm client (the launcher calls ``scontrol``/``sinfo``/``sbatch``; submitit requeues with
+``scontrol requeue``); then the user's ``--container-mounts``. Inside, submitit runs the image's
+interpreter, ``IMAGE_PYTHON`` (``bootstrap/container/Containerfile`` puts the project there).
+
+What is checked here, offline: the reference's form, that a file image exists and starts with
+squashfs's magic, that each mount's source exists and its destination is absolute. What is not:
+that a registry holds the image, that pyxis is enabled, that the nodes have the mounts' sources
+(``--local-save-dir``, ``SLURM_CLIENT_MOUNTS``). See docs/containers.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SQUASHFS_MAGIC = b"hsqs"  # the first 4 bytes of a squashfs filesystem (little-endian 0x73717368)
+IMAGE_PYTHON = "/opt/hpc-train/venv/bin/python"  # the image's environment (the Containerfile's)
+REGISTRY_SCHEME = "docker://"
+FILE_SUFFIXES = (".sqsh", ".squashfs")
+# Docker's repository grammar, a component: lowercase alphanumerics joined by . _ __ or dashes
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REFERENCE = re.compile(
+    r"(?:(?P<user>[^@#/:\s]+)@)?"  # USER@ (credentials from enroot's .credentials)
+    r"(?:(?P<registry>[A-Za-z0-9.-]+(?::[0-9]+)?)#)?"  # REGISTRY# (enroot's separator)
+    rf"(?P<image>{_COMPONENT}(?:/{_COMPONENT})*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+)
+# The nodes' Slurm client, as ParallelCluster installs it: binaries, libraries and slurm.conf
+# under /opt/slurm; munged's socket. Mounted at the same paths; the image puts /opt/slurm/bin on
+# PATH and has libmunge (the Containerfile).
+SLURM_CLIENT_MOUNTS = ("/opt/slurm:/opt/slurm:ro", "/var/run/munge:/var/run/munge")
+
+
+class ContainerError(ValueError):
+    """Bad container input; the message is one line meant for the user."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One bind mount, pyxis's ``SRC:DST[:FLAGS]`` (FLAGS joined by ``+``, e.g. ``ro+rprivate``)."""
+
+    source: Path
+    destination: Path
+    flags: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.destination}" + (f":{self.flags}" if self.flags else "")
+
+
+def _plain(path: str, what: str) -> str:
+    """pyxis splits its list on ``,`` and each mount on ``:``: a path may contain neither."""
+    if not path or "," in path or ":" in path:
+        raise ContainerError(f"{what} {path!r}: a container mount path may not contain ',' or ':'")
+    return path
+
+
+def is_file_image(image: str) -> bool:
+    """A path to a squashfs file (pyxis imports anything else from a registry)."""
+    return image.startswith(("/", ".", "~")) or image.endswith(FILE_SUFFIXES)
+
+
+def parse_image(text: str) -> str:
+    """``--container``: a registry reference as given, or a squashfs file's absolute path (its
+    existence and magic are ``check_image_file``'s). ContainerError, one line, when malformed."""
+    image = text.strip()
+    flag = f"--container {text!r}"
+    if not image:
+        raise ContainerError(f"{flag}: empty (a registry reference or a .sqsh file)")
+    if is_file_image(image):
+        return str(Path(image).expanduser().absolute())
+    if "://" in image and not image.startswith(REGISTRY_SCHEME):
+        raise ContainerError(
+            f"{flag}: only {REGISTRY_SCHEME} references (enroot's URI) or a .sqsh file, "
+            "e.g. docker://nvcr.io#nvidia/pytorch:24.12-py3 or /lustre/images/hpc-train.sqsh"
+        )
+    reference = image.removeprefix(REGISTRY_SCHEME)
+    first, slash, _ = reference.rpartition("@")[2].partition("/")
+    if slash and "#" not in reference and ("." in first or ":" in first or first == "localhost"):
+        raise ContainerError(
+            f"{flag}: enroot separates the registry with '#', not '/': "
+            f"{REGISTRY_SCHEME}{reference.replace('/', '#', 1)}"
+        )
+    if not _REFERENCE.fullmatch(reference):
+        raise ContainerError(
+            f"{flag}: neither a registry reference ([USER@][REGISTRY#]IMAGE[:TAG], "
+            "e.g. docker://nvcr.io#nvidia/pytorch:24.12-py3) nor a .sqsh file"
+        )
+    return image
+
+
+def check_image_file(image: str) -> None:
+    """A file image must exist and be a squashfs (``enroot import``'s output); no-op for a
+    registry reference. ContainerError, one line."""
+    if not is_file_image(image):
+        return
+    path = Path(image)
+    flag = f"--container {image}"
+    if not path.is_file():
+        raise ContainerError(f"{flag}: no such file (import one: bootstrap/container/import.sh)")
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(len(SQUASHFS_MAGIC))
+    except OSError as err:
+        raise ContainerError(f"{flag}: cannot read it ({err.strerror})") from None
+    if magic != SQUASHFS_MAGIC:
+        raise ContainerError(
+            f"{flag}: not a squashfs image (no 'hsqs' magic); make one with "
+            "`enroot import` (bootstrap/container/import.sh)"
+        )
+
+
+def parse_mount(text: str) -> Mount:
+    """``SRC:DST[:FLAGS]``; SRC relative to here is made absolute, DST must be absolute."""
+    parts = text.strip().split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]):
+        raise ContainerError(
+            f"--container-mounts {text!r}: expected SRC:DST[:FLAGS], e.g. /lustre/tok:/tok:ro"
+        )
+    source, destination = Path(parts[0]).expanduser().absolute(), Path(parts[1])
+    if not destination.is_absolute():
+        raise ContainerError(
+            f"--container-mounts {text!r}: the destination {parts[1]} must be an absolute path"
+        )
+    flags = parts[2] if len(parts) == 3 else ""
+    if flags and not re.fullmatch(r"[a-z]+(\+[a-z]+)*", flags):
+        raise ContainerError(f"--container-mounts {text!r}: FLAGS are words joined by '+'")
+    return Mount(source, destination, flags)
+
+
+def parse_mounts(text: str) -> tuple[Mount, ...]:
+    """``--container-mounts``: a comma list of ``SRC:DST[:FLAGS]``."""
+    items = [item for item in text.split(",") if item.strip()]
+    if not items:
+        raise ContainerError(f"--container-mounts {text!r}: expected SRC:DST[:FLAGS][,...]")
+    return tuple(parse_mount(item) for item in items)
+
+
+def check_mount_sources(mounts: Iterable[Mount]) -> None:
+    """Each user mount's source must exist here (the submit host sees the shared file systems
+    the nodes see). ContainerError, one line."""
+    for mount in mounts:
+        if not mount.source.exists():
+            raise ContainerError(f"--container-mounts {mount}: no such source {mount.source}")
+
+
+def job_mounts(
+    save_dir: Path, data: Path, local_save_dir: Path | None, extra: Sequence[Mount] = ()
+) -> tuple[Mount, ...]:
+    """Every mount of the job's container, in order: the save dir, the data, the node-local
+    tier, the Slurm client, the user's. Each path once; two mounts on one destination are an
+    error (ContainerError)."""
+    own = [save_dir, data, *([local_save_dir] if local_save_dir is not None else [])]
+    mounts = [Mount(p, p) for p in own]
+    mounts += [parse_mount(m) for m in SLURM_CLIENT_MOUNTS]
+    mounts += extra
+    unique: list[Mount] = []
+    for mount in mounts:
+        _plain(str(mount.source), "mount source")
+        _plain(str(mount.destination), "mount destination")
+        if mount in unique:
+            continue
+        clash = next((m for m in unique if m.destination == mount.destination), None)
+        if clash is not None:
+            raise ContainerError(
+                f"--container-mounts {mount}: {mount.destination} is already mounted ({clash})"
+            )
+        unique.append(mount)
+    return tuple(unique)
+
+
+def srun_args(image: str, mounts: Sequence[Mount], workdir: Path) -> list[str]:
+    """pyxis's options for submitit's ``srun`` (``SlurmExecutor``'s ``srun_args``)."""
+    return [
+        f"--container-image={image}",
+        f"--container-mounts={','.join(map(str, mounts))}",
+        f"--container-workdir={workdir}",
+    ]
