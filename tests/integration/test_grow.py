@@ -72,3 +72,41 @@ def test_a_grow_and_a_notice_landing_together_lose_nothing(runs):
     assert runs.trained_updates(save) == list(range(1, max_update + 1))  # none lost, none twice
     starts = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "started"]
     assert len(starts[-1].get("nodes")) == 4, starts
+
+
+def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_width_it_can_get(runs):
+    """The blocker's nodes come free, the run asks to grow, and a high-priority job takes two
+    of them before the requeued run starts again: it resumes on what is left (no wait for the
+    width it asked), completes, and trains no update twice."""
+    runs.wait_idle_nodes(4)
+    blocker = slurm.sbatch(
+        ["-p", "low", "-N3", "--exclusive", "-o", "/dev/null", "--job-name=hold-3-nodes",
+         "--wrap=sleep 600"]
+    )  # fmt: skip
+    taker = None
+    try:
+        runs.wait_for("the blocker", lambda: slurm.job_state(blocker).state == "RUNNING", 60)
+        max_update = 800
+        job, save = runs.submit("grow-taken", max_update, nodes="1-3",
+                                fairseq=("--log-interval", "1"),
+                                extra_cli=("--grow-after", "5", "--global-batch", "24"))  # fmt: skip
+        runs.wait_for_update(save, 20)
+        slurm.cancel(blocker)
+        runs.wait_for(
+            "the grow",
+            lambda: any(e.kind == "grown" for e in ledger.read(RunDir(save).ledger)),
+            120,
+        )
+        taker = slurm.sbatch(
+            ["-p", "high", "-N2", "--exclusive", "-o", "/dev/null", "--job-name=take-2-nodes",
+             "--wrap=sleep 120"]
+        )  # fmt: skip
+        final = runs.wait_done(job, timeout=900)
+    finally:
+        slurm.cancel(blocker)
+        if taker:
+            slurm.cancel(taker)
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    starts = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "started"]
+    assert len(starts) >= 2 and len(starts[1].get("nodes")) < 3, starts  # not the width asked
+    assert runs.trained_updates(save) == list(range(1, max_update + 1))
