@@ -24,6 +24,7 @@ import shlex
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,7 @@ def record_submission(spec: JobSpec, job_id: str, when: float) -> None:
     ledger.record(
         run.ledger, "submitted", job_id, 0, when,
         nodes=spec.nodes_arg, max_update=spec.updates, preset=spec.preset, name=spec.job_name,
+        hang_limits=None if spec.no_watchdog else asdict(spec.hang_limits),  # for the watchers
     )  # fmt: skip
     ledger.index_run(job_id, run.root.resolve(), spec.job_name, spec.updates)
 

@@ -30,17 +30,18 @@ from pathlib import Path
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import cli
-from hpc_train.contract import STARTUP, TRAIN, Beat, read_beats
+from hpc_train.contract import Beat, read_beats
 from hpc_train.job.limits import HangLimits
 from hpc_train.runs import follow, goodput, index
 from hpc_train.runs.logparse import RunSummary
 from hpc_train.runs.named_nodes import NodeNote, node_notes
+from hpc_train.watch import hangs
 
 DEFAULT_PORT = 9478  # unassigned in Prometheus' default-port allocations list
 TEXTFILE = "hpc_train.prom"  # node_exporter's textfile collector reads *.prom
 PREFIX = "hpc_train"
 LABELS = ("slurm_job", "run", "save_dir")  # "job" is the scrape job's (Prometheus target label)
-DEFAULT_HANG = HangLimits()  # the ledger does not record a run's own allowances
+DEFAULT_HANG = HangLimits()  # a run submitted before its ledger recorded its own
 
 
 # --- what one scrape knows of one run -------------------------------------------------------
@@ -106,16 +107,24 @@ class RunView:
         """What the ranks went on to do after their last update (the newest beat's word)."""
         return max(self.beats, key=lambda b: b.time).phase if self.beats else None
 
-    def hang_allowance_s(self, limits: HangLimits = DEFAULT_HANG) -> float:
-        """The in-job watchdog's allowance now, with the default limits (the ledger does not
-        record a run's own): the start-up, save, or per-update allowance by the ranks' phase."""
-        phase = self.phase
-        if phase in (None, STARTUP):
-            return limits.startup_s
-        if phase != TRAIN:
-            return limits.save_s
-        slowest = max((b.slowest_s or 0.0) for b in self.beats)
-        return max(limits.floor_s, limits.factor * slowest)
+    @property
+    def hang_limits(self) -> HangLimits | None:
+        """The run's own ``--hang-*`` allowances, as submit recorded them (None: the run has no
+        watchdog); a run recorded before they were: the defaults."""
+        submitted = [e for e in self.events if e.kind == "submitted"]
+        if not submitted or "hang_limits" not in submitted[-1].data:
+            return DEFAULT_HANG
+        recorded = submitted[-1].get("hang_limits")
+        return HangLimits(**recorded) if isinstance(recorded, dict) else None
+
+    def hang_allowance_s(self, limits: HangLimits | None = None) -> float | None:
+        """The in-job watchdog's allowance now (``watch.hangs.allowance``, the monitor's own
+        rule) for the ranks' newest beats under ``limits`` (default: the run's own); None for a
+        run without a watchdog."""
+        limits = limits or self.hang_limits
+        if limits is None:
+            return None
+        return max((hangs.allowance(b, limits) for b in self.beats), default=limits.startup_s)
 
     @property
     def checkpoints(self) -> list[ledger.Event]:
@@ -294,7 +303,7 @@ def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) ->
         "since_progress": Family("run_seconds_since_progress", "gauge",
                                  "seconds since the run last completed an update (alive runs)"),
         "allowance": Family("run_hang_allowance_seconds", "gauge",
-                            "the in-job watchdog's allowance for the ranks' phase (default limits)"),
+                            "the in-job watchdog's allowance for the ranks' phase (the run's --hang-* limits)"),
         "since_ckpt": Family("run_seconds_since_checkpoint", "gauge",
                              "seconds since the last durable checkpoint (alive runs)"),
         "ckpt_interval": Family("run_checkpoint_interval_seconds", "gauge",

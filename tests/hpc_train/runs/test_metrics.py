@@ -167,3 +167,23 @@ def test_bad_input_is_one_line_and_exit_2(argv, said, capsys):
     err = capsys.readouterr().err
     assert ended.value.code == 2
     assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_hang_allowance_is_the_runs_own_as_submit_recorded_it(tmp_path, monkeypatch):
+    """`submit --hang-timeout-floor 10 --hang-factor 3` is in the ledger: the gauge (and the
+    alert on it) follows that run's watchdog, not the defaults; --no-watchdog: no gauge."""
+    from hpc_train import submit
+    from hpc_train.job.spec import JobSpec
+
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    lab = ("42", "demo", str(tmp_path / "run"))
+    run = write_run(tmp_path / "run")
+    spec = JobSpec("tiny", tmp_path / "d", tmp_path / "run", gpus_per_node=0, hang_factor=10,
+                   hang_timeout_floor=10.0)  # fmt: skip
+    submit.record_submission(spec, "42", NOW - 10)
+    got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
+    assert got[("run_hang_allowance_seconds", lab)] == 20  # max(floor 10, 10 x 2 s)
+    quiet = JobSpec("tiny", tmp_path / "d", tmp_path / "run", gpus_per_node=0, no_watchdog=True)
+    submit.record_submission(quiet, "42", NOW - 5)
+    got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
+    assert ("run_hang_allowance_seconds", lab) not in got
