@@ -5,9 +5,9 @@
 # configurations from /opt/parallelcluster/examples instead of moving them, and idempotent: a
 # second run changes nothing and does not reconfigure Slurm.
 #
-#   bootstrap/container/enable-pyxis.sh [--compute] [--dry-run]
+#   bootstrap/container/enable-pyxis.sh [--head | --compute] [--dry-run]
 #
-# Head node (default): enroot's directories and enroot.conf, pyxis's runtime directory, then the
+# Head node (--head, the default): enroot's directories and enroot.conf, pyxis's runtime directory, then the
 # SPANK include (plugstack.conf: `include <slurm etc>/plugstack.conf.d/*`, added to an existing
 # plugstack.conf that lacks it) and plugstack.conf.d/pyxis.conf, and `scontrol reconfigure` when
 # one of the two changed. --compute: the directories and enroot.conf only (OnNodeStart on the
@@ -31,6 +31,7 @@ dry_run=0
 while (($#)); do
     case "$1" in
         -h | --help) usage; exit 0 ;;
+        --head) compute=0 ;;
         --compute) compute=1 ;;
         --dry-run) dry_run=1 ;;
         *) printf 'enable-pyxis.sh: unknown argument %s (see --help)\n' "$1" >&2; exit 2 ;;

@@ -164,7 +164,7 @@ def reconfigures(tmp_path: Path) -> int:
 
 
 def test_enable_pyxis_on_the_head_node_then_a_second_run_changes_nothing(tmp_path, node):
-    proc = run("enable-pyxis.sh", env=node)
+    proc = run("enable-pyxis.sh", "--head", env=node)
     assert proc.returncode == 0, proc.stderr
     stamped(proc.stderr)
     etc = Path(node["PYXIS_SLURM_ETC"])
