@@ -84,6 +84,13 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
         # requeue: Slurm may restart the job after preemption or a node failure
         "additional_parameters": {"requeue": True},
     }
+    srun_args: list[str] = []
+    if spec.in_job_restarts:
+        # a node that fails (NODE_FAIL: its slurmd gone) ends neither the job (sbatch) nor the
+        # other nodes' tasks (srun kills the whole step otherwise): task 0 blames the node and
+        # restarts training inside the allocation, which Slurm shrinks to the nodes left
+        params["additional_parameters"]["no_kill"] = True
+        srun_args.append("--no-kill")
     if spec.nodes_max != spec.nodes_min:
         # Elastic: MIN-MAX. With --ntasks-per-node Slurm settles for MIN nodes; without it, it
         # allocates as many as are free and srun still starts one task per node.
@@ -106,7 +113,9 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
         params["cpus_per_task"] = instances.instance_type(spec.instance_type).cores
     if spec.container is not None:
         # pyxis: the launcher (and so torchrun and the ranks) runs inside the image
-        params["srun_args"] = spec.container_srun_args
+        srun_args += spec.container_srun_args
+    if srun_args:
+        params["srun_args"] = srun_args
     return params
 
 

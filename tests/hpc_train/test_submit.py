@@ -156,6 +156,9 @@ def test_hot_spares_are_allocated_beside_the_nodes_that_train_and_preflighted_to
                    spares=1, preflight=True)  # fmt: skip
     script = submit.render_sbatch(spec)
     assert "#SBATCH --nodes=3" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert "#SBATCH --no-kill" in script  # a lost node no longer ends the allocation ...
+    assert "_log.err --no-kill " in script  # srun: ... nor the other nodes' tasks
+    assert "--no-kill" not in submit.render_sbatch(JobSpec("tiny", Path("/d"), Path("/s")))
     check = next(line for line in submit.setup_lines(spec) if "nccl_checks allreduce" in line)
     assert "--nodes=3" in check
 

@@ -4,6 +4,7 @@ no requeue (Slurm's Restarts stays 0), the blamed node drained, the run complete
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -95,4 +96,34 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     assert [s.get("nodes") for s in starts] == [nodes[:2], [nodes[0], nodes[2]]]
     shapes = [(s.get("world"), s.get("update_freq")) for s in starts]
     assert shapes[0] == shapes[1] and shapes[0][0] == 2, shapes  # the recipe's batch, unchanged
+    assert runs.summary(save).updates == max_update
+
+
+def test_a_lost_node_is_recovered_in_the_allocation(runs, restart_local_cluster):
+    """A node lost whole (its ranks killed, then its slurmd: Slurm marks it DOWN after
+    SlurmdTimeout): the job was submitted with --no-kill, so the allocation survives; task 0
+    blames the node and trains on without it. Slurm's Restarts 0, the run completes."""
+    runs.wait_idle_nodes(2)
+    max_update = 1500  # training goes on past SlurmdTimeout (20 s): the node is DOWN mid-run
+    job, save = runs.submit("injob-lost", max_update, nodes="1-2", fairseq=PER_UPDATE,
+                            extra_cli=IN_JOB)  # fmt: skip
+    nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    assert len(nodes) == 2, nodes
+    runs.wait_for_update(save, 25)
+    victim = nodes[-1]
+    try:
+        chaos.kill_node(job, victim, stop_slurmd=True)
+        runs.wait_for("the node DOWN", lambda: "DOWN" in slurm.node_info(victim)["State"], 120)
+        assert slurm.job_state(job).state == "RUNNING", runs.explain(save, job)  # not NODE_FAIL
+        final = runs.wait_done(job, timeout=900)
+    finally:
+        restart_local_cluster()
+        with contextlib.suppress(slurm.SlurmError):
+            slurm.resume(victim)  # drained by the blame: back for the next tests
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    assert final.restarts == 0  # the allocation was kept
+    events = ledger.read(RunDir(save).ledger)
+    (restarted,) = [e for e in events if e.kind == "restarted"]
+    assert restarted.get("left_out") == [victim] and restarted.get("members") == [nodes[0]]
+    assert not [e for e in events if e.kind == "requeued"]
     assert runs.summary(save).updates == max_update
