@@ -191,6 +191,7 @@ def read_node_reports(run: RunDir, job: str, restart: int, nodes: int) -> list[N
 
 
 RESTART_IN_JOB, REQUEUE, STOP, DONE = "restart", "requeue", "stop", "done"
+IN_JOB_RESTART = "in-job restart"  # how a round's ``started`` event begins its ``previous``
 
 
 @dataclass(frozen=True)

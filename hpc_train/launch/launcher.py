@@ -43,6 +43,7 @@ from hpc_core import instances, ledger, slurm
 from hpc_core.wait import FAST, Backoff, process_exited, wait_until
 from hpc_train.contract import (
     DONE,
+    IN_JOB_RESTART,
     REQUEUE,
     RESTART_IN_JOB,
     STOP,
@@ -386,7 +387,7 @@ class Launcher:
         if me not in members:
             log(f"left out of the in-job restart ({why}): this task ends")
             return done | {"left_out": True}
-        return start.next_round(members, me, standby), f"in-job restart after {why}"
+        return start.next_round(members, me, standby), f"{IN_JOB_RESTART} after {why}"
 
     def _release_spares(self, start: Start, action: str, why: str) -> None:
         """Task 0, as the run ends in this allocation: the hot spares standing by end too."""
@@ -409,7 +410,7 @@ class Launcher:
                               spare.restart, tuple(members), job_round + 1,
                               tuple(verdict.standby))  # fmt: skip
                 log(f"hot spare taken in for round {job_round + 1}: {verdict.why}")
-                return self.run(start, gpus, f"in-job restart after {verdict.why}")
+                return self.run(start, gpus, f"{IN_JOB_RESTART} after {verdict.why}")
             if verdict.action == RESTART_IN_JOB:
                 job_round += 1
                 continue

@@ -15,9 +15,12 @@ from submission to the end (or to now, for a run still going). The rest, by caus
                   detection, a slow or stuck exit. Never productive.
     interrupted   a start that ended without a stop recorded (node failure, a killed step):
                   from its last recorded progress to the next start, counted with the queue
+    in-job restart  a round's end -> the next round's start inside the same allocation
+                  (``--restart-in-job``, ``--spares``): the verdict, the drain, the nodes'
+                  hand-over; no queue was waited for
 
-Every second of the wall is in exactly one of: queue, start-up, checkpoints, recomputed,
-no progress, productive (``Goodput.parts`` sums to ``wall_s``).
+Every second of the wall is in exactly one of: queue, in-job restart, start-up, checkpoints,
+recomputed, no progress, productive (``Goodput.parts`` sums to ``wall_s``).
 
 Each start is one segment of the ledger: ``started`` .. (``first_update``) .. its end, which is
 the ``stopped``/``finished`` event of that start, else the next start, else now.
@@ -30,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from hpc_core.ledger import Event
+from hpc_train.contract import IN_JOB_RESTART
 
 ENDS = ("stopped", "finished")
 CANCELLED = "cancelled"
@@ -51,6 +55,7 @@ class Segment:
     resume_at: int | None = None  # the update this start resumed from
     reached: int | None = None  # the last update any rank completed (task 0's word at the end)
     last_progress: float | None = None  # when it was completed
+    in_job: bool = False  # an in-job restart: it followed the previous start in its allocation
 
     @property
     def progress_end(self) -> float:
@@ -71,12 +76,14 @@ class Goodput:
     restarts: int
     no_progress_s: float = 0.0
     recomputed_updates: int = 0
+    in_job_restart_s: float = 0.0
 
     @property
     def parts(self) -> dict[str, float]:
         """Where the wall time went: the causes and the productive rest (sums to ``wall_s``)."""
         return {
-            "queue": self.queue_s, "start-up": self.startup_s, "checkpoints": self.checkpoint_s,
+            "queue": self.queue_s, "in-job restart": self.in_job_restart_s,
+            "start-up": self.startup_s, "checkpoints": self.checkpoint_s,
             "recomputed": self.recomputed_s, "no progress": self.no_progress_s,
             "productive": self.productive_s,
         }  # fmt: skip
@@ -95,6 +102,7 @@ class Goodput:
             f"start-up {self.startup_s:.0f} s, checkpoints {self.checkpoint_s:.0f} s, "
             f"recomputed {self.recomputed_s:.0f} s ({self.recomputed_updates} updates), "
             f"no progress {self.no_progress_s:.0f} s"
+            + (f", in-job restarts {self.in_job_restart_s:.0f} s" if self.in_job_restart_s else "")
         )
 
 
@@ -125,6 +133,7 @@ def segments(events: Sequence[Event], now: float) -> list[Segment]:
             start.restart, start.time, first, ended, cause, saves,
             _int(start.get("resume_at")), _int(said.get("reached")),
             _float(said.get("last_progress")),
+            str(start.get("previous", "")).startswith(IN_JOB_RESTART),
         ))  # fmt: skip
     return out
 
@@ -178,10 +187,12 @@ def account(
     per_update = _seconds_per_update(segs) if seconds_per_update is None else seconds_per_update
     recomputed = min(redone * (per_update or 0.0), max(0.0, training - checkpoint))
     busy = sum(s.ended - s.started for s in segs)
+    handover = sum(max(0.0, b.started - a.ended) for a, b in itertools.pairwise(segs) if b.in_job)
     productive = max(0.0, training - checkpoint - recomputed)
     return Goodput(
         wall_s=end - begin,
-        queue_s=max(0.0, (end - begin) - busy),
+        queue_s=max(0.0, (end - begin) - busy - handover),
+        in_job_restart_s=handover,
         startup_s=startup,
         checkpoint_s=checkpoint,
         recomputed_s=recomputed,

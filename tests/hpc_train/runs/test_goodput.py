@@ -115,3 +115,25 @@ def test_an_agent_stuck_after_training_costs_its_time():
     assert g.productive_s == 90 and g.no_progress_s == 900
     assert g.ettr == pytest.approx(0.09)
     assert sum(g.parts.values()) == pytest.approx(g.wall_s)
+
+
+def test_an_in_job_restart_is_its_own_cause_not_queue():
+    """Submitted at 0, start at 10, first update at 20, a crash stops it at 60 (reached update
+    40 at 55, last checkpoint at update 30); task 0 restarts in the allocation: round 1 starts
+    at 64 (4 s of hand-over), first update at 70, finished at 100. Nothing was queued for."""
+    events = [
+        ev("submitted", 0),
+        ev("started", 10, previous="first start"),
+        ev("first_update", 20, update=1),
+        ev("stopped", 60, cause="crash", reached=40, last_progress=55),
+        ev("restarted", 60, members=["n1"], left_out=["n2"]),
+        ev("started", 64, resume_at=30, previous="in-job restart after crash: n2: killed"),
+        ev("first_update", 70, update=31),
+        ev("finished", 100, reached=70, last_progress=100),
+    ]
+    g = goodput.account(events, now=999)
+    assert g.wall_s == 100 and g.in_job_restart_s == 4
+    assert g.queue_s == 10  # submission -> first start only
+    assert g.startup_s == 10 + 6 and g.no_progress_s == 5 and g.recomputed_updates == 10
+    assert sum(g.parts.values()) == pytest.approx(g.wall_s)
+    assert "in-job restarts 4 s" in g.describe()
