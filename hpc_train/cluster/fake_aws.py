@@ -309,6 +309,20 @@ def _description(os_name: str, nvidia: str) -> str:
     return f"AWS ParallelCluster AMI for {os_name}, " + _DESCRIPTION_TAIL.format(nvidia=nvidia)
 
 
+# what every fake image says alike (moto's Ami fields)
+_AMI_FIELDS: dict[str, Any] = {
+    "virtualization_type": "hvm",
+    "architecture": "x86_64",
+    "state": "available",
+    "creation_date": _FAKE_AMI_DATE,
+    "image_type": "machine",
+    "root_device_name": "/dev/sda1",
+    "root_device_type": "ebs",
+    "sriov": "simple",
+    "hypervisor": "xen",
+}
+
+
 def _fake_custom_amis(refs: References) -> list[dict[str, Any]]:
     """Each CustomAmi the config names, as `pcluster build-image` leaves it in your account."""
     version = _installed_version()
@@ -319,15 +333,7 @@ def _fake_custom_amis(refs: References) -> list[dict[str, Any]]:
             "description": _description(refs.os, CUSTOM_NVIDIA),
             "owner_id": _ACCOUNT_ID,
             "public": False,
-            "virtualization_type": "hvm",
-            "architecture": "x86_64",
-            "state": "available",
-            "creation_date": _FAKE_AMI_DATE,
-            "image_type": "machine",
-            "root_device_name": "/dev/sda1",
-            "root_device_type": "ebs",
-            "sriov": "simple",
-            "hypervisor": "xen",
+            **_AMI_FIELDS,
             "tags": {
                 "parallelcluster:os": refs.os,
                 "parallelcluster:version": version,
@@ -362,15 +368,7 @@ def _fake_parent_amis(refs: References) -> list[dict[str, Any]]:
             "description": "Canonical, Ubuntu, 22.04 LTS, amd64 jammy image",
             "owner_id": "099720109477",
             "public": True,
-            "virtualization_type": "hvm",
-            "architecture": "x86_64",
-            "state": "available",
-            "creation_date": _FAKE_AMI_DATE,
-            "image_type": "machine",
-            "root_device_name": "/dev/sda1",
-            "root_device_type": "ebs",
-            "sriov": "simple",
-            "hypervisor": "xen",
+            **_AMI_FIELDS,
         }
         for ami_id in refs.parent_images
     ]
