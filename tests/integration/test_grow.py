@@ -14,14 +14,22 @@ from hpc_train.runs import goodput
 pytestmark = pytest.mark.slurm
 
 
-def test_a_run_grows_back_when_the_blocker_ends_and_loses_nothing(runs):
-    runs.wait_idle_nodes(4)
-    blocker = slurm.sbatch(
-        ["-p", "low", "-N3", "--exclusive", "-o", "/dev/null", "--job-name=hold-3-nodes",
-         "--wrap=sleep 600"]
-    )  # fmt: skip
+def hold_nodes(runs, count: int) -> str:
+    """A low-priority job holding ``count`` nodes for 10 minutes (the test cancels it), running."""
+    blocker = slurm.sbatch(["-p", "low", f"-N{count}", "--exclusive", "-o", "/dev/null",
+                            f"--job-name=hold-{count}-nodes", "--wrap=sleep 600"])  # fmt: skip
     try:
         runs.wait_for("the blocker", lambda: slurm.job_state(blocker).state == "RUNNING", 60)
+    except TimeoutError:
+        slurm.cancel(blocker)
+        raise
+    return blocker
+
+
+def test_a_run_grows_back_when_the_blocker_ends_and_loses_nothing(runs):
+    runs.wait_idle_nodes(4)
+    blocker = hold_nodes(runs, 3)
+    try:
         max_update = 1000
         job, save = runs.submit("grow", max_update, nodes="1-3", fairseq=("--log-interval", "1"),
                                 extra_cli=("--grow-after", "5", "--global-batch", "24"))  # fmt: skip
@@ -48,12 +56,8 @@ def test_a_grow_and_a_notice_landing_together_lose_nothing(runs):
     """The grow's notice and another notice (a preemption's, a time limit's) arrive within the
     same moment: one save on notice, one requeue, and no update lost or trained twice."""
     runs.wait_idle_nodes(4)
-    blocker = slurm.sbatch(
-        ["-p", "low", "-N2", "--exclusive", "-o", "/dev/null", "--job-name=hold-2-nodes",
-         "--wrap=sleep 600"]
-    )  # fmt: skip
+    blocker = hold_nodes(runs, 2)
     try:
-        runs.wait_for("the blocker", lambda: slurm.job_state(blocker).state == "RUNNING", 60)
         max_update = 1000
         job, save = runs.submit("grow-notice", max_update, nodes="2-4",
                                 fairseq=("--log-interval", "1"),
@@ -79,13 +83,9 @@ def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_width_it_can_get(
     of them before the requeued run starts again: it resumes on what is left (no wait for the
     width it asked), completes, and trains no update twice."""
     runs.wait_idle_nodes(4)
-    blocker = slurm.sbatch(
-        ["-p", "low", "-N3", "--exclusive", "-o", "/dev/null", "--job-name=hold-3-nodes",
-         "--wrap=sleep 600"]
-    )  # fmt: skip
+    blocker = hold_nodes(runs, 3)
     taker = None
     try:
-        runs.wait_for("the blocker", lambda: slurm.job_state(blocker).state == "RUNNING", 60)
         max_update = 800
         job, save = runs.submit("grow-taken", max_update, nodes="1-3",
                                 fairseq=("--log-interval", "1"),
