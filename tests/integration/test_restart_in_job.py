@@ -53,6 +53,7 @@ def _recovered_in_job(runs, name: str, interrupt) -> None:
     assert summary.updates == max_update and summary.resumed_at[0] >= 20
     g = goodput.account(events, events[-1].time)
     assert sum(g.parts.values()) == pytest.approx(g.wall_s) and g.restarts == 1
+    assert g.in_job_restart_s > 0  # the hand-over inside the allocation, not queue
     assert took < 240, took
 
 
@@ -97,6 +98,13 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     shapes = [(s.get("world"), s.get("update_freq")) for s in starts]
     assert shapes[0] == shapes[1] and shapes[0][0] == 2, shapes  # the recipe's batch, unchanged
     assert runs.summary(save).updates == max_update
+    # the loss curve stays the recipe's: every update's loss (the resumed one where an update was
+    # trained twice) equals that of the same run on two nodes never interrupted
+    ref, ref_save = runs.submit("injob-spare-reference", max_update, nodes="2",
+                                fairseq=PER_UPDATE)  # fmt: skip
+    assert runs.wait_done(ref).state == "COMPLETED"
+    resumed = dict(runs.summary(save).losses)
+    assert resumed == dict(runs.summary(ref_save).losses) and len(resumed) == max_update
 
 
 def test_a_lost_node_is_recovered_in_the_allocation(runs, restart_local_cluster):
