@@ -305,6 +305,11 @@ class RunDir:
         """The evidence of a hang in this start: stacks, node reports, the suspect."""
         return self.state / "incidents" / f"{job_id}-{restart}"
 
+    def launcher_beat(self, job_id: str, restart: int, task: int) -> Path:
+        """One node's launcher, alive (``hpc_train.contract.LauncherBeat``): written every few
+        seconds, read by the launcher that watches it."""
+        return self.state / "launchers" / f"{job_id}-{restart}-task{task}.json"
+
     def node_report(self, job_id: str, restart: int, task: int) -> Path:
         """What one node's launcher found at a start (its GPUs), for task 0's decision."""
         return self.state / "nodes" / f"{job_id}-{restart}-task{task}.json"

@@ -7,6 +7,7 @@
     python -m hpc_train.chaos JOBID kill-node --stop-slurmd  # local cluster: the node fails too
     python -m hpc_train.chaos JOBID hang [--node N]        # SIGSTOP one rank: the job hangs
     python -m hpc_train.chaos JOBID stuck-agent [--node N] # SIGSTOP one node's torchrun agent
+    python -m hpc_train.chaos JOBID stuck-launcher [--node N]  # SIGSTOP one node's launcher
     python -m hpc_train.chaos JOBID crash --at-update 30   # rank 0 raises there, every start
     python -m hpc_train.chaos JOBID slow --node n2 --factor 0.5  # one node's ranks at half speed
     python -m hpc_train.chaos JOBID slow-save --seconds 8  # every checkpoint write 8 s slower
@@ -27,7 +28,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hpc_core import slurm
@@ -59,8 +60,10 @@ def notice(job_id: str) -> None:
     slurm.signal(job_id, "USR2")
 
 
-def _processes(job_id: str, node: str) -> Iterator[tuple[int, str]]:
-    """(pid, cmdline) of this job's training processes on this host, for ``node``."""
+def _processes(
+    job_id: str, node: str, targets: Sequence[str] = TARGETS
+) -> Iterator[tuple[int, str]]:
+    """(pid, cmdline) of this job's training processes (``targets``) on this host, for ``node``."""
     me = {os.getpid(), os.getppid()}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in me:
@@ -76,7 +79,7 @@ def _processes(job_id: str, node: str) -> Iterator[tuple[int, str]]:
             continue
         if env.get("SLURM_JOB_ID") != job_id or env.get("SLURMD_NODENAME", node) != node:
             continue
-        if any(t in cmd for t in TARGETS):
+        if any(t in cmd for t in targets):
             yield int(entry.name), cmd
 
 
@@ -117,6 +120,23 @@ def agent_here(job_id: str, node: str) -> int | None:
     agents = ("torch.distributed.run", "bin/torchrun")
     found = [pid for pid, cmd in _processes(job_id, node) if any(a in cmd for a in agents)]
     return min(found) if found else None
+
+
+def launcher_here(job_id: str, node: str) -> int | None:
+    """The job's launcher on this host for ``node``: submitit's task process (not the batch
+    step's ``srun`` client, whose command line names the module too)."""
+    found = [pid for pid, cmd in _processes(job_id, node, (LAUNCHER,))
+             if not cmd.split(" ", 1)[0].endswith("srun")]  # fmt: skip
+    return min(found) if found else None
+
+
+def stop_launcher_here(job_id: str, node: str) -> int | None:
+    """SIGSTOP the job's launcher on this host: its torchrun and ranks train on, but it can
+    neither end its part nor act on a notice. Returns its pid (None: none here)."""
+    pid = launcher_here(job_id, node)
+    if pid is not None:
+        os.kill(pid, signal.SIGSTOP)
+    return pid
 
 
 def stop_agent_here(job_id: str, node: str) -> int | None:
@@ -168,6 +188,11 @@ def stuck_agent(job_id: str, node: str | None) -> str:
     return _on_node(job_id, node, STOP_AGENT_HERE)
 
 
+def stuck_launcher(job_id: str, node: str | None) -> str:
+    """SIGSTOP the launcher on ``node`` (default: a random node of the job)."""
+    return _on_node(job_id, node, STOP_LAUNCHER_HERE)
+
+
 def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
     target = _on_node(job_id, node, KILL_HERE)
     if stop_slurmd:
@@ -190,6 +215,8 @@ KILL_HERE = "_kill-here"  # the step kill-node runs on the target node (not for 
 STOP_HERE = "_stop-here"  # the step hang runs on the target node (not for users)
 SLOW_HERE = "_slow-here"  # the step slow runs on the target node (not for users)
 STOP_AGENT_HERE = "_stop-agent-here"  # the step stuck-agent runs on the target node
+STOP_LAUNCHER_HERE = "_stop-launcher-here"  # the step stuck-launcher runs on the target node
+LAUNCHER = "submitit.core._submit"  # what a launcher's command line runs
 SLOW_PERIOD_S = 0.02  # one stop-and-continue cycle: shorter than an update's compute
 SLOW_REFRESH_S = 5.0  # how often the throttle looks for the job's ranks again
 
@@ -283,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
         "stuck-agent", help="SIGSTOP one node's torchrun agent (the stuck-agent rehearsal)"
     )
     agent.add_argument("--node", help="node name (default: a random node of the job)")
+    stuck = sub.add_parser(
+        "stuck-launcher", help="SIGSTOP one node's launcher (the launcher watch's rehearsal)"
+    )
+    stuck.add_argument("--node", help="node name (default: a random node of the job)")
     slow = sub.add_parser(
         "slow", help="throttle one node's ranks (SIGSTOP/SIGCONT): the straggler check's rehearsal"
     )
@@ -319,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             cycles = throttle_here(argv[0], argv[3], here.factor, here.seconds)
             print(f"throttled for {cycles} cycle(s)" if cycles else "no rank of the job here")
             return 0 if cycles else 1
+        if len(argv) == 4 and argv[1] == STOP_LAUNCHER_HERE and argv[2] == "--node":
+            pid = stop_launcher_here(argv[0], argv[3])
+            print(f"stopped launcher pid {pid}" if pid else "no launcher of the job here")
+            return 0 if pid else 1
         if len(argv) == 4 and argv[1] == STOP_AGENT_HERE and argv[2] == "--node":
             pid = stop_agent_here(argv[0], argv[3])
             print(f"stopped torchrun pid {pid}" if pid else "no torchrun of the job here")
@@ -358,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "stuck-agent":
             node = stuck_agent(args.job_id, args.node)
             print(f"stopped job {args.job_id}'s torchrun agent on {node} (SIGSTOP)")
+        elif args.action == "stuck-launcher":
+            node = stuck_launcher(args.job_id, args.node)
+            print(f"stopped job {args.job_id}'s launcher on {node} (SIGSTOP)")
         else:
             node = kill_node(args.job_id, args.node, args.stop_slurmd)
             print(f"killed job {args.job_id}'s ranks on {node}")

@@ -13,6 +13,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | ``.hpc-train/stopped-<job>-<restart>.json`` | ``StopMarker`` | rank 0, after the save on notice | the launchers (``checkpoint()``, the restart policy) |
 | ``.hpc-train/notice-<job>-<restart>.json`` | ``{"signal", "node", "time"}`` (``record_notice``) | a launcher, on USR2 (its torchrun ignores it, its ranks may not have a handler yet) | every rank, each update until it has a notice (``worker.preemption``) |
 | ``heartbeats/<job>-<restart>/<node>/rank-<r>.json`` | ``Beat`` | each rank, every update (``worker.heartbeat``) | that node's hang monitor, task 0's straggler monitor, ``faults.node_blame`` |
+| ``.hpc-train/launchers/<job>-<restart>-task<t>.json`` | ``LauncherBeat`` | each launcher's pulse thread, every few seconds | task 0 watches every other node's; task 1 watches task 0's (``watch.launchers``) |
 | ``rank-<r>.stacks`` | text | a rank's faulthandler on ``STACKS_SIGNAL`` | the hang monitor |
 | ``.hpc-train/failures/<job>-<restart>-rank<r>.json`` | ``FailureRecord`` | a rank, as an exception ends it (``worker.crash``) | task 0 (``faults.failures``) |
 | ``.hpc-train/chaos-crash.json`` | ``CrashRequest`` | ``hpc-train chaos JOB crash`` | every rank, each update (``worker.crash``) |
@@ -279,6 +280,34 @@ class Beat:
     phase: str = TRAIN  # what it went on to do
     slowest_s: float | None = None  # the slowest of its recent updates; None: none timed yet
     compute_s: float | None = None  # median own compute per recent update (stragglers)
+
+
+LAUNCHING, WAITING, ENDING, ENDED = "launching", "waiting", "ending", "ended"
+
+
+@dataclass(frozen=True)
+class LauncherBeat:
+    """One node's launcher is alive (``RunDir.launcher_beat``): what it is doing (``LAUNCHING``
+    the start, ``WAITING`` on torchrun, ``ENDING`` after it, ``ENDED``: its part of the start is
+    over) and since when. Written from a thread: a stopped or frozen launcher writes none."""
+
+    task: int
+    node: str
+    pid: int
+    time: float
+    phase: str = LAUNCHING
+
+
+def write_launcher_beat(run: RunDir, job: str, restart: int, beat: LauncherBeat) -> None:
+    atomic_write(run.launcher_beat(job, restart, beat.task), json.dumps(asdict(beat)),
+                 durable=False)  # fmt: skip
+
+
+def read_launcher_beat(run: RunDir, job: str, restart: int, task: int) -> LauncherBeat | None:
+    try:
+        return LauncherBeat(**json.loads(run.launcher_beat(job, restart, task).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None  # none yet, or being replaced right now: read it at the next look
 
 
 def read_beats(directory: Path, node: str | None = None) -> list[Beat]:

@@ -27,6 +27,7 @@ Interruptions:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -43,15 +44,19 @@ from hpc_core import instances, ledger, slurm
 from hpc_core.wait import FAST, Backoff, process_exited, wait_until
 from hpc_train.contract import (
     DONE,
+    ENDED,
+    ENDING,
     IN_JOB_RESTART,
     REQUEUE,
     RESTART_IN_JOB,
     STOP,
+    WAITING,
     RoundVerdict,
     StartDecision,
     WorkerEnv,
     node_name,
     read_beats,
+    read_launcher_beat,
     read_stop,
     read_verdict,
     record_notice,
@@ -75,7 +80,7 @@ from hpc_train.launch.starts import (
 )
 from hpc_train.planning import costs
 from hpc_train.planning import plan as plan_mod
-from hpc_train.watch import hang_monitor, straggler_monitor
+from hpc_train.watch import hang_monitor, launchers, straggler_monitor
 from hpc_train.watch.grow_monitor import GrowWatch
 
 # checkpoint() waits for the save on notice at most this long: HPC_TRAIN_SAVE_WAIT_S if set, else
@@ -126,12 +131,20 @@ class Launcher:
         self._pending: Path | None = None  # this start's record of a notice, for its ranks
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
         self._start: Start | None = None
-        self._growing = ""  # why task 0 asked to grow (the next notice is its own)
+        self._own_notice = ""  # the cause when task 0 sent the notice itself (grow, hang)
+        self._training_over = False  # this start's torchrun ended well: only exits are awaited
 
     def note(self, kind: str, **data: Any) -> None:
         """Task 0 records a stage of this start in the run's ledger (the others never do)."""
+        self._record(kind, data)
+
+    def deputy_note(self, kind: str, **data: Any) -> None:
+        """What ``note`` does, from task 1 acting for a stuck task 0."""
+        self._record(kind, data, deputy=True)
+
+    def _record(self, kind: str, data: dict[str, Any], deputy: bool = False) -> None:
         start = self._start
-        if start is None or start.task != 0:
+        if start is None or (start.task != 0 and not deputy):
             return
         try:
             event = ledger.record(
@@ -153,7 +166,8 @@ class Launcher:
         self._pending = None
         self._signals = []
         self._start = None
-        self._growing = ""  # why task 0 asked to grow (the next notice is its own)
+        self._own_notice = ""
+        self._training_over = False
 
     def cancelled(self, job_id: str) -> bool:
         """Did the user cancel the job (``scancel``)?
@@ -220,10 +234,24 @@ class Launcher:
     def _start_once(
         self, start: Start, gpus: int, came_from: str | None
     ) -> dict[str, Any] | tuple[Start, str]:
-        """One start on this node: plan, resume decision, torchrun, then the restart policy;
-        this node's result, or its next start in the allocation (and why)."""
+        """One start on this node, its launcher beating and watching another's all along
+        (``hpc_train.watch.launchers``); this node's result, or its next start in the allocation."""
+        self._start, self._training_over = start, False
+        spec = self.spec
+        pulse = launchers.Pulse(spec.run_dir, start_key(start), start.task, start.hosts,
+                                launchers.allowance_s(spec.hang_limits.floor_s),
+                                partial(self._on_silent, start),
+                                watch=not spec.no_watchdog).start()  # fmt: skip
+        try:
+            return self._start_body(start, gpus, came_from, pulse)
+        finally:
+            pulse.stop()
+
+    def _start_body(
+        self, start: Start, gpus: int, came_from: str | None, pulse: launchers.Pulse
+    ) -> dict[str, Any] | tuple[Start, str]:
+        """Plan, resume decision, torchrun, then the restart policy."""
         spec, run = self.spec, self.spec.run_dir
-        self._start = start
         done = {"node": socket.gethostname(), "restarts": start.restart}
         spent = self.restarts_spent(start)
         if came_from is not None:
@@ -298,6 +326,7 @@ class Launcher:
                 argv, env=env, preexec_fn=_ignore_usr2, stderr=subprocess.PIPE
             )
             tee = agent_exit.Tee(self._proc.stderr, sys.stderr).start()  # type: ignore[arg-type]
+            pulse.beat(WAITING)
             monitor = self._watch_hangs(start, nproc, self._proc.pid)
             slow = self._watch_stragglers(start)  # task 0 only
             wider = self._watch_growth(start)  # task 0, below --nodes MAX
@@ -314,6 +343,7 @@ class Launcher:
                 wider.stop()
         if watcher:
             watcher.stop()
+        pulse.beat(ENDING)
         saved = read_stop(run, *start_key(start)) is not None
         stuck = monitor.stuck if monitor else None  # torchrun outlived its ranks: we killed it
         if stuck is not None and hang is None:
@@ -340,6 +370,7 @@ class Launcher:
             log(why)
             self.note("finished", why=why, **progress)
             self._release_spares(start, DONE, why)
+            self._await_watched(start, pulse)
             return done
         if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
             crash = ("crash", f"{suspect.node}: {suspect.why}")
@@ -388,6 +419,50 @@ class Launcher:
             log(f"left out of the in-job restart ({why}): this task ends")
             return done | {"left_out": True}
         return start.next_round(members, me, standby), f"{IN_JOB_RESTART} after {why}"
+
+    def _on_silent(self, start: Start, silence: launchers.Silence) -> None:
+        """The pulse thread found a watched launcher stuck: blame its node (drained unless
+        --no-drain), then requeue without it; while training, after a save on notice (the
+        ranks are alive). Task 0 leaves the requeue to submitit's ``checkpoint()`` as for any
+        notice; task 1, acting for a stuck task 0 (``deputy``), waits for the save itself."""
+        spec, run, key = self.spec, self.spec.run_dir, start_key(start)
+        deputy, training = start.task != 0, not self._training_over
+        why = f"stuck launcher: {silence.describe()}"
+        log(why)
+        note = self.deputy_note if deputy else self.note
+        node_blame.blame(run, *key, silence.node, why, not spec.no_drain, note, log)
+        if training and not deputy:
+            self._own_notice = "hang"
+            slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
+            return
+        saved = False
+        if training:
+            slurm.signal(start.job_id, "USR2")
+            with contextlib.suppress(TimeoutError):
+                saved = bool(wait_until(lambda: read_stop(run, *key), "the save on notice",
+                                        self.save_wait_s(), FAST))  # fmt: skip
+        note("stopped", cause="hang", why=why, saved=saved)
+        blocked = self._send_requeue(start, [silence.node], why, deputy)
+        if blocked is not None:
+            slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it
+
+    def _await_watched(self, start: Start, pulse: launchers.Pulse) -> None:
+        """Training is over: wait for the launchers this one watches to end their part (a stuck
+        one holds the job's nodes to the time limit: the pulse requeues without it)."""
+        self._training_over = True
+        pulse.beat(ENDED)  # first: the launcher watching this one waits for it too
+        run, key = self.spec.run_dir, start_key(start)
+
+        def ended() -> bool | None:  # (a launcher that never beat is not one: a test's stand-in)
+            beats = [read_launcher_beat(run, *key, t) for t in pulse.watching]
+            return pulse.said is not None or all(b.phase == ENDED for b in beats if b is not None)
+
+        with contextlib.suppress(TimeoutError):
+            wait_until(ended, "the other launchers' end", 4 * pulse.allowance, SPARE_POLL)
+        if pulse.said is not None:
+            time.sleep(
+                REQUEUE_GRACE_S
+            )  # the requeue ends this task; never report success meanwhile
 
     def _release_spares(self, start: Start, action: str, why: str) -> None:
         """Task 0, as the run ends in this allocation: the hot spares standing by end too."""
@@ -482,20 +557,32 @@ class Launcher:
         """Task 0 requeues the job without ``leave_out`` (the nodes it blamed), unless the job
         could not start again: too few usable nodes in its partition and nothing to replace
         them (``restart_policy.requeue_blocked``): then the run stops, saying which nodes."""
+        blocked = self._send_requeue(start, leave_out, ended)
+        if blocked is not None:
+            raise RuntimeError(blocked.why)
+        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
+        raise RuntimeError(ended)
+
+    def _send_requeue(
+        self, start: Start, leave_out: Sequence[str], ended: str, deputy: bool = False
+    ) -> restart_policy.Decision | None:
+        """Requeue the job without ``leave_out`` and tell the other launchers; or, when the
+        requeued job could not start, tell them to stop and return why (nothing requeued)."""
         blocked, said = self._requeue_blocked(leave_out)
         if said:
             log(said)
-            self.note("requeue_blocked", why=said, waiting=blocked is None)
+            (self.deputy_note if deputy else self.note)(
+                "requeue_blocked", why=said, waiting=blocked is None
+            )
         if blocked is not None:
             write_verdict(self.spec.run_dir, *start_key(start), RoundVerdict(STOP, blocked.why))
-            raise RuntimeError(blocked.why)
+            return blocked
         write_verdict(self.spec.run_dir, *start_key(start), RoundVerdict(REQUEUE, ended))
-        self.note("requeued", by="task 0")
+        (self.deputy_note if deputy else self.note)("requeued", by=f"task {start.task}")
         slurm.requeue(start.job_id)
         if leave_out:
             node_blame.exclude(start.job_id, list(leave_out), log)
-        time.sleep(REQUEUE_GRACE_S)  # the requeue ends this task; never report success meanwhile
-        raise RuntimeError(ended)
+        return None
 
     def _requeue_blocked(
         self, leave_out: Sequence[str]
@@ -533,7 +620,7 @@ class Launcher:
             end_time = None  # no limit known: grow whenever nodes come free
 
         def grow(target: int, why: str) -> None:
-            self._growing = why
+            self._own_notice = "grow"
             log(f"grow: from {start.num_nodes} to {target} node(s): {why}; saving on notice")
             self.note("grown", **{"from": start.num_nodes, "to": target, "why": why})
             slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
@@ -656,6 +743,11 @@ class Launcher:
 
         started = time.monotonic()
         self._signals.append("notice")
+        start = self._start
+        done = read_verdict(self.spec.run_dir, *start_key(start)) if start else None
+        if done is not None and done.action == REQUEUE:  # task 1 acted for this (stuck) task
+            log(f"notice after the job was requeued ({done.why}): nothing to add")
+            return submitit.helpers.DelayedSubmission(Launcher(self.spec))
         log("notice received: waiting for the workers to save checkpoint_last.pt")
         self.note("notice", signal="USR2")
         proc, marker = self._proc, self._marker
@@ -676,11 +768,10 @@ class Launcher:
             log(f"no save on notice after {wait_s:.0f} s: requeueing anyway")
             saved = False
         why = "saved on notice" if saved else "notice, but no save on notice in time"
-        start = self._start
         progress = (
             start_progress(self.spec.run_dir, *start_key(start), start.hosts) if start else {}
         )
-        cause = "grow" if self._growing else "notice"
+        cause = self._own_notice or "notice"
         self.note("stopped", cause=cause, why=why, saved=saved, **progress)
         self.note("requeued", by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))

@@ -1,5 +1,5 @@
 """The fake Slurm the launcher tests run against (no Slurm in the fast tier): it records what
-the launcher asked of Slurm (requeues, drains, exclusions) and answers a job state the test sets.
+the launcher asked of Slurm (requeues, drains, exclusions, signals, cancels) and answers a job state the test sets.
 The real-Slurm versions of these tests are in tests/integration."""
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ class FakeSlurm:
         self.requeued: list[str] = []
         self.drained: list[tuple[str, str]] = []
         self.excluded: list[tuple[str, list[str]]] = []
+        self.signals: list[tuple[str, str]] = []  # scancel --signal
+        self.cancelled: list[str] = []
         self.nodes: dict[str, dict[str, str]] = {}  # scontrol show node, by name (else IDLE)
         # sinfo -N of the job's partition: four idle nodes unless a test says otherwise
         self.partition: dict[str, str] = {f"n{i}": "idle" for i in range(1, 5)}
@@ -54,7 +56,10 @@ class FakeSlurm:
         return nodelist.split(",")  # the fake writes plain lists (Slurm expands n[1-2])
 
     def signal(self, job_id: str, name: str = "USR2") -> None:
-        raise AssertionError("no spot watcher in these tests")
+        self.signals.append((job_id, name))
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
 
 
 @pytest.fixture

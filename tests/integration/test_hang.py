@@ -122,3 +122,36 @@ def test_a_stuck_torchrun_agent_on_task_0s_node_is_killed_and_the_run_completes(
     g = goodput.account(events, events[-1].time)
     assert g.no_progress_s >= 10 and sum(g.parts.values()) == pytest.approx(g.wall_s), g
     assert runs.summary(save).updates == max_update
+
+
+@pytest.mark.parametrize("task", [1, 0], ids=["another-launcher", "task-0s-launcher"])
+def test_a_stuck_launcher_is_blamed_the_ranks_save_and_the_run_goes_on_elsewhere(runs, task):
+    """SIGSTOP one node's launcher mid-training (chaos stuck-launcher): its torchrun and ranks
+    train on, but it could neither end its part nor act on a notice. The launcher watching it
+    (task 0 for another's, task 1 for task 0's) sees it silent for the 30 s allowance, blames
+    and drains its node, sends the notice: the ranks save, the job is requeued without the node,
+    and the run completes with no update trained twice."""
+    runs.wait_idle_nodes(4)
+    max_update = 2500  # ~25-35 updates/s here: training outlasts the allowance
+    job, save = runs.submit(f"stuck-launcher-{task}", max_update, nodes="2", fairseq=PER_UPDATE,
+                            extra_cli=WATCHDOG)  # fmt: skip
+    nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    runs.wait_for_update(save, 10)
+    victim = nodes[task]
+    try:
+        assert chaos.stuck_launcher(job, victim) == victim
+        final = runs.wait_done(job, timeout=900)
+        info = slurm.node_info(victim)
+    finally:
+        slurm.resume(victim)
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    assert final.restarts == 1
+    assert "DRAIN" in info["State"], info
+    events = ledger.read(RunDir(save).ledger)
+    (blamed,) = [e for e in events if e.kind == "blamed"]
+    assert blamed.get("node") == victim and "stuck launcher" in blamed.get("why"), blamed.data
+    stopped = [e for e in events if e.kind == "stopped"]
+    assert [(e.get("cause"), e.get("saved")) for e in stopped] == [("hang", True)], stopped
+    starts = [e for e in events if e.kind == "started"]
+    assert victim not in starts[-1].get("nodes"), starts
+    assert runs.trained_updates(save) == list(range(1, max_update + 1))  # saved on notice

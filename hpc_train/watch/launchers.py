@@ -1,0 +1,148 @@
+"""Launchers watched like the ranks: each node's launcher beats, and another launcher listens.
+
+The hang monitor watches a node's ranks and its torchrun agent from inside that node's launcher;
+nothing watched the launcher itself. A launcher that stops (SIGSTOP, a freeze, a kernel hang in
+its I/O) trains on through its torchrun, but can neither end its part of the job (the job holds
+its nodes until the time limit), act on a notice (on task 0: no save is waited for, no requeue)
+nor follow task 0's word. So every launcher runs a ``Pulse`` thread for the whole start: it writes
+the launcher's ``contract.LauncherBeat`` every ``PULSE_S`` and reads the beats of the launchers it
+watches (``watched``): task 0 every other node's, task 1 task 0's. A watched launcher silent for
+the allowance (``allowance_s``: the hang floor, never under ``MIN_ALLOWANCE_S``) is stuck: the
+callback gets its task, node and silence once, and the launcher that saw it requeues the job
+without that node (``hpc_train.launch.launcher``). A launcher whose part is over writes ``ENDED``
+and is silent by right; one that has not written yet counts from the start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hpc_core.rundir import RunDir
+from hpc_train.contract import (
+    ENDED,
+    LAUNCHING,
+    LauncherBeat,
+    node_name,
+    read_launcher_beat,
+    write_launcher_beat,
+)
+
+PULSE_S = 5.0  # a launcher beats this often
+MIN_ALLOWANCE_S = 30.0  # six beats missed at the least: a busy machine delays a beat, not six
+
+
+@dataclass(frozen=True)
+class Silence:
+    """A watched launcher that has not beaten for ``seconds``."""
+
+    task: int
+    node: str
+    seconds: float
+    phase: str  # what it last said it was doing
+
+    def describe(self) -> str:
+        return (
+            f"the launcher on {self.node} (task {self.task}) is silent for "
+            f"{self.seconds:.0f} s (last: {self.phase})"
+        )
+
+
+def watched(task: int, num_nodes: int) -> list[int]:
+    """Whose launchers this task watches: task 0 every other node's, task 1 task 0's."""
+    if task == 0:
+        return list(range(1, num_nodes))
+    return [0] if task == 1 else []
+
+
+def allowance_s(hang_floor_s: float) -> float:
+    return max(MIN_ALLOWANCE_S, hang_floor_s)
+
+
+def silent(
+    beats: Mapping[int, LauncherBeat | None],
+    hosts: Sequence[str],
+    started: float,
+    now: float,
+    allowance: float,
+) -> list[Silence]:
+    """The watched launchers (``beats``' keys: task -> its latest beat, None before its first)
+    silent for longer than ``allowance``; one that ended its part is never silent."""
+    out = []
+    for task, beat in sorted(beats.items()):
+        if beat is not None and beat.phase == ENDED:
+            continue
+        last = beat.time if beat is not None else started
+        if now - last > allowance:
+            node = beat.node if beat else hosts[task] if task < len(hosts) else f"task {task}"
+            out.append(Silence(task, node, now - last, beat.phase if beat else "no beat yet"))
+    return out
+
+
+class Pulse:
+    """This launcher's beat and its watch over ``watched`` launchers, in one thread."""
+
+    def __init__(
+        self,
+        run: RunDir,
+        key: tuple[str, int],
+        task: int,
+        hosts: Sequence[str],
+        allowance: float,
+        on_silent: Callable[[Silence], None],
+        interval: float = PULSE_S,
+        clock: Callable[[], float] = time.time,
+        watch: bool = True,
+    ) -> None:
+        self.run, self.key, self.task, self.hosts = run, key, task, list(hosts)
+        self.allowance, self.on_silent, self.interval, self.clock = (
+            allowance, on_silent, interval, clock,
+        )  # fmt: skip
+        self.phase = LAUNCHING
+        self.watching = watched(task, len(self.hosts)) if watch else []  # --no-watchdog: none
+        self.started = clock()
+        self.said: Silence | None = None  # the silence reported (once)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hpc-train-pulse", daemon=True)
+
+    def start(self) -> Pulse:
+        self.beat()
+        self._thread.start()
+        return self
+
+    def beat(self, phase: str | None = None) -> None:
+        """Write this launcher's beat now (with ``phase``, from now on)."""
+        if phase is not None:
+            self.phase = phase
+        beat = LauncherBeat(self.task, node_name(), os.getpid(), self.clock(), self.phase)
+        with contextlib.suppress(OSError):  # a sign of life: the next one may get through
+            write_launcher_beat(self.run, *self.key, beat)
+
+    def check(self) -> Silence | None:
+        """The silent launcher found among the watched ones (told to ``on_silent`` once), or
+        None."""
+        if self.said is not None or not self.watching:
+            return self.said
+        beats = {t: read_launcher_beat(self.run, *self.key, t) for t in self.watching}
+        found = silent(beats, self.hosts, self.started, self.clock(), self.allowance)
+        if found:
+            self.said = found[0]
+            self.on_silent(found[0])
+        return self.said
+
+    def stop(self, phase: str = ENDED) -> Silence | None:
+        """End the thread and say ``phase`` (``ENDED``: this launcher's part is over)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.interval + 5)
+        self.beat(phase)
+        return self.said
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+            self.check()
