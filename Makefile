@@ -11,7 +11,7 @@ STATE   := .local
 export HPC_TRAIN_CLUSTER_DIR ?= $(CURDIR)/$(STATE)/cluster
 export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 
-.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-data bench-ckpt bench-hang bench-grow clean
+.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-data bench-ckpt bench-hang bench-grow bench-soak clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
@@ -20,7 +20,7 @@ help:
 	@echo "make cluster-down  stop it (only the daemons it started)"
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
-	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-ckpt, bench-hang, bench-grow (JSON in benchmarks/results/)"
+	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-ckpt, bench-hang, bench-grow, bench-soak (JSON in benchmarks/results/)"
 
 install: install-system install-python
 
@@ -75,7 +75,7 @@ lint: install-python
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
 
 # Every benchmark (figures, never timed tests): results as JSON under benchmarks/results/.
-bench: bench-preempt bench-data bench-gpu bench-ckpt bench-hang bench-grow
+bench: bench-preempt bench-data bench-gpu bench-ckpt bench-hang bench-grow bench-soak
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
 bench-preempt: install cluster-up demo-data
@@ -108,6 +108,15 @@ bench-hang: install cluster-up demo-data
 # gives its 3 nodes back, with and without --grow-after: node-seconds used / open, updates/s.
 bench-grow: install cluster-up demo-data
 	$(PY) -m benchmarks.grow --data $(STATE)/data/demo-bin --out benchmarks/results/grow.json
+
+# Soak benchmark (issue 19), not a test: ~13 min; one failure schedule (preemption, a rank killed,
+# a hang, nodes taken and given back) over the same wall budget three ways: bare sbatch+torchrun+
+# fairseq-train, the toolkit with requeues only, the toolkit in-job with a spare; goodput, resume.
+SOAK_BUDGET_S ?= 210
+SOAK_SCALE ?= 0.75
+bench-soak: install cluster-up demo-data
+	$(PY) -m benchmarks.soak --data $(STATE)/data/demo-bin --budget-s $(SOAK_BUDGET_S) \
+	  --scale $(SOAK_SCALE) --out benchmarks/results/soak.json
 
 clean: cluster-down
 	rm -rf $(STATE)
