@@ -18,8 +18,9 @@ from its submission) and measured at the end of it:
 seconds from the run's first update (``SCHEDULE``): a preemption (``chaos.preempt``, the
 ``high`` partition), a transient crash (every training process on a training node SIGKILLed),
 a hang (one rank SIGSTOPped), nodes taken and given back (a ``high`` job on 3 of the 4 nodes
-that ends by itself). A failure whose offset comes while the run is not running hits when it
-runs again (before the budget ends); one that never finds it running is ``skipped``. The
+that ends by itself). A failure whose offset comes while the run is not training hits when it
+trains again (its first update after the previous failure, before the budget ends); one that
+never finds it training is ``skipped``. The
 bare job's ranks run ``fairseq-train``, which ``hpc_train.chaos`` does not look for: the
 benchmark kills/stops them itself, on the node, through ``srun --overlap`` (``_here``).
 
@@ -265,6 +266,16 @@ def inject(kind: str, way: Way, args: argparse.Namespace, jobs: Jobs) -> dict[st
     return {"kind": kind, "time": t, "node": node}
 
 
+def resumed_since(way: Way, last: float | None) -> bool:
+    """The run trains again after the last failure (its first update after it is logged): the
+    next failure must not land in a restart, where it would hit no training process."""
+    if last is None:
+        return True
+    if way.toolkit:
+        return first_update_after(way.events(), last) is not None
+    return resume_in_log(way.lines, last) is not None
+
+
 def is_running(job: str) -> bool:
     return slurm.job_state(job).state == "RUNNING"
 
@@ -285,7 +296,7 @@ def soak(way: Way, args: argparse.Namespace, jobs: Jobs, submitted: float) -> di
             say(f"{way.name}: first update {first - submitted:.1f} s after submission")
         busy = worker is not None and worker.is_alive()
         due = first is not None and pending and not busy and time.time() >= first + pending[0][0]
-        if due and is_running(way.job):
+        if due and resumed_since(way, done[-1]["time"] if done else None) and is_running(way.job):
             offset, kind = pending.pop(0)
 
             def go(kind: str = kind, offset: float = offset) -> None:
@@ -379,20 +390,24 @@ def cleanup(jobs: Jobs, way: Way | None) -> None:
         while not slurm.job_state(way.job).finished and time.time() < deadline:
             time.sleep(1)
     out = slurm.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
-    for node, st in (ln.split() for ln in out.splitlines() if ln.strip()):
+    states = dict(ln.split() for ln in out.splitlines() if ln.strip())  # a node per partition
+    for node, st in states.items():
         if any(x in st for x in ("drain", "drng", "down")):
-            slurm.resume(node)
-            say(f"resumed {node} ({st})")
+            try:
+                slurm.resume(node)
+                say(f"resumed {node} ({st})")
+            except slurm.SlurmError as err:
+                say(f"could not resume {node} ({st}): {err}")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started, load_before = time.time(), os.getloadavg()
     ways: dict[str, Any] = {}
     makers: list[tuple[str, Callable[[Jobs], Way]]] = [
-        ("bare", lambda jobs: bare_way(args, jobs)),
-        ("requeue", lambda jobs: toolkit_way("requeue", HANG, args, jobs)),
         ("in_job", lambda jobs: toolkit_way(
             "in_job", ("--spares", "1", "--restart-in-job", *HANG), args, jobs)),
+        ("requeue", lambda jobs: toolkit_way("requeue", HANG, args, jobs)),
+        ("bare", lambda jobs: bare_way(args, jobs)),
     ]  # fmt: skip
     with Jobs.session(args) as jobs:
         for name, make in makers:
@@ -409,6 +424,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"goodput {fmt(ways[name]['goodput'])}")  # fmt: skip
             finally:
                 cleanup(jobs, way)
+            partial = summarize(ways, args, started, load_before)
+            report.write_json(args.work_dir / "partial.json", partial)
     return summarize(ways, args, started, load_before)
 
 
