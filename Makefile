@@ -109,14 +109,14 @@ bench-hang: install cluster-up demo-data
 bench-grow: install cluster-up demo-data
 	$(PY) -m benchmarks.grow --data $(STATE)/data/demo-bin --out benchmarks/results/grow.json
 
-# Soak benchmark (issue 19), not a test: ~13 min; one failure schedule (preemption, a rank killed,
+# Soak benchmark (issue 19), not a test: ~8 min; one failure schedule (preemption, a rank killed,
 # a hang, nodes taken and given back) over the same wall budget three ways: bare sbatch+torchrun+
 # fairseq-train, the toolkit with requeues only, the toolkit in-job with a spare; goodput, resume.
-SOAK_BUDGET_S ?= 210
-SOAK_SCALE ?= 0.75
+SOAK_BUDGET_S ?= 150
+SOAK_SCALE ?= 0.55
 bench-soak: install cluster-up demo-data
 	$(PY) -m benchmarks.soak --data $(STATE)/data/demo-bin --budget-s $(SOAK_BUDGET_S) \
-	  --scale $(SOAK_SCALE) --out benchmarks/results/soak.json
+	  --scale $(SOAK_SCALE) --taken-s 20 --out benchmarks/results/soak.json
 
 clean: cluster-down
 	rm -rf $(STATE)
