@@ -6,6 +6,8 @@ set, so the launcher, the nccl checks and the bootstrap scripts share one table.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 DEFAULT_INSTANCE_TYPE = "p3dn.24xlarge"  # the cluster pcluster_configs/p3dn.yaml builds
@@ -53,26 +55,99 @@ def instance_type(name: str) -> InstanceType:
         raise ValueError(f"unknown instance type {name!r} (known: {known})") from None
 
 
-def efa_nccl_env(name: str, debug: bool = False) -> dict[str, Setting]:
-    """NCCL over EFA (aws-ofi-nccl) for a GPU instance type, each variable with its reason."""
+# What aws-ofi-nccl's own table says to set for which versions (doc/efa-env-var.md in
+# github.com/aws/aws-ofi-nccl, "Sample Presets"): FI_EFA_USE_DEVICE_RDMA=1 on p4/p5 only until
+# libfabric 1.18 and aws-ofi-nccl 1.7 (from then on the plugin enables it itself); FI_PROVIDER=efa
+# and NCCL_PROTO=simple only for aws-ofi-nccl <= 1.5. `versions` is what the node has installed,
+# as bootstrap/nccl-profile.sh records it (read_versions); a missing key means "not found".
+LIBFABRIC = "libfabric"
+AWS_OFI_NCCL = "aws-ofi-nccl"
+NCCL = "nccl"
+LIBFABRIC_DEVICE_RDMA_DEFAULT = (1, 18)  # libfabric >= 1.18 ...
+OFI_NCCL_DEVICE_RDMA_DEFAULT = (1, 7)  # ... and aws-ofi-nccl >= 1.7: RDMA without the variable
+OFI_NCCL_LAST_NEEDING_PROVIDER = (1, 5)  # aws-ofi-nccl <= 1.5: FI_PROVIDER=efa, NCCL_PROTO=simple
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """The leading X.Y[.Z] of a version as tools print it ("1.22.0amzn4.0", "1.11.0-aws")."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if match is None:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def read_versions(text: str) -> dict[str, str]:
+    """`name=version` lines (# comments and blank lines ignored), as nccl-profile.sh writes them.
+
+    ValueError for a line that is not `name=version` or a version that does not start X.Y.
+    """
+    versions: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = (part.strip() for part in line.partition("="))
+        if not sep or not name or parse_version(value) is None:
+            raise ValueError(f"line {number}: {raw!r} is not name=X.Y.Z")
+        versions[name] = value
+    return versions
+
+
+def efa_nccl_env(
+    name: str, debug: bool = False, versions: Mapping[str, str] | None = None
+) -> dict[str, Setting]:
+    """NCCL over EFA (aws-ofi-nccl) for a GPU instance type, each variable with its reason.
+
+    ``versions`` (libfabric, aws-ofi-nccl; see read_versions) picks the variables aws-ofi-nccl's
+    documentation asks for those versions. A version that is not known is named as unknown in
+    the reason of every setting that depends on it, and the setting kept as the older software
+    needs it (harmless on newer software, by the same document).
+    """
     itype = instance_type(name)
-    env: dict[str, Setting] = {
-        "FI_PROVIDER": Setting("efa", "libfabric: use the EFA provider, never fall back to TCP"),
-        "FI_EFA_USE_HUGE_PAGE": Setting(
-            "0", "avoid fork() failures in dataloader workers when huge pages are exhausted"
-        ),
-        "NCCL_DEBUG": Setting(
-            "INFO" if debug else "WARN",
-            "INFO prints the transport NCCL picked (look for 'NET/AWS Libfabric')",
-        ),
-    }
-    if itype.gpudirect_rdma:
-        env["FI_EFA_USE_DEVICE_RDMA"] = Setting(
-            "1", f"{itype.name} EFA supports RDMA read: GPUDirect RDMA between nodes"
+    versions = versions or {}
+    fabric_text = versions.get(LIBFABRIC)
+    plugin_text = versions.get(AWS_OFI_NCCL)
+    fabric = parse_version(fabric_text) if fabric_text else None
+    plugin = parse_version(plugin_text) if plugin_text else None
+    fabric_is = f"libfabric {fabric_text}" if fabric else "libfabric version unknown"
+    plugin_is = f"aws-ofi-nccl {plugin_text}" if plugin else "aws-ofi-nccl version unknown"
+    env: dict[str, Setting] = {}
+    if plugin is None:
+        env["FI_PROVIDER"] = Setting(
+            "efa", f"{plugin_is}: set as aws-ofi-nccl <= 1.5 needs it (libfabric's EFA provider)"
         )
+    elif plugin[:2] <= OFI_NCCL_LAST_NEEDING_PROVIDER:
+        env["FI_PROVIDER"] = Setting("efa", f"{plugin_is} (<= 1.5): use libfabric's EFA provider")
+        env["NCCL_PROTO"] = Setting("simple", f"{plugin_is} (<= 1.5) needs the simple protocol")
+    # aws-ofi-nccl >= 1.6 picks the EFA provider itself: FI_PROVIDER stays unset. Unknown: only
+    # FI_PROVIDER (harmless with a newer plugin), not NCCL_PROTO=simple (costs bandwidth there).
+    env["FI_EFA_USE_HUGE_PAGE"] = Setting(
+        "0", "avoid fork() failures in dataloader workers when huge pages are exhausted"
+    )
+    env["NCCL_DEBUG"] = Setting(
+        "INFO" if debug else "WARN",
+        "INFO prints the transport NCCL picked (look for 'NET/AWS Libfabric')",
+    )
+    if itype.gpudirect_rdma:
+        rdma_by_default = (
+            fabric is not None
+            and plugin is not None
+            and fabric[:2] >= LIBFABRIC_DEVICE_RDMA_DEFAULT
+            and plugin[:2] >= OFI_NCCL_DEVICE_RDMA_DEFAULT
+        )
+        if not rdma_by_default:
+            unknown = [w for w in (fabric_is, plugin_is) if w.endswith("unknown")]
+            because = ", ".join(unknown) if unknown else f"{fabric_is}, {plugin_is}"
+            env["FI_EFA_USE_DEVICE_RDMA"] = Setting(
+                "1",
+                f"{itype.name} EFA supports RDMA read: GPUDirect RDMA between nodes "
+                f"({because}; not needed from libfabric 1.18 + aws-ofi-nccl 1.7)",
+            )
+        # else: libfabric >= 1.18 with aws-ofi-nccl >= 1.7 uses RDMA read without being told
     # p3dn: FI_EFA_USE_DEVICE_RDMA must stay unset (the device has no RDMA read; setting it
     # aborts). FI_EFA_FORK_SAFE is a no-op on kernels >= 5.15 and RDMAV_FORK_SAFE must never be
-    # set; NCCL_PROTO=simple was only needed by aws-ofi-nccl <= 1.5.
+    # set (doc/efa-env-var.md).
     return env
 
 

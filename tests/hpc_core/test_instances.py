@@ -1,3 +1,5 @@
+import pytest
+
 from hpc_core import instances
 from hpc_train import environment
 
@@ -36,3 +38,87 @@ def test_cli_prints_exports_and_rejects_unknown_type(capsys):
     assert "export FI_EFA_USE_DEVICE_RDMA=1" in capsys.readouterr().out
     assert environment.main(["--instance-type", "p9.huge"]) == 2
     assert "unknown instance type" in capsys.readouterr().err
+
+
+# The version rules: aws-ofi-nccl's doc/efa-env-var.md ("Sample Presets"), one test per branch.
+NEW = {"libfabric": "1.22.0amzn4.0", "aws-ofi-nccl": "1.13.2-aws"}
+
+
+def test_new_software_sets_neither_provider_nor_device_rdma():
+    for name in ("p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge"):
+        env = instances.efa_nccl_env(name, versions=NEW)
+        assert set(env) == {"FI_EFA_USE_HUGE_PAGE", "NCCL_DEBUG"}, name
+
+
+def test_device_rdma_only_from_libfabric_1_18_and_aws_ofi_nccl_1_7_together():
+    def rdma(fabric: str, plugin: str) -> bool:
+        versions = {"libfabric": fabric, "aws-ofi-nccl": plugin}
+        return "FI_EFA_USE_DEVICE_RDMA" in instances.efa_nccl_env("p4d.24xlarge", versions=versions)
+
+    assert not rdma("1.18.0", "1.7.0")
+    assert rdma("1.17.9", "1.7.0")  # old libfabric
+    assert rdma("1.18.0", "1.6.1")  # old plugin
+    env = instances.efa_nccl_env(
+        "p4d.24xlarge", versions={"libfabric": "1.17.1", "aws-ofi-nccl": "1.6.0"}
+    )
+    assert env["FI_EFA_USE_DEVICE_RDMA"].value == "1"
+    assert "libfabric 1.17.1, aws-ofi-nccl 1.6.0" in env["FI_EFA_USE_DEVICE_RDMA"].why
+    # never on p3dn, whatever the versions: its EFA has no RDMA read
+    for versions in (None, {"libfabric": "1.17.0", "aws-ofi-nccl": "1.5.0"}):
+        assert "FI_EFA_USE_DEVICE_RDMA" not in instances.efa_nccl_env(
+            "p3dn.24xlarge", versions=versions
+        )
+
+
+def test_provider_and_simple_protocol_only_for_aws_ofi_nccl_up_to_1_5():
+    old = instances.efa_nccl_env(
+        "p3dn.24xlarge", versions={"libfabric": "1.16.0", "aws-ofi-nccl": "1.5.3"}
+    )
+    assert old["FI_PROVIDER"].value == "efa" and old["NCCL_PROTO"].value == "simple"
+    assert "aws-ofi-nccl 1.5.3 (<= 1.5)" in old["FI_PROVIDER"].why
+    six = instances.efa_nccl_env("p3dn.24xlarge", versions={"aws-ofi-nccl": "1.6.0"})
+    assert "FI_PROVIDER" not in six and "NCCL_PROTO" not in six
+
+
+def test_unknown_versions_are_named_unknown_where_they_decide():
+    env = instances.efa_nccl_env("p5.48xlarge")  # nothing recorded
+    assert env["FI_PROVIDER"].why.startswith("aws-ofi-nccl version unknown: ")
+    rdma = env["FI_EFA_USE_DEVICE_RDMA"].why
+    assert "libfabric version unknown" in rdma and "aws-ofi-nccl version unknown" in rdma
+    assert "NCCL_PROTO" not in env  # costs bandwidth on a newer plugin: never guessed
+    half = instances.efa_nccl_env("p5.48xlarge", versions={"aws-ofi-nccl": "1.9.0"})
+    assert "FI_PROVIDER" not in half
+    assert "(libfabric version unknown; " in half["FI_EFA_USE_DEVICE_RDMA"].why  # only that one
+    for versions in (None, NEW, {"aws-ofi-nccl": "1.4.0"}):
+        for line in instances.shell_lines(instances.efa_nccl_env("p5.48xlarge", versions=versions)):
+            assert line.startswith("export ") and "  # " in line and "\n" not in line
+
+
+def test_versions_file_is_name_equals_version_lines():
+    text = "# found by nccl-profile.sh\n\nlibfabric=1.22.0amzn4.0\naws-ofi-nccl = 1.13.2-aws\n"
+    assert instances.read_versions(text) == {
+        "libfabric": "1.22.0amzn4.0",
+        "aws-ofi-nccl": "1.13.2-aws",
+    }
+    assert instances.parse_version("1.22.0amzn4.0") == (1, 22, 0)
+    assert instances.parse_version("1.7") == (1, 7, 0)
+    assert instances.parse_version("unknown") is None
+    for bad in ("libfabric 1.22.0\n", "libfabric=\n", "=1.2.3\n", "libfabric=latest\n"):
+        with pytest.raises(ValueError, match="line 1"):
+            instances.read_versions(bad)
+
+
+def test_cli_reads_a_versions_file(tmp_path, capsys):
+    versions = tmp_path / "efa-versions"
+    versions.write_text("libfabric=1.22.0\naws-ofi-nccl=1.13.2\n")
+    assert environment.main(["--instance-type", "p5.48xlarge", "--versions", str(versions)]) == 0
+    out = capsys.readouterr().out
+    assert "FI_EFA_USE_DEVICE_RDMA" not in out and "FI_PROVIDER" not in out
+    assert "export FI_EFA_USE_HUGE_PAGE=0" in out
+    versions.write_text("libfabric: 1.22.0\n")
+    assert environment.main(["--instance-type", "p5.48xlarge", "--versions", str(versions)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not name=X.Y.Z" in err
+    missing = tmp_path / "absent"
+    assert environment.main(["--instance-type", "p5.48xlarge", "--versions", str(missing)]) == 2
+    assert "No such file" in capsys.readouterr().err
