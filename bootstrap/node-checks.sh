@@ -38,12 +38,7 @@ elif ((gpus > 0)); then
     log "GPU check: $found GPUs ok"
 fi
 
-fi_info="${BOOTSTRAP_FI_INFO:-}"
-if [[ -z "$fi_info" ]]; then
-    fi_info=/opt/amazon/efa/bin/fi_info
-    [[ -x "$fi_info" ]] || fi_info="$(command -v fi_info || true)"
-fi
-if [[ -z "$fi_info" || ! -x "$fi_info" ]]; then
+if ! fi_info="$(find_fi_info)"; then
     skip "EFA check: no EFA software on this node (fi_info not found)"
     exit 0
 fi
@@ -55,13 +50,6 @@ fi
     die "fi_info -p efa finds no EFA device: is Efa.Enabled set for this compute resource?"
 log "EFA check: fi_info -p efa lists the device"
 
-read -r -a plugin_dirs <<<"${BOOTSTRAP_OFI_NCCL_DIRS:-/opt/amazon/ofi-nccl/lib /opt/amazon/ofi-nccl/lib64 /opt/aws-ofi-nccl/lib}"
-for dir in "${plugin_dirs[@]}"; do
-    for lib in libnccl-net-ofi.so libnccl-net.so; do
-        if [[ -e "$dir/$lib" ]]; then
-            log "aws-ofi-nccl plugin: $dir/$lib"
-            exit 0
-        fi
-    done
-done
-die "aws-ofi-nccl plugin not found in ${plugin_dirs[*]}: NCCL would fall back to TCP sockets"
+plugin="$(find_ofi_nccl_plugin)" ||
+    die "aws-ofi-nccl plugin not found in $OFI_NCCL_DIRS: NCCL would fall back to TCP sockets"
+log "aws-ofi-nccl plugin: $plugin"

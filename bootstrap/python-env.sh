@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Step: the Python environment on the shared prefix, built once and shared by every node.
+# Step: the Python environment of one release on the shared prefix, built once and shared by
+# every node.
 #
-#   $BOOTSTRAP_PREFIX/envs/<key>/   a venv; <key> hashes everything that goes into it
-#   $BOOTSTRAP_PREFIX/venv          symlink to the current one (swapped atomically)
+#   releases/<sha16>/venv-<key>/   a venv; <key> hashes everything that goes into it
+#   releases/<sha16>/venv          -> venv-<key> (swapped atomically)
+#
+# BOOTSTRAP_SOURCE_DIR is the release's src/ (the entry script unpacked it there). The entry
+# script makes the release `current` once this step has finished; prune_releases (lib.sh) removes
+# old releases and environments a release no longer links.
 #
 # Install order matters: torch first (from its own index), then cython/numpy and fairseq-fixed
-# built against that torch without build isolation, then the project. A new tarball or spec gives
-# a new key, hence a new environment next to the old one: running jobs keep theirs.
+# built against that torch without build isolation, then the project. Another interpreter or spec
+# gives a new key, hence a new environment next to the old one.
 #
 # torch: the cu126 builds are the newest CUDA builds that still include V100 (sm_70) kernels, which
 # p3dn.24xlarge needs; they run on A100/H100 (p4d/p5) as well.
@@ -60,22 +65,11 @@ python="$(find_python)" || { install_python; python="$(find_python)" || die "pyt
 python_id="$("$python" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 log "interpreter: $python_id"
 
-source_id="$(basename "$BOOTSTRAP_SOURCE_DIR")"
+release="$(dirname "$BOOTSTRAP_SOURCE_DIR")"
 key="$(printf '%s\n' "$python_id" "$torch_spec" "$torch_index" "$fairseq_spec" \
-    "${project_args[*]:-}" "$source_id" | sha256sum | cut -c1-12)"
-env_dir="$BOOTSTRAP_PREFIX/envs/$key"
-
-point_venv_link() {
-    local link
-    link="$(venv_dir)"
-    if [[ "$(readlink "$link" 2>/dev/null || true)" == "envs/$key" ]]; then
-        already_done "$link -> envs/$key"
-        return 0
-    fi
-    ln -sfn "envs/$key" "$link.new"
-    mv -T "$link.new" "$link"
-    log "$link -> envs/$key"
-}
+    "${project_args[*]:-}" "$(basename "$release")" | sha256sum | cut -c1-12)"
+env_dir="$release/venv-$key"
+point_venv_link() { point_link "$release/venv" "venv-$key"; }
 
 if [[ -f "$env_dir/.complete" ]]; then
     already_done "Python environment $env_dir"

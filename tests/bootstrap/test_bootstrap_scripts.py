@@ -1,17 +1,23 @@
-"""bootstrap/: shellcheck, then the real OnNodeConfigured script against a temporary prefix.
+"""bootstrap/: shellcheck, then the real OnNodeConfigured / OnNodeUpdated scripts against a
+temporary prefix.
 
-What the run does for real: checks the source tarball's sha256 and unpacks it; creates a venv
-(no system site-packages) and installs torch==2.13.0 (the CPU wheel pip finds on this machine's
-disk; the test fails if anything else, e.g. a CUDA build, gets installed) and the project itself
-with --no-deps; writes the EFA/NCCL profile from `python -m hpc_train.environment`; runs the
-nccl-tests step: checksum, unpack, make.
+What the run does for real: checks the source tarball's sha256 and unpacks it into
+releases/<sha16>; creates a venv (no system site-packages) and installs torch==2.13.0 (the CPU
+wheel pip finds on this machine's disk; the test fails if anything else, e.g. a CUDA build, gets
+installed) and the project itself with --no-deps; swaps the `current` link; writes the versions
+file and the EFA/NCCL profile from `python -m hpc_train.environment`; runs the nccl-tests step:
+checksum, unpack, make; installs the head node's systemd units (into a temp dir, systemctl a stub).
 What it does not: build fairseq (BOOTSTRAP_FAIRSEQ_SPEC is empty: minutes of C++ on 2 cores), and
 the nccl-tests "source" is a stand-in tarball whose Makefile only records its arguments, built with
 a stub nvcc and a stub NCCL (no GitHub, no GPU here). No GPU/EFA here: those checks must say
 "skipped".
 
-Two "nodes" (a compute node and the head node, each with its own log and profile directory) boot
-together on one fresh prefix, then the compute node runs again: the second run must change nothing.
+Three "nodes" (each with its own log, profile, versions file and systemd directory) boot together
+on one fresh prefix with the templates' arguments: the head node and a login node with --source
+(exactly one builds), a compute node without (it waits for the head node's `current`). Then the
+head and compute nodes run again: the second run must change nothing. The update tests use their
+own prefix and no torch (seconds per release): new code through on-node-updated.sh, pruning, and
+the creation-time arguments never moving `current` back.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "bootstrap"
 ENTRY = BOOTSTRAP / "on-node-configured.sh"
+UPDATED = BOOTSTRAP / "on-node-updated.sh"
 SCRIPTS = sorted(BOOTSTRAP.glob("*.sh"))
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \[[^]]+\] [\w-]+: ")
 
@@ -93,18 +100,32 @@ class Setup:
 
     def node(self, name: str) -> dict[str, str]:
         """Environment of one 'node': shared prefix, its own log and profile directory."""
+        node = self.root / name
+        stub = node / "systemctl"
+        if not stub.exists():
+            node.mkdir(parents=True)
+            stub.write_text(f'#!/bin/sh\necho "$*" >> {node}/systemctl.calls\n')
+            stub.chmod(0o755)
         return {
             **self.env,
-            "BOOTSTRAP_LOG_DIR": str(self.root / name / "log"),
-            "BOOTSTRAP_PROFILE_DIR": str(self.root / name / "profile.d"),
+            "BOOTSTRAP_LOG_DIR": str(node / "log"),
+            "BOOTSTRAP_PROFILE_DIR": str(node / "profile.d"),
+            "BOOTSTRAP_VERSIONS_FILE": str(node / "etc" / "efa-versions"),
+            "HPC_TRAIN_SYSTEMD_DIR": str(node / "units"),
+            "HPC_TRAIN_ENV_FILE": str(node / "etc" / "head-node.env"),
+            "HPC_TRAIN_SYSTEMCTL": str(stub),
         }
+
+    def calls(self, name: str) -> list[str]:
+        path = self.root / name / "systemctl.calls"
+        return path.read_text().splitlines() if path.exists() else []
 
     def log(self, name: str) -> str:
         return (self.root / name / "log" / "bootstrap.log").read_text()
 
 
-def entry(env: dict[str, str], *args: str, wait: bool = True):
-    cmd = ["bash", str(ENTRY), *args]
+def entry(env: dict[str, str], *args: str, wait: bool = True, script: Path = ENTRY):
+    cmd = ["bash", str(script), *args]
     if not wait:
         return subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -158,30 +179,36 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
 
 @pytest.fixture(scope="module")
 def runs(setup: Setup) -> dict[str, object]:
-    """Compute node and head node boot together; then the compute node runs once more."""
-    args = ["--source", str(setup.tarball), "--sha256", setup.sha]
-    cfnconfig = setup.root / "cfnconfig"
-    cfnconfig.write_text("stack_name=hpc-train\ncfn_node_type=ComputeFleet\ncfn_region=us-east-1\n")
-    compute_env = {**setup.node("compute"), "BOOTSTRAP_CFNCONFIG": str(cfnconfig)}
-    head_env = {**setup.node("head"), "BOOTSTRAP_NODE_TYPE": "HeadNode"}
-    compute = entry(compute_env, *args, "--instance-type", "p3dn.24xlarge", wait=False)
-    head = entry(head_env, *args, wait=False)
+    """The templates' arguments: head and login node with the tarball, a compute node without
+    (started first: it must wait for `current`). Then the head and compute nodes run again."""
+    source = ["--source", str(setup.tarball), "--sha256", setup.sha]
+    compute_args = ["--node-type", "ComputeFleet", "--instance-type", "p3dn.24xlarge"]
+    head_args = ["--node-type", "HeadNode", *source]
+    compute = entry(setup.node("compute"), *compute_args, wait=False)
+    head = entry(setup.node("head"), *head_args, wait=False)
+    login = entry(setup.node("login"), "--node-type", "LoginNode", *source, wait=False)
     first = {}
-    for name, proc in (("compute", compute), ("head", head)):
+    for name, proc in (("compute", compute), ("head", head), ("login", login)):
         _out, err = proc.communicate(timeout=900)
         first[name] = (proc.returncode, err)
-    nodes = [setup.root / n / "profile.d" for n in ("compute", "head")]
+    nodes = [setup.root / n / d for n in NODES for d in ("profile.d", "etc", "units")]
     before = manifest(setup.prefix, *[n for n in nodes if n.exists()])
-    compute_log_before = setup.log("compute")
-    again = entry(compute_env, *args, "--instance-type", "p3dn.24xlarge")
+    logs_before = {n: setup.log(n) for n in ("compute", "head")}
+    again = {
+        "compute": entry(setup.node("compute"), *compute_args),
+        "head": entry(setup.node("head"), *head_args),
+    }
     after = manifest(setup.prefix, *[n for n in nodes if n.exists()])
     return {
         "first": first,
         "again": again,
         "before": before,
         "after": after,
-        "second_log": setup.log("compute")[len(compute_log_before) :],
+        "second_log": {n: setup.log(n)[len(logs_before[n]) :] for n in logs_before},
     }
+
+
+NODES = ("compute", "head", "login")
 
 
 def test_scripts_pass_shellcheck_and_follow_the_house_rules() -> None:
@@ -192,6 +219,8 @@ def test_scripts_pass_shellcheck_and_follow_the_house_rules() -> None:
     assert proc.returncode == 0, proc.stdout
     assert {s.name for s in SCRIPTS} >= {
         "on-node-configured.sh",
+        "on-node-updated.sh",
+        "head-node-services.sh",
         "lib.sh",
         "python-env.sh",
         "node-checks.sh",
@@ -208,15 +237,24 @@ def test_scripts_pass_shellcheck_and_follow_the_house_rules() -> None:
         assert "chmod 777" not in text and "chmod -R 777" not in text, script.name
 
 
-def test_both_nodes_succeed_and_exactly_one_builds_the_environment(setup, runs) -> None:
+def test_all_nodes_succeed_and_exactly_one_builds_the_environment(setup, runs) -> None:
     for name, (code, err) in runs["first"].items():
         assert code == 0, f"{name} node failed:\n{err}"
-    logs = {n: setup.log(n) for n in ("compute", "head")}
+    logs = {n: setup.log(n) for n in NODES}
     builders = [n for n, text in logs.items() if "building Python environment" in text]
-    assert len(builders) == 1, logs
-    other = "head" if builders == ["compute"] else "compute"
+    assert len(builders) == 1 and builders[0] in ("head", "login"), logs
+    other = "login" if builders == ["head"] else "head"
     assert "(built by another node)" in logs[other]
-    assert len(list((setup.prefix / "envs").iterdir())) == 1
+    assert "source: already done" in logs[other]  # unpacked once, too
+    assert "waiting for the head node to install a release" in logs["compute"]
+    assert "building" not in logs["compute"] and "source:" not in logs["compute"]
+    release = f"releases/{setup.sha[:16]}"
+    assert f"using {setup.prefix}/current -> {release}" in logs["compute"]
+    assert os.readlink(setup.prefix / "current") == release
+    assert os.readlink(setup.prefix / "venv") == "current/venv"
+    assert [p.name for p in (setup.prefix / "releases").iterdir()] == [setup.sha[:16]]
+    envs = list((setup.prefix / release).glob("venv-*"))
+    assert len(envs) == 1 and os.readlink(setup.prefix / release / "venv") == envs[0].name
 
 
 def test_python_environment_really_installed(setup, runs) -> None:
@@ -231,6 +269,7 @@ def test_python_environment_really_installed(setup, runs) -> None:
     version, venv_prefix = proc.stdout.split()
     assert version == "2.13.0+cpu"  # the CPU wheel from disk, never a CUDA build
     assert Path(venv_prefix).resolve() == (setup.prefix / "venv").resolve()
+    assert (setup.prefix / "venv").resolve().parent.parent == setup.prefix / "releases"
     cfg = (setup.prefix / "venv" / "pyvenv.cfg").read_text()
     assert "include-system-site-packages = false" in cfg
     pip_list = subprocess.run(
@@ -252,15 +291,27 @@ def test_gpu_and_efa_steps_say_they_were_skipped(setup, runs) -> None:
 
 def test_profile_comes_from_hpc_train_environment(setup, runs) -> None:
     profile = (setup.root / "compute" / "profile.d" / "hpc-train-nccl.sh").read_text()
+    versions = setup.root / "compute" / "etc" / "efa-versions"
     expected = subprocess.run(
-        [sys.executable, "-m", "hpc_train.environment", "--instance-type", "p3dn.24xlarge"],
+        [
+            sys.executable,
+            "-m",
+            "hpc_train.environment",
+            "--instance-type",
+            "p3dn.24xlarge",
+            "--versions",
+            str(versions),
+        ],
         capture_output=True,
         text=True,
         check=True,
         cwd=REPO,
     ).stdout
     assert profile.endswith(expected)
-    assert "export FI_PROVIDER=efa" in profile
+    # no EFA software here: the versions file names none, and the profile says so
+    versions = (setup.root / "compute" / "etc" / "efa-versions").read_text()
+    assert not [line for line in versions.splitlines() if not line.startswith("#")]
+    assert "export FI_PROVIDER=efa  # aws-ofi-nccl version unknown: " in profile
     assert "FI_EFA_USE_DEVICE_RDMA" not in profile  # p3dn has no RDMA read
     assert not (setup.root / "head" / "profile.d").exists()
 
@@ -272,68 +323,64 @@ def test_nccl_tests_step_verifies_unpacks_and_builds_once(setup, runs) -> None:
     assert f"NCCL_HOME={setup.env['BOOTSTRAP_NCCL_HOME']}" in args
     assert f"CUDA_HOME={setup.env['CUDA_HOME']}" in args
     assert args.rstrip().endswith("MPI=")  # no MPI here: built without it
-    both = setup.log("compute") + setup.log("head")
+    both = "".join(setup.log(n) for n in NODES)
     assert both.count("nccl-tests: downloaded") == 1
     assert "(sha256 ok)" in both
 
 
 def test_every_log_line_is_timestamped(setup, runs) -> None:
-    for node in ("compute", "head"):
+    steps = {}
+    for node in NODES:
         lines = [line for line in setup.log(node).splitlines() if STAMP.match(line)]
-        steps = {line.split("] ", 1)[1].split(":", 1)[0] for line in lines}
-        assert steps >= {"on-node-configured", "python-env", "nccl-tests"}
+        steps[node] = {line.split("] ", 1)[1].split(":", 1)[0] for line in lines}
+    assert steps["compute"] >= {"on-node-configured", "node-checks", "nccl-profile", "nccl-tests"}
+    assert steps["head"] >= {"on-node-configured", "python-env", "head-node-services"}
     # command output (pip's) goes to the log as well, unstamped, between stamped step lines
-    assert "Successfully installed" in setup.log("compute") + setup.log("head")
+    assert "Successfully installed" in setup.log("head") + setup.log("login")
+
+
+def test_head_node_installs_its_services_and_only_it(setup, runs) -> None:
+    units = setup.root / "head" / "units"
+    assert sorted(p.name for p in units.iterdir()) == [
+        "hpc-train-doctor.service",
+        "hpc-train-doctor.timer",
+        "hpc-train-metrics.service",
+    ]
+    metrics = (units / "hpc-train-metrics.service").read_text()
+    assert f"ExecStart={setup.prefix}/venv/bin/hpc-train metrics serve" in metrics
+    # the docs through `current`: still there when an update prunes this release
+    assert f"file://{setup.prefix}/current/src/docs/" in metrics
+    assert setup.calls("head")[:2] == [
+        "daemon-reload",
+        "enable --now hpc-train-metrics.service hpc-train-doctor.timer",
+    ]
+    for node in ("compute", "login"):
+        assert not (setup.root / node / "units").exists() and setup.calls(node) == []
 
 
 def test_second_run_changes_nothing_and_says_already_done(setup, runs) -> None:
-    again = runs["again"]
-    assert again.returncode == 0, again.stderr
+    for node, proc in runs["again"].items():
+        assert proc.returncode == 0, f"{node}:\n{proc.stderr}"
     assert runs["after"] == runs["before"]
-    log = runs["second_log"]
-    for what in ("source: already done", "already done: Python environment", "unchanged"):
-        assert what in log
-    assert "already done: nccl-tests fake" in log
-    assert "building" not in log and "+ " not in log  # no command ran the second time
+    assert len(setup.calls("head")) == 2  # nothing reloaded or restarted
+    compute, head = runs["second_log"]["compute"], runs["second_log"]["head"]
+    for log in (compute, head):
+        assert "unchanged" in log and "already done: nccl-tests fake" in log
+        assert "building" not in log and "+ " not in log  # no command ran the second time
+    assert f"source: {setup.prefix}/current -> releases/{setup.sha[:16]} already" in head
+    assert "already done: head-node services" in head
+    assert "already done: prune" in head
 
 
 def test_wrong_checksum_is_refused_and_leaves_nothing(setup, tmp_path: Path) -> None:
-    env = {
-        **setup.node("bad"),
-        "BOOTSTRAP_PREFIX": str(tmp_path / "prefix"),
-        "BOOTSTRAP_NODE_TYPE": "HeadNode",
-    }
-    proc = entry(env, "--source", str(setup.tarball), "--sha256", "0" * 64)
-    assert proc.returncode == 1
-    assert f"sha256 mismatch for {setup.tarball}" in proc.stderr
-    assert list((tmp_path / "prefix" / "src").iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    ("cfnconfig", "message"),
-    [
-        (None, "cannot tell the node type: no"),
-        ("cfn_node_type=Toaster\n", "unknown node type 'Toaster'"),
-    ],
-)
-def test_node_type_must_be_known(setup, tmp_path: Path, cfnconfig, message) -> None:
-    path = tmp_path / "cfnconfig"
-    if cfnconfig is not None:
-        path.write_text(cfnconfig)
-    env = {
-        **setup.node("x"),
-        "BOOTSTRAP_PREFIX": str(tmp_path / "p"),
-        "BOOTSTRAP_CFNCONFIG": str(path),
-    }
-    proc = entry(env, "--source", str(setup.tarball), "--sha256", setup.sha)
-    assert proc.returncode == 1
-    assert message in proc.stderr
-
-
-def test_usage_errors_exit_2(setup) -> None:
-    assert entry(setup.env, "--source", "x").returncode == 2
-    proc = entry(setup.env, "--bogus")
-    assert proc.returncode == 2 and "unknown argument '--bogus'" in proc.stderr
+    env = {**setup.node("bad"), "BOOTSTRAP_PREFIX": str(tmp_path / "prefix")}
+    for script in (ENTRY, UPDATED):
+        proc = entry(env, "--node-type", "HeadNode", "--source", str(setup.tarball),
+                     "--sha256", "0" * 64, script=script)  # fmt: skip
+        assert proc.returncode == 1
+        assert f"sha256 mismatch for {setup.tarball}: expected {'0' * 64}" in proc.stderr
+        assert list((tmp_path / "prefix" / "releases").iterdir()) == []
+        assert not (tmp_path / "prefix" / "current").exists()
 
 
 def _lib(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
@@ -369,3 +416,101 @@ def test_fetch_verified_refuses_a_wrong_checksum_and_plain_http(tmp_path: Path) 
     assert list(dest.parent.iterdir()) == []  # no partial file left behind
     http = _lib(tmp_path, f"fetch_verified http://example.com/x {'a' * 64} {dest}")
     assert http.returncode == 1 and "refusing an unencrypted download" in http.stderr
+
+
+# --- new code: on-node-updated.sh (its own prefix, no torch: a few seconds per release) ---
+
+
+def variant(setup: Setup, tag: str) -> tuple[Path, str]:
+    """The project tarball plus a file naming the release: another sha256, another release."""
+    path = setup.root / f"hpc-train-src-{tag}.tar.gz"
+    marker = setup.root / f"RELEASE-{tag}"
+    marker.write_text(f"{tag}\n")
+    with tarfile.open(path, "w:gz") as tar:
+        for name in project_files():
+            tar.add(REPO / name, arcname=name, recursive=False)
+        tar.add(marker, arcname="RELEASE")
+    return path, sha256(path)
+
+
+@pytest.fixture(scope="module")
+def updates(setup: Setup) -> dict[str, object]:
+    """Create with release A; update to B, B again, C; then the head node's creation-time action
+    (release A's args) runs again, and a compute node boots."""
+    env = {
+        **setup.node("uhead"),
+        "BOOTSTRAP_PREFIX": str(setup.root / "uprefix"),
+        "BOOTSTRAP_TORCH_SPEC": "",
+    }
+    compute_env = {**setup.node("ucompute"), **{k: env[k] for k in ("BOOTSTRAP_PREFIX",)}}
+    tarballs = {"A": (setup.tarball, setup.sha), "B": variant(setup, "B"), "C": variant(setup, "C")}
+
+    def args(tag: str) -> list[str]:
+        path, sha = tarballs[tag]
+        return ["--node-type", "HeadNode", "--source", str(path), "--sha256", sha]
+
+    prefix = setup.root / "uprefix"
+    out: dict[str, object] = {"prefix": prefix, "sha": {t: s for t, (_p, s) in tarballs.items()}}
+    out["create"] = entry(env, *args("A"))
+    out["to_B"] = entry(env, *args("B"), script=UPDATED)
+    out["calls_B"] = setup.calls("uhead")
+    out["releases_B"] = sorted(p.name for p in (prefix / "releases").iterdir())
+    before = manifest(prefix, setup.root / "uhead" / "units")
+    out["B_again"] = entry(env, *args("B"), script=UPDATED)
+    out["B_again_same"] = manifest(prefix, setup.root / "uhead" / "units") == before
+    out["calls_B_again"] = setup.calls("uhead")
+    out["to_C"] = entry(env, *args("C"), script=UPDATED)
+    out["releases_C"] = sorted(p.name for p in (prefix / "releases").iterdir())
+    out["recreate"] = entry(env, *args("A"))
+    out["compute"] = entry(
+        compute_env, "--node-type", "ComputeFleet", "--instance-type", "p4d.24xlarge"
+    )
+    return out
+
+
+def _release(updates, tag: str) -> str:
+    return updates["sha"][tag][:16]
+
+
+def test_update_installs_the_new_release_and_swaps_current(setup, updates) -> None:
+    for key in ("create", "to_B", "B_again", "to_C", "recreate", "compute"):
+        assert updates[key].returncode == 0, f"{key}:\n{updates[key].stderr}"
+    prefix = updates["prefix"]
+    assert updates["releases_B"] == sorted([_release(updates, "A"), _release(updates, "B")])
+    assert f"current -> releases/{_release(updates, 'B')}" in updates["to_B"].stderr
+    # the running metrics service restarts to run the new code; the units did not change
+    assert updates["calls_B"][2:] == ["try-restart hpc-train-metrics.service"]
+    assert (prefix / "current" / "src" / "RELEASE").read_text() == "C\n"
+    assert os.readlink(prefix / "venv") == "current/venv"
+    python = prefix / "venv" / "bin" / "python"
+    code = "import hpc_train, sys; print(sys.prefix)"
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    assert Path(proc.stdout.strip()).resolve().parent == prefix / "releases" / _release(
+        updates, "C"
+    )
+
+
+def test_update_run_twice_changes_nothing(updates) -> None:
+    again = updates["B_again"].stderr
+    assert updates["B_again_same"]
+    assert "source: already done" in again and "already done: Python environment" in again
+    assert f"already done: current -> releases/{_release(updates, 'B')}" in again
+    assert "building" not in again and "+ " not in again
+    assert updates["calls_B_again"] == updates["calls_B"]  # no restart the second time
+
+
+def test_update_prunes_to_the_newest_two_releases(updates) -> None:
+    # KEEP_ENVS defaults to 2: C (current) and B stay, A (the creation's) goes
+    assert updates["releases_C"] == sorted([_release(updates, "B"), _release(updates, "C")])
+    assert f"pruned {updates['prefix']}/releases/{_release(updates, 'A')}" in updates["to_C"].stderr
+
+
+def test_creation_args_never_move_current_back(updates) -> None:
+    prefix = updates["prefix"]
+    recreate = updates["recreate"].stderr
+    assert f"current -> releases/{_release(updates, 'C')} already" in recreate
+    assert "source: unpacked" not in recreate and "building" not in recreate
+    assert os.readlink(prefix / "current") == f"releases/{_release(updates, 'C')}"
+    assert _release(updates, "A") not in {p.name for p in (prefix / "releases").iterdir()}
+    compute = updates["compute"].stderr
+    assert f"using {prefix}/current -> releases/{_release(updates, 'C')}" in compute
