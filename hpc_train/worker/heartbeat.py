@@ -1,16 +1,16 @@
 """Heartbeats: each rank records its progress every update; its launcher reads them.
 
 The worker side (``Heartbeat``) writes ``rank-<r>.json`` in the directory its launcher passes
-(``HPC_TRAIN_HEARTBEAT_DIR``) twice per update, around fairseq's validate-and-save step: once
-when the update completed (phase ``checkpoint``: validation and saves may follow) and once when
-it goes back to training (``train``; ``epoch`` at the end of an epoch, ``stopping`` once
-fairseq decided to stop). A write is a small
-JSON renamed into place without fsync (both writes: about 0.5 ms per update on a local disk, busy
-2-core machine): whole for a reader, never durable (a heartbeat only matters while the job runs). It also arms faulthandler: SIGUSR1 writes the
-rank's Python stacks (all threads) to ``rank-<r>.stacks``, even while blocked in a collective.
-With ``hpc_train.worker.compute_time`` installed, each beat also carries ``compute_s``: the median of
-the rank's own compute per update over its recent updates, which ``hpc_train.watch.stragglers`` compares
-across nodes.
+(``HPC_TRAIN_HEARTBEAT_DIR``) three times per update: when the update has trained (``stepped``,
+phase ``train``, before the ranks' per-update notice agreement), once they agreed (phase
+``checkpoint``: validation and saves may follow) and when it goes back to training (``train``;
+``epoch`` at the end of an epoch, ``stopping`` once fairseq decided to stop). A write is a small
+JSON renamed into place without fsync (the three: under a millisecond per update on a local disk,
+busy 2-core machine): whole for a reader, never durable (a heartbeat only matters while the job
+runs). It also arms faulthandler: SIGUSR1 writes the rank's Python stacks (all threads) to
+``rank-<r>.stacks``, even while blocked in a collective. With ``hpc_train.worker.compute_time``
+installed, each beat also carries ``compute_s``: the median of the rank's own compute per update
+over its recent updates, which ``hpc_train.watch.stragglers`` compares across nodes.
 """
 
 from __future__ import annotations
@@ -71,15 +71,25 @@ class Heartbeat:
         beat = Beat(self.rank, self.node, self.pid, self.update, now, phase, slowest, compute)
         atomic_write(self.path, json.dumps(asdict(beat)), durable=False)
 
-    def completed(self, update: int) -> None:
-        """Update ``update`` is done; validate-and-save follows."""
+    def stepped(self, update: int) -> None:
+        """Update ``update`` trained (its optimizer step is done and fairseq has logged it), before
+        the ranks agree on a notice: the beat says so at once, phase ``train`` (a rank blocked in
+        that agreement is still in training's collectives). A rank whose peer stops right after
+        the step has trained this update; if the run resumes below it, it is trained twice."""
+        if update <= self.update:
+            return
         now = self.clock()
-        if self.training_since is not None and update > self.update:
+        if self.training_since is not None:
             self.recent.append(now - self.training_since)
         if self._computing > 0:
             self.computes.append(self._computing)
             self._computing = 0.0
         self.update = update
+        self._write(TRAIN)
+
+    def completed(self, update: int) -> None:
+        """Update ``update`` is done and the ranks agreed on it; validate-and-save follows."""
+        self.stepped(update)
         self._write(CHECKPOINT)
 
     def compute(self, seconds: float) -> None:

@@ -106,6 +106,8 @@ def install_save_on_notice(
         update, began = trainer.get_num_updates(), time.monotonic()
         if auto is not None:
             auto.completed(began)
+        if heartbeat is not None:  # trained (and logged by fairseq): the goodput's "reached"
+            heartbeat.stepped(update)
         notice_recorded(pending)
         notice, interval = agree(trainer.device, auto.proposal() if auto is not None else 0)
         if heartbeat is not None:  # after the agreement: a rank blocked in that all-reduce
