@@ -55,3 +55,51 @@ def test_the_rules_and_the_dashboard_name_only_metrics_that_exist():
     named = set(re.findall(r"hpc_train_[a-z_]+", RULES.read_text() + dashboard.read_text()))
     assert named and named <= exported, named - exported
     json.loads(dashboard.read_text())  # valid JSON (not rendered in a Grafana here)
+
+
+def test_the_first_restart_counts_in_the_storm_as_the_exporter_emits_it(tmp_path):
+    """The exporter's own series over four scrapes (no restart yet, then 1, 2, 3 restarts, 5
+    minutes apart) through the real rules: the storm fires at the third restart, so the first
+    one counted although its series only appeared with it."""
+    from hpc_core import ledger, slurm
+    from hpc_core.rundir import RunDir
+    from hpc_train.runs import index, metrics
+
+    save = tmp_path / "run"
+    rd = RunDir(save)
+    ledger.record(rd.ledger, "submitted", "8", 0, 1000, max_update=100, name="s")
+    ledger.record(rd.ledger, "started", "8", 0, 1010, nodes=["n1"])
+    run = index.Run(save, "8", "s", 100)
+    whys = ["crash (rank 0): boom", "hang (rank 1): silent", "crash (rank 0): boom"]
+    scrapes = []
+    for restart in range(4):
+        if restart:
+            ledger.record(rd.ledger, "started", "8", restart, 1010 + 300 * restart,
+                          nodes=["n1"], previous=whys[restart - 1])  # fmt: skip
+        now = 1020 + 300 * restart
+        view = metrics.observe(run, slurm.JobState("8", "RUNNING", restart, "n1", "None"), now)
+        scrapes.append({(f"{metrics.PREFIX}_{f.name}", tuple(zip(f.labels, lab, strict=True))): v
+                        for f in metrics.families([view], True) for lab, v in f.samples})  # fmt: skip
+    assert not any(name.endswith("restarts_total") for name, _ in scrapes[0])
+    series = []
+    for key in sorted({k for s in scrapes for k in s}):
+        name, labels = key
+        text = ",".join(f'{k}="{v}"' for k, v in labels)
+        values = " ".join(" ".join([str(s[key]) if key in s else "_"] * 5) for s in scrapes)
+        series.append({"series": f"{name}{{{text}}}", "values": values})
+    fire = {"alertname": "HpcTrainRestartStorm", "exp_alerts": [{
+        "exp_labels": {"severity": "critical", "slurm_job": "8", "run": "s",
+                       "save_dir": str(save)},
+        "exp_annotations": {
+            "summary": "run s (job 8) restarted 3 times in the last hour",
+            "fix": "scontrol requeuehold 8; hpc-train status 8; then scontrol release 8"}}]}  # fmt: skip
+    case = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "alert_rule_test": [{"eval_time": "14m", "alertname": "HpcTrainRestartStorm",
+                             "exp_alerts": []}, {"eval_time": "16m", **fire}]}]}  # fmt: skip
+    (tmp_path / "storm.test.yml").write_text(yaml.safe_dump(case))
+    found = shutil.which("promtool")
+    assert found, "promtool not found: install Debian's `prometheus` package (make install-system)"
+    proc = subprocess.run([found, "test", "rules", "storm.test.yml"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
