@@ -199,12 +199,12 @@ def in_job_verdict(view: RunView) -> str | None:
 
 
 def storm_count(view: RunView, limits: Limits) -> int:
-    """Starts of the run within the storm window (the ledger's), else Slurm's Restarts + 1."""
-    starts = [
-        e for e in view.events if e.kind == "started" and view.now - e.time <= limits.storm_window_s
-    ]
+    """Restarts within the storm window: the ledger's starts after the run's first (a restart
+    is a start that had one before it, however long ago the first was); without a ledger,
+    Slurm's Restarts of the job."""
     if view.events:
-        return len(starts) - 1 if starts else 0
+        starts = sorted(e.time for e in view.events if e.kind == "started")
+        return sum(1 for t in starts[1:] if view.now - t <= limits.storm_window_s)
     return view.job_state.restarts if view.job_state else 0
 
 

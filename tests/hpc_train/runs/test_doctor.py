@@ -105,6 +105,22 @@ def test_a_requeue_storm_from_the_ledger_or_from_slurm(tmp_path):
     assert find(bare, state("8", restarts=2)) == []
 
 
+def test_a_storm_counts_restarts_of_a_run_whose_first_start_is_older_than_the_window(tmp_path):
+    """A 2-hour-old run requeued 3 times in the last 10 minutes: 3 restarts in the window,
+    although only 3 starts (not 4) lie in it."""
+    save = tmp_path / "old"
+    rd = RunDir(save)
+    ledger.record(rd.ledger, "submitted", "7", 0, NOW - 7300, max_update=100, name="r")
+    ledger.record(rd.ledger, "started", "7", 0, NOW - 7200, nodes=["n1"])
+    for n in (1, 2, 3):
+        ledger.record(rd.ledger, "started", "7", n, NOW - 600 + 100 * n, nodes=["n1"])
+    run = index.Run(save, "7", "r", 100)
+    view = metrics.observe(run, state(restarts=3), NOW)
+    assert doctor.storm_count(view, doctor.Limits()) == 3
+    assert [f.check for f in find(run, state(restarts=3))][:1] == [doctor.STORM]
+    assert doctor.storm_count(view, doctor.Limits(storm_window_s=450)) == 2
+
+
 @pytest.mark.parametrize(
     "reason, nodes, expect",
     [
