@@ -18,6 +18,7 @@ fresh read (a few small files per run). Labels: ``job`` (the newest Slurm job of
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import itertools
 import statistics
@@ -131,11 +132,31 @@ class RunView:
         return [e for e in self.events if e.kind == "checkpoint"]
 
     def checkpoint_interval_s(self) -> float | None:
-        """The median time between the run's saves in the current start (None: fewer than 2)."""
+        """The median time between saves: the current start's once it has saved twice (its
+        pace now), else the run's across all its starts, so a resumed run is held to the pace
+        it had (else the stale-checkpoint alert is blind after every requeue until two new
+        saves). Only gaps inside one start count: one across a restart holds a queue wait."""
+        starts = sorted(e.time for e in self.events if e.kind == "started")
+        by_start: dict[int, list[float]] = {}
+        for e in self.checkpoints:
+            by_start.setdefault(bisect.bisect_right(starts, e.time), []).append(e.time)
+
+        def gaps(times: list[float]) -> list[float]:
+            return [b - a for a, b in itertools.pairwise(sorted(times)) if b > a]
+
+        current = gaps(by_start.get(len(starts), []))
+        every = current or [g for times in by_start.values() for g in gaps(times)]
+        return statistics.median(every) if every else None
+
+    def checkpoint_age_s(self) -> float | None:
+        """Seconds the run has gone without a save while it could save: since the last save,
+        or since the current start if that is later (a resume's queue wait is not a stale
+        checkpoint). None: never saved."""
+        saved = self.last_checkpoint_time()
+        if saved is None:
+            return None
         start = self.current_start
-        times = [e.time for e in self.checkpoints if start is None or e.time >= start.time]
-        gaps = [b - a for a, b in itertools.pairwise(times) if b > a]
-        return statistics.median(gaps) if gaps else None
+        return max(0.0, self.now - max(saved, start.time if start is not None else saved))
 
     def last_checkpoint_time(self) -> float | None:
         saves = self.checkpoints
@@ -305,9 +326,11 @@ def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) ->
         "allowance": Family("run_hang_allowance_seconds", "gauge",
                             "the in-job watchdog's allowance for the ranks' phase (the run's --hang-* limits)"),
         "since_ckpt": Family("run_seconds_since_checkpoint", "gauge",
-                             "seconds since the last durable checkpoint (alive runs)"),
+                             "seconds since the last durable checkpoint or the current start, "
+                             "the later (running jobs)"),
         "ckpt_interval": Family("run_checkpoint_interval_seconds", "gauge",
-                                "median seconds between the current start's checkpoints"),
+                                "median seconds between the saves of the current start, else "
+                                "of the run's starts"),
         "ckpt_update": Family("run_checkpoint_update", "gauge", "the update of the last checkpoint"),
         "pending": Family("run_pending_seconds", "gauge",
                           "seconds the job has waited in the queue since it last went back to it"),
@@ -344,9 +367,8 @@ def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) ->
         if v.alive and v.job_state is not None and v.job_state.state == "RUNNING":
             f["since_progress"].add(lab, None if progress is None else max(0.0, v.now - progress))
             f["allowance"].add(lab, v.hang_allowance_s())
-        saved = v.last_checkpoint_time()
-        if v.alive and saved is not None:
-            f["since_ckpt"].add(lab, max(0.0, v.now - saved))
+        if v.alive and v.job_state is not None and v.job_state.state == "RUNNING":
+            f["since_ckpt"].add(lab, v.checkpoint_age_s())  # a pending job saves nothing
         f["ckpt_interval"].add(lab, v.checkpoint_interval_s())
         if v.checkpoints:
             f["ckpt_update"].add(lab, float(v.checkpoints[-1].get("update", 0)))

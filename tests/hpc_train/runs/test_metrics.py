@@ -187,3 +187,35 @@ def test_the_hang_allowance_is_the_runs_own_as_submit_recorded_it(tmp_path, monk
     submit.record_submission(quiet, "42", NOW - 5)
     got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
     assert ("run_hang_allowance_seconds", lab) not in got
+
+
+def test_after_a_resume_the_checkpoint_interval_is_the_runs_and_the_age_counts_from_the_start(
+    tmp_path,
+):
+    """Requeued after saves every 100 s, the new start has not saved yet: the interval is the
+    run's (not absent until two new saves), and the age counts from the resume (the queue wait
+    is no stale checkpoint) - 400 s into a start that never saved is over 3x the interval."""
+    rd = RunDir(tmp_path / "run")
+    rec = lambda kind, t, restart=0, **d: ledger.record(rd.ledger, kind, "42", restart, t, **d)  # noqa: E731
+    rec("submitted", 0, max_update=100, name="demo")
+    rec("started", 10, nodes=["n1"])
+    for t, update in ((100, 10), (200, 20), (300, 30)):
+        rec("checkpoint", t, update=update, seconds=1.0)
+    rec("stopped", 350, cause="notice", reached=32)
+    rec("requeued", 350, by="submitit (notice)")
+    rec("started", 3000, 1, nodes=["n2"], previous="saved on notice (SIGUSR2) at update 32")
+    run = index.Run(rd.root, "42", "demo", 100)
+    lab = ("42", "demo", str(rd.root))
+    got = samples(metrics.families([metrics.observe(run, running(), 3150)], True))
+    assert got[("run_checkpoint_interval_seconds", lab)] == pytest.approx(100)
+    assert got[("run_seconds_since_checkpoint", lab)] == pytest.approx(150)
+    got = samples(metrics.families([metrics.observe(run, running(), 3400)], True))
+    assert got[("run_seconds_since_checkpoint", lab)] > 3 * got[
+        ("run_checkpoint_interval_seconds", lab)]  # fmt: skip
+    rec("checkpoint", 3500, 1, update=40, seconds=1.0)
+    rec("checkpoint", 3560, 1, update=45, seconds=1.0)  # the current start's own pace wins
+    got = samples(metrics.families([metrics.observe(run, running(), 3600)], True))
+    assert got[("run_checkpoint_interval_seconds", lab)] == pytest.approx(60)
+    assert got[("run_seconds_since_checkpoint", lab)] == pytest.approx(40)
+    pending = metrics.observe(run, slurm.JobState("42", "PENDING", 2, "", "BeginTime"), 3600)
+    assert ("run_seconds_since_checkpoint", lab) not in samples(metrics.families([pending], True))
