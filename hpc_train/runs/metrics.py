@@ -551,7 +551,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.dir)
     if not out.is_dir():
         p.error(f"{out}: not a directory (node_exporter's --collector.textfile.directory)")
-    atomic_write(out / TEXTFILE, exposition(collector))
+    text = exposition(collector)
+    try:
+        atomic_write(out / TEXTFILE, text)
+    except OSError as err:  # not writable, full: the operator's to fix, not a traceback
+        p.error(f"cannot write {out / TEXTFILE}: {err.strerror or err}")
     return 0
 
 

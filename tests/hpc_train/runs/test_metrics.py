@@ -169,6 +169,19 @@ def test_bad_input_is_one_line_and_exit_2(argv, said, capsys):
     assert said in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_an_unwritable_textfile_dir_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    def refuse(path: Path, data: bytes) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(metrics, "atomic_write", refuse)
+    with pytest.raises(SystemExit) as ended:
+        metrics.main(["write", str(tmp_path), "--save-dir", str(tmp_path / "none")])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2
+    assert f"cannot write {tmp_path / metrics.TEXTFILE}: Permission denied" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+
+
 def test_the_hang_allowance_is_the_runs_own_as_submit_recorded_it(tmp_path, monkeypatch):
     """`submit --hang-timeout-floor 10 --hang-factor 3` is in the ledger: the gauge (and the
     alert on it) follows that run's watchdog, not the defaults; --no-watchdog: no gauge."""
