@@ -225,11 +225,14 @@ class Launcher:
             start, came_from = result
 
     def restarts_spent(self, start: Start) -> int:
-        """Restarts this run has had: Slurm's requeues and this job's in-job restarts (the one
-        budget, ``--max-restarts``, counts both)."""
+        """Restarts this run has had, as the one budget (``--max-restarts``) counts them
+        (``restart_policy.restarts_spent``): Slurm's requeues and this job's in-job restarts,
+        less the requeues that were grows (a start before this one that stopped for a grow)."""
         events = ledger.read(self.spec.run_dir.ledger)
         in_job = sum(1 for e in events if e.kind == "restarted" and e.job == start.job_id)
-        return start.restart + max(in_job, start.round)
+        grows = {e.restart for e in events if e.kind == "stopped" and e.job == start.job_id
+                 and e.get("cause") == "grow" and e.restart < start.restart}  # fmt: skip
+        return restart_policy.restarts_spent(start.restart, max(in_job, start.round), len(grows))
 
     def _start_once(
         self, start: Start, gpus: int, came_from: str | None

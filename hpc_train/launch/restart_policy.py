@@ -2,7 +2,9 @@
 
 ``--max-restarts N`` is the number of restarts a run may have in all, whatever caused them
 (preemption, node failure, a crash, the time limit): start number N + 1 is the last one. Slurm
-counts them (``SLURM_RESTART_COUNT``), so requeues Slurm performs by itself count too.
+counts them (``SLURM_RESTART_COUNT``), so requeues Slurm performs by itself count too. One kind
+is not counted: a grow (``--grow-after``), the run's own choice to trade its allocation for a
+wider one (``restarts_spent``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,20 @@ from enum import Enum
 from hpc_core.slurm import node_usable
 
 
+def restarts_spent(requeues: int, in_job: int, grows: int) -> int:
+    """The restarts ``--max-restarts`` has counted so far: Slurm's requeues of the job
+    (``SLURM_RESTART_COUNT``) and the in-job restarts, less the ``grows`` (requeues that were a
+    grow back to more nodes).
+
+    A grow is no failure: the budget is there to end a run that keeps failing, and a grow
+    spending it would end a healthy run FAILED ("restart budget exhausted") after growing on its
+    last allowed restart, and leave fewer restarts for real failures the more often it grew.
+    Grows need no budget of their own: at most one per ``--grow-after`` window, only while the
+    run is below ``--nodes`` MAX, and only when Slurm would start the wider job at once.
+    """
+    return requeues - grows + in_job
+
+
 def restart_allowed(restart: int, max_restarts: int) -> bool:
     """May the run have restart number ``restart`` (1 = the first restart)?"""
     return restart <= max_restarts
@@ -26,10 +42,18 @@ def may_requeue(restart: int, max_restarts: int) -> bool:
     return restart_allowed(restart + 1, max_restarts)
 
 
+# more grows than any run has: one per --grow-after window at most, each a requeue
+GROWS_UNCOUNTED = 1_000_000
+
+
 def submitit_max_num_timeout(max_restarts: int) -> int:
-    """submitit's own requeue counter (``max_num_timeout``: requeues on a notice) from the same
-    budget, so submitit never gives up before the launcher's check at the next start does."""
-    return max_restarts
+    """submitit's own requeue counter (``max_num_timeout``): it must never end a run before
+    the launcher's check at the next start (``restart_allowed``, the one budget) does.
+
+    submitit counts a notice as a time-out by the clock alone (past 80 % of the time limit, or
+    its last 10 minutes), so a grow sent late in an allocation counts there while
+    ``restarts_spent`` does not count it: the counter leaves room for the grows."""
+    return max_restarts + GROWS_UNCOUNTED
 
 
 # crashes a node may cause: no report at all (a rank killed), or an infrastructure error

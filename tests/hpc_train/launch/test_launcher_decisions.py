@@ -528,3 +528,37 @@ def test_the_last_nodes_of_the_allocation_are_the_spares_and_refill_tops_up_to_t
     assert starts.refill(["n1"], ["n3", "n4"], 2) == (["n1", "n3"], ["n4"])
     assert starts.refill(["n1", "n2"], ["n3"], 2) == (["n1", "n2"], ["n3"])  # nobody blamed
     assert starts.refill(["n1"], [], 3) == (["n1"], [])  # no spare left: narrower (or requeue)
+
+
+def grew_at(tmp_path: Path, restart: int) -> None:
+    """Task 0 of start ``restart`` grew: its grow watch sent the notice (``_own_notice``) and
+    submitit called ``checkpoint()``, which records the stop and the requeue."""
+    launcher = launcher_module.Launcher(spec_in(tmp_path))
+    launcher._start, launcher._own_notice = start(restart=restart), "grow"
+    launcher.checkpoint()  # no workers: they have exited
+
+
+def test_a_grow_on_the_last_allowed_restart_spends_no_restart(tmp_path, fake_slurm):
+    """--max-restarts 2: two failures (restarts 1 and 2), then a grow from start 3 (restart 2):
+    Slurm's count says 3, yet the grown start is no failure restart: it trains, and it still
+    fails on a crash (no restart left), not before."""
+    grew_at(tmp_path, restart=2)
+    (stop,) = [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "stopped"]
+    assert stop.get("cause") == "grow"
+    spec = spec_in(tmp_path, max_restarts=2)
+    assert FakeTorchrun(spec, 0).restarts_spent(start(restart=3)) == 2
+    assert FakeTorchrun(spec, 0).run(start(restart=3), gpus=0)["restarts"] == 3
+    with pytest.raises(RuntimeError, match=r"no restarts left \(--max-restarts 2\)"):
+        FakeTorchrun(spec, 1).run(start(restart=3), gpus=0)
+    with pytest.raises(RuntimeError, match="restart budget exhausted"):
+        FakeTorchrun(spec, 0).run(start(restart=4), gpus=0)  # a failure's restart: counted
+
+
+def test_only_grows_before_this_start_are_left_out_of_the_budget(tmp_path):
+    """A grow recorded at this start or later (another job's ledger lines too) is not one of
+    the requeues Slurm counted before it."""
+    grew_at(tmp_path, restart=1)
+    ledger.record(RunDir(tmp_path).ledger, "stopped", "99", 0, cause="grow")
+    launcher = launcher_module.Launcher(spec_in(tmp_path))
+    assert launcher.restarts_spent(start(restart=1)) == 1
+    assert launcher.restarts_spent(start(restart=2)) == 1
