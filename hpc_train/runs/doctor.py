@@ -35,8 +35,9 @@ launcher's ``--notify``). Exit status: 0 nothing found, 1 findings, 2 bad input.
 ``--all-users`` (the head node, read-only: ``--act`` is refused with it) reads Slurm's job list
 once (``scontrol show job -o``: every user's jobs) and finds each job's save dir from its StdOut
 path: ``submit`` sends a job's logs to ``<save dir>/slurm/%j_%t_log.out``, so a job whose StdOut
-sits in a ``slurm/`` dir beside a ``.hpc-train/`` dir is a run of this toolkit. The user's own
-runs index is read too. Reading other users' save dirs needs read permission on them (a shared
+sits in a ``slurm/`` dir beside a ``.hpc-train/`` dir is a run of this toolkit (``metrics.maybe_run``:
+a save dir gone or not ours to look into is kept, to be a finding). The user's own runs
+index is read too. Reading other users' save dirs needs read permission on them (a shared
 group on FSx); an unreadable one is a finding, never a traceback.
 """
 

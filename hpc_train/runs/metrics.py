@@ -258,11 +258,14 @@ def job_records() -> list[dict[str, str]]:
 
 def all_jobs_runs(records: Sequence[dict[str, str]]) -> list[tuple[index.Run, slurm.JobState]]:
     """Runs of this toolkit among Slurm's jobs (every user's): ``submit`` sends a job's logs to
-    ``<save dir>/slurm/``, so a StdOut there names the save dir."""
+    ``<save dir>/slurm/``, so a StdOut there names the save dir, if that dir is a run's (its
+    ``.hpc-train`` state dir is there: many jobs log to some ``slurm/`` dir)."""
     out = []
     for rec in records:
         stdout = Path(rec.get("StdOut", "") or "/")
         if stdout.parent.name != RunDir(Path("/")).slurm_logs.name:
+            continue
+        if not maybe_run(stdout.parent.parent):
             continue
         job = rec.get("JobId", "")
         run = index.Run(stdout.parent.parent, job, rec.get("JobName", ""))
@@ -271,6 +274,23 @@ def all_jobs_runs(records: Sequence[dict[str, str]]) -> list[tuple[index.Run, sl
                                rec.get("Reason", ""))  # fmt: skip
         out.append((run, state))
     return out
+
+
+def maybe_run(save: Path) -> bool:
+    """Is ``save`` a run's save dir, or one whose word is lost (gone, or not ours to look
+    into: the doctor says so, as a finding)? False only for a dir that is there, readable,
+    without ``.hpc-train``."""
+    try:
+        save.stat()
+    except OSError:
+        return True  # gone or unreadable: observe() makes it a problem, not a silent skip
+    try:
+        RunDir(save).state.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True  # cannot look into it (permissions): as above
+    return True
 
 
 def everyone(mine: Callable[[], list[index.Run]]) -> Source:

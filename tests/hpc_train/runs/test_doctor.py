@@ -182,13 +182,20 @@ def test_an_ended_job_is_not_checked(tmp_path):
 
 def test_all_users_finds_runs_from_slurms_stdout_paths(tmp_path):
     save = tmp_path / "someone" / "run"
+    (save / ".hpc-train").mkdir(parents=True)
+    other = tmp_path / "someone" / "project"  # logs to a slurm/ dir, but is no run of ours
+    (other / "slurm").mkdir(parents=True)
     records = [
         {"JobId": "5", "JobName": "x", "JobState": "RUNNING", "Restarts": "2",
          "StdOut": f"{save}/slurm/5_0_log.out", "NodeList": "n1", "Reason": "None"},
         {"JobId": "6", "JobName": "y", "JobState": "RUNNING", "StdOut": "/home/u/slurm-6.out"},
+        {"JobId": "7", "JobName": "z", "JobState": "RUNNING", "StdOut": f"{other}/slurm/7.out"},
     ]  # fmt: skip
     ((run, st),) = metrics.all_jobs_runs(records)
     assert run.save_dir == save and run.job == "5" and st.restarts == 2
+    # a save dir gone while its job runs stays: the doctor's save-dir finding needs it
+    gone = {**records[0], "JobId": "8", "StdOut": f"{tmp_path}/gone/slurm/8_0_log.out"}
+    assert [r.job for r, _ in metrics.all_jobs_runs([gone])] == ["8"]
 
 
 class Hook:
