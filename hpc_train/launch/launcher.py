@@ -269,7 +269,7 @@ class Launcher:
         spec.save_dir.mkdir(parents=True, exist_ok=True)
         decision = decide_start(run, start, spec, gpus, log)
         if decision.refused:
-            self.refuse(start, decision)
+            self.refuse(start, decision, spent)
         if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
             log(f"stopping the run: {decision.stop}")
             self.note("stopped", cause="no progress", why=decision.stop)
@@ -331,7 +331,7 @@ class Launcher:
             tee = agent_exit.Tee(self._proc.stderr, sys.stderr).start()  # type: ignore[arg-type]
             pulse.beat(WAITING)
             monitor = self._watch_hangs(start, nproc, self._proc.pid)
-            slow = self._watch_stragglers(start)  # task 0 only
+            slow = self._watch_stragglers(start, spent)  # task 0 only
             wider = self._watch_growth(start)  # task 0, below --nodes MAX
             returncode = self._proc.wait()
             root = tee.root_cause(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
@@ -536,9 +536,10 @@ class Launcher:
             and not failures.read(run, job, restart)
         )
 
-    def refuse(self, start: Start, decision: StartDecision) -> None:
+    def refuse(self, start: Start, decision: StartDecision, spent: int) -> None:
         """The start cannot run (a node short of GPUs): task 0 blames those nodes, drains them
-        (unless --no-drain), requeues without them; every task fails this start."""
+        (unless --no-drain), requeues without them while the budget lasts (``spent``: the
+        restarts it has counted, ``restarts_spent``); every task fails this start."""
         why = f"start refused: {decision.refused}"
         log(why)
         if start.task != 0:
@@ -547,7 +548,7 @@ class Launcher:
         for node in decision.bad_nodes:
             node_blame.blame(self.spec.run_dir, *start_key(start), node, decision.refused,
                              not self.spec.no_drain, self.note, log)  # fmt: skip
-        outcome = restart_policy.after_refusal(why, start.restart, self.spec.max_restarts)
+        outcome = restart_policy.after_refusal(why, spent, self.spec.max_restarts)
         if outcome.action is Action.FAIL:
             raise RuntimeError(outcome.why)
         self._requeue(
@@ -671,15 +672,14 @@ class Launcher:
             lambda: process_exited(pid), log,
         ).start()  # fmt: skip
 
-    def _watch_stragglers(self, start: Start) -> straggler_monitor.Watch | None:
+    def _watch_stragglers(self, start: Start, spent: int) -> straggler_monitor.Watch | None:
         """Task 0's straggler thread (``hpc_train.watch.straggler_monitor``), unless
-        ``--no-watchdog`` (no heartbeats); it evicts only with a restart left."""
+        ``--no-watchdog`` (no heartbeats); it evicts only with a restart left (``spent``: the
+        restarts the budget has counted, ``restarts_spent``)."""
         spec = self.spec
         if spec.no_watchdog:
             return None
-        evict = spec.evict_stragglers and restart_policy.may_requeue(
-            start.restart, spec.max_restarts
-        )
+        evict = spec.evict_stragglers and restart_policy.may_requeue(spent, spec.max_restarts)
         return straggler_monitor.watch(
             spec.run_dir, start, spec.straggler_limits, evict, not spec.no_drain, self.note, log
         )

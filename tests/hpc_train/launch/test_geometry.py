@@ -63,3 +63,18 @@ def test_task_0_refuses_the_start_drains_requeues_and_excludes_the_short_node(tm
     with pytest.raises(RuntimeError, match="task 0 requeues"):  # task 1 reads the refusal
         NoTorchrun(spec).run(launcher.Start("41", 1, 2, "n1", 0, ("n1", "n2")), gpus=6)
     assert fake_slurm.requeued == ["41"]
+
+
+def test_a_refused_start_with_the_budget_spent_in_the_job_stops_instead_of_requeueing(
+    tmp_path, fake_slurm
+):
+    """--max-restarts 1, spent by an in-job restart (Slurm's count still 0): the refusal asks
+    the one budget (``restarts_spent``), not Slurm's count alone: no requeue is left."""
+    run = RunDir(tmp_path)
+    ledger.record(run.ledger, "restarted", "41", 0, round=1)
+    run.node_report("41", 0, 1).parent.mkdir(parents=True, exist_ok=True)
+    run.node_report("41", 0, 1).write_text(json.dumps({"task": 1, "node": "n2", "gpus": 6}))
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8, max_restarts=1)
+    with pytest.raises(RuntimeError, match=r"no restarts left \(--max-restarts 1\)"):
+        NoTorchrun(spec).run(launcher.Start("41", 0, 2, "n1", 0, ("n1", "n2")), gpus=8)
+    assert fake_slurm.requeued == []

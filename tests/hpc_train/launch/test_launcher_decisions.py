@@ -562,3 +562,17 @@ def test_only_grows_before_this_start_are_left_out_of_the_budget(tmp_path):
     launcher = launcher_module.Launcher(spec_in(tmp_path))
     assert launcher.restarts_spent(start(restart=1)) == 1
     assert launcher.restarts_spent(start(restart=2)) == 1
+
+
+def test_straggler_eviction_asks_the_one_budget_with_in_job_restarts_in_it(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """--max-restarts 1, spent by an in-job restart (Slurm's count still 0): the straggler
+    thread may name a node but not evict it, as no restart is left to resume without it."""
+    ledger.record(RunDir(tmp_path).ledger, "restarted", "41", 0, round=1)
+    spec = dataclasses.replace(spec_in(tmp_path, max_restarts=1), evict_stragglers=True)
+    asked: list[bool] = []
+    monkeypatch.setattr(launcher_module.straggler_monitor, "watch",
+                        lambda run, start, limits, evict, *rest: asked.append(evict))  # fmt: skip
+    FakeTorchrun(spec, 0).run(start(), gpus=0)
+    assert asked == [False]
