@@ -728,7 +728,8 @@ class Launcher:
             log(f"spot notice {action.get('action')} at {action.get('time')}: signalling the job")
             slurm.signal(job_id, "USR2")
 
-        interval = float(os.environ.get("HPC_TRAIN_SPOT_POLL_S", "5"))
+        # the default is the planner's too (costs.SPOT_POLL_S: how late a notice may be seen)
+        interval = float(os.environ.get("HPC_TRAIN_SPOT_POLL_S", costs.SPOT_POLL_S))
         watcher = SpotWatcher(on_notice, log, endpoint=endpoint, interval_s=interval)
         watcher.start()
         return watcher

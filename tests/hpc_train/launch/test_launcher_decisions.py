@@ -576,3 +576,24 @@ def test_straggler_eviction_asks_the_one_budget_with_in_job_restarts_in_it(
                         lambda run, start, limits, evict, *rest: asked.append(evict))  # fmt: skip
     FakeTorchrun(spec, 0).run(start(), gpus=0)
     assert asked == [False]
+
+
+def test_the_spot_watch_polls_at_the_planners_interval_unless_told(tmp_path, monkeypatch):
+    """costs.SPOT_POLL_S owns the default (the planner counts a notice seen that late)."""
+    polled: list[float] = []
+
+    class Watcher:
+        def __init__(self, on_notice, log, endpoint, interval_s):
+            polled.append(interval_s)
+
+        def start(self):
+            pass
+
+    monkeypatch.setattr(launcher_module, "SpotWatcher", Watcher)
+    monkeypatch.setattr(launcher_module, "endpoint_to_watch", lambda: "http://127.0.0.1:9")
+    monkeypatch.setattr(launcher_module.costs, "SPOT_POLL_S", 7.5)
+    monkeypatch.delenv("HPC_TRAIN_SPOT_POLL_S", raising=False)
+    launcher_module.Launcher(spec_in(tmp_path))._watch_spot("41")
+    monkeypatch.setenv("HPC_TRAIN_SPOT_POLL_S", "1")
+    launcher_module.Launcher(spec_in(tmp_path))._watch_spot("41")
+    assert polled == [7.5, 1.0]
