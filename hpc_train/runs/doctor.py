@@ -62,7 +62,7 @@ from hpc_train import cli
 from hpc_train.contract import STOPPING
 from hpc_train.faults import quarantine
 from hpc_train.runs import index
-from hpc_train.runs.metrics import DEFAULT_HANG, RunView, all_jobs_runs, job_records, observe
+from hpc_train.runs.metrics import RunView, all_jobs_runs, job_records, observe
 
 NOTIFY_TIMEOUT_S = 10.0
 STALL, EXIT, STORM, PENDING, SAVE_DIR, LEDGER = (
@@ -150,9 +150,7 @@ def diagnose(
                   f"but the job still runs, nothing written for {idle:.0f} s",
                   f"scancel {job}  # the final checkpoint is on disk", ("scancel", job))  # fmt: skip
         return out
-    # the run's own watchdog's allowance; with --no-watchdog the doctor judges by the defaults
-    own = view.hang_allowance_s() or view.hang_allowance_s(DEFAULT_HANG) or 0.0
-    allowance = own + limits.margin_s
+    allowance = view.judged_allowance_s()[0] + limits.margin_s  # the alert's, too
     if idle <= allowance:
         return out
     verdict = in_job_verdict(view)

@@ -127,6 +127,16 @@ class RunView:
             return None
         return max((hangs.allowance(b, limits) for b in self.beats), default=limits.startup_s)
 
+    def judged_allowance_s(self) -> tuple[float, bool]:
+        """(the allowance a stall is judged by from outside the job, is it the run's own
+        watchdog's): a ``--no-watchdog`` run has none, and is judged by the default limits
+        (what its watchdog would have allowed), so the alert and the doctor still see it
+        stall; the flag tells that nothing inside the job will act on it."""
+        own = self.hang_allowance_s()
+        if own is not None:
+            return own, True
+        return self.hang_allowance_s(DEFAULT_HANG) or 0.0, False
+
     @property
     def checkpoints(self) -> list[ledger.Event]:
         return [e for e in self.events if e.kind == "checkpoint"]
@@ -344,7 +354,9 @@ def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) ->
         "since_progress": Family("run_seconds_since_progress", "gauge",
                                  "seconds since the run last completed an update (alive runs)"),
         "allowance": Family("run_hang_allowance_seconds", "gauge",
-                            "the in-job watchdog's allowance for the ranks' phase (the run's --hang-* limits)"),
+                            "the in-job watchdog's allowance for the ranks' phase (the run's --hang-* limits; "
+                            "watchdog=off: the default limits', nothing in the job acts)",
+                            (*LABELS, "watchdog")),
         "since_ckpt": Family("run_seconds_since_checkpoint", "gauge",
                              "seconds since the last durable checkpoint or the current start, "
                              "the later (running jobs)"),
@@ -386,7 +398,8 @@ def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) ->
         f["progress"].add(lab, progress)
         if v.alive and v.job_state is not None and v.job_state.state == "RUNNING":
             f["since_progress"].add(lab, None if progress is None else max(0.0, v.now - progress))
-            f["allowance"].add(lab, v.hang_allowance_s())
+            allowance, own = v.judged_allowance_s()
+            f["allowance"].add((*lab, "on" if own else "off"), allowance)
         if v.alive and v.job_state is not None and v.job_state.state == "RUNNING":
             f["since_ckpt"].add(lab, v.checkpoint_age_s())  # a pending job saves nothing
         f["ckpt_interval"].add(lab, v.checkpoint_interval_s())

@@ -71,7 +71,7 @@ def test_a_runs_progress_goodput_restarts_and_nodes_are_metrics(tmp_path):
     assert got[("run_loss", lab)] == pytest.approx(9.5)
     assert got[("run_words_per_second", lab)] == pytest.approx(1234.5)
     assert got[("run_seconds_since_progress", lab)] == pytest.approx(50)  # the heartbeat
-    assert got[("run_hang_allowance_seconds", lab)] == 300  # max(floor 300, 10 x 2 s)
+    assert got[("run_hang_allowance_seconds", (*lab, "on"))] == 300  # max(floor 300, 10 x 2 s)
     assert got[("run_seconds_since_checkpoint", lab)] == pytest.approx(NOW - 9500)
     assert got[("run_checkpoint_interval_seconds", lab)] == pytest.approx(100)
     assert got[("run_restarts_total", (*lab, "crash"))] == 1
@@ -184,7 +184,8 @@ def test_an_unwritable_textfile_dir_is_one_line_and_exit_2(tmp_path, monkeypatch
 
 def test_the_hang_allowance_is_the_runs_own_as_submit_recorded_it(tmp_path, monkeypatch):
     """`submit --hang-timeout-floor 10 --hang-factor 3` is in the ledger: the gauge (and the
-    alert on it) follows that run's watchdog, not the defaults; --no-watchdog: no gauge."""
+    alert on it) follows that run's watchdog, not the defaults; --no-watchdog: the defaults',
+    labelled watchdog="off"."""
     from hpc_train import submit
     from hpc_train.job.spec import JobSpec
 
@@ -195,11 +196,13 @@ def test_the_hang_allowance_is_the_runs_own_as_submit_recorded_it(tmp_path, monk
                    hang_timeout_floor=10.0)  # fmt: skip
     submit.record_submission(spec, "42", NOW - 10)
     got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
-    assert got[("run_hang_allowance_seconds", lab)] == 20  # max(floor 10, 10 x 2 s)
+    assert got[("run_hang_allowance_seconds", (*lab, "on"))] == 20  # max(floor 10, 10 x 2 s)
     quiet = JobSpec("tiny", tmp_path / "d", tmp_path / "run", gpus_per_node=0, no_watchdog=True)
     submit.record_submission(quiet, "42", NOW - 5)
     got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
-    assert ("run_hang_allowance_seconds", lab) not in got
+    # --no-watchdog: the default limits' allowance, marked, so HpcTrainNoProgress still fires
+    assert got[("run_hang_allowance_seconds", (*lab, "off"))] == 300  # max(floor 300, 10 x 2 s)
+    assert ("run_hang_allowance_seconds", (*lab, "on")) not in got
 
 
 def test_after_a_resume_the_checkpoint_interval_is_the_runs_and_the_age_counts_from_the_start(
