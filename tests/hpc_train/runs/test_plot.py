@@ -106,3 +106,15 @@ def test_help_shows_an_example_and_does_not_load_matplotlib():
     assert "hpc-train plot .local/runs/tiny -o loss.png" in out
     assert "default: loss.png" in out
     assert out.strip().endswith("False")
+
+
+def test_a_grown_restart_is_marked_with_its_widths(tmp_path):
+    """The ledger of a run that grew from 1 to 3 nodes (as task 0's launcher writes it): the
+    plot's restart line at the update it resumed from says so in the legend."""
+    from tests.hpc_train.runs.test_status import grown_run
+
+    run = grown_run(tmp_path / "g", "31")
+    restarts = plot.restarts_from_ledger(run)
+    assert restarts == [(30, "grown from 1 to 3 node(s)")]
+    fig = plot.render(logparse.summarize(log_lines()), restarts, tmp_path / "p.png")
+    assert "restart: grown from 1 to 3 node(s)" in legend_texts(fig)

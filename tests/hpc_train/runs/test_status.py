@@ -284,3 +284,41 @@ def test_the_hot_spares_standing_by_show_while_the_run_runs(tmp_path, monkeypatc
                   left_out=["n2"], spare_in=["n3"], spares=["n4"])  # fmt: skip
     assert status.main(["61", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["spares"] == ["n4"]
+
+
+def grown_run(root, job: str) -> RunDir:
+    """A run that grew from 1 to 3 nodes at update 30, its ledger and stop marker as task 0's
+    launcher writes them; the next start's ``previous`` is the launcher's own words for it."""
+    from hpc_train.contract import StopMarker, write_stop
+    from hpc_train.launch import starts
+
+    run = make_run(root, job, 50, finished=False)
+    ledger.record(run.ledger, "grown", job, 0, when=1090.0, why="n2, n3 idle",
+                  **{"from": 1, "to": 3})  # fmt: skip
+    write_stop(run.stop_marker(job, 0), StopMarker(30, "SIGUSR2", 1095.0))
+    ledger.record(run.ledger, "stopped", job, 0, when=1100.0, cause="grow", saved=True)
+    ledger.record(run.ledger, "started", job, 1, when=1130.0, resume_at=30, nodes=["n1", "n2", "n3"],
+                  previous=starts.previous_stop(run, job, 1))  # fmt: skip
+    return run
+
+
+def test_a_grown_restart_is_named_in_the_table_the_detail_and_the_json(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    grown_run(tmp_path / "g", "31")
+    said = {"31": slurm.JobState("31", "RUNNING", 1, "n[1-3]", "")}
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: said)
+    assert status.main([]) == 0
+    (row,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("31 ")]
+    assert "1 (grown from 1 to 3 node(s))" in row
+    assert status.main(["31"]) == 0
+    assert (
+        "restart 1: resumed at update 30; before it: grown from 1 to 3 node(s): saved on notice "
+        "at update 30" in capsys.readouterr().out
+    )
+    assert status.main(["31", "--json"]) == 0
+    [got] = json.loads(capsys.readouterr().out)
+    assert got["restarts"] == [
+        {"resumed_at": 30, "previous": "grown from 1 to 3 node(s): saved on notice at update 30"}
+    ]
