@@ -1,4 +1,5 @@
-"""CLI: `python -m hpc_train.cluster render|validate` (the logic lives in render.py / validate.py).
+"""CLI: `python -m hpc_train.cluster render|validate|check-update` (the logic lives in render.py /
+validate.py).
 
 Exit codes: 0 ok; 1 the config has errors (validate); 2 bad input (a missing or malformed value,
 an unreadable file, the aws extra not installed).
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from hpc_core.rundir import atomic_write
 from hpc_train.cluster import render
+from hpc_train.cluster.validate import NODE_STATES  # no pcluster import at module level
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -74,11 +76,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="may a cluster created from OLD be updated to NEW? (pcluster's own update check)",
         description="Run ParallelCluster's update-policy check (ConfigPatch, as pcluster "
         "update-cluster does) on two rendered configs, offline. Prints each change with its "
-        "update policy and verdict. Exit 0 allowed, 1 refused, 2 unreadable input.",
+        "update policy and verdict. What pcluster asks the live cluster (is the compute fleet, a "
+        "login node, the head node running?) is assumed, 'running' unless a flag says otherwise, "
+        "and listed as 'not checked offline'. Exit 0 allowed, 1 refused, 2 unreadable input.",
         epilog="example: python -m hpc_train.cluster check-update cluster.yaml cluster-new.yaml",
     )
     up.add_argument("old", type=Path, help="the config the cluster runs")
     up.add_argument("new", type=Path, help="the config to update it to")
+    # What pcluster reads from the live cluster: assumed, by name, the stricter way by default.
+    up.add_argument(
+        "--fleet",
+        choices=NODE_STATES,
+        default="running",
+        help="the compute fleet's state (default running; stopped after "
+        "pcluster update-compute-fleet --status STOP_REQUESTED)",
+    )
+    up.add_argument(
+        "--login-nodes",
+        choices=NODE_STATES,
+        default="running",
+        help="the login nodes' state, if the cluster has pools (default running)",
+    )
+    up.add_argument(
+        "--head-node",
+        choices=NODE_STATES,
+        default="running",
+        help="the head node's EC2 state (default running)",
+    )
     return parser
 
 
@@ -92,7 +116,17 @@ def cmd_check_update(args: argparse.Namespace) -> int:
     except (validate.MissingExtra, validate.UnreadableConfig) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    allowed, changes = validate.update_check(old, new)
+    live = validate.LiveCluster(
+        compute_fleet=args.fleet, login_nodes=args.login_nodes, head_node=args.head_node
+    )
+    try:
+        allowed, changes = validate.update_check(old, new, live)
+    except Exception as err:  # a crash inside pcluster or moto: one line, never a traceback
+        reason = " ".join(f"{type(err).__name__}: {err}".split())
+        print(f"error: the update check could not run: {reason}", file=sys.stderr)
+        return EXIT_USAGE
+    for line in live.not_checked(old):
+        print(f"not checked offline: {line}")
     for change in changes:
         print(f"{change.check:<13} {change.path} [{change.policy}]")
         if change.check != "SUCCEEDED":

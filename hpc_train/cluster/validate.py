@@ -266,22 +266,81 @@ class UpdateChange:
     action: str
 
 
-def update_check(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, list[UpdateChange]]:
+NODE_STATES = ("running", "stopped")
+
+
+@dataclass(frozen=True)
+class LiveCluster:
+    """What `pcluster update-cluster` asks the live cluster, which offline can only be assumed.
+
+    ParallelCluster's update policies (pcluster/config/update_policy.py) ask the cluster object
+    three things: has_running_capacity() (COMPUTE_FLEET_STOP, QUEUE_UPDATE_STRATEGY, the shared
+    storage and placement group policies: MaxCount, ScaledownIdletime, an instance type, a new
+    volume), has_running_login_nodes(pool_name=...) (LOGIN_NODES_*, SHARED_STORAGE_UPDATE_POLICY)
+    and head_node_instance.state (HEAD_NODE_STOP). Each is a named assumption, "running" unless
+    the caller says otherwise: the stricter answer, so a verdict is never kinder than AWS's.
+    """
+
+    compute_fleet: str = "running"  # pcluster update-compute-fleet --status STOP_REQUESTED stops it
+    login_nodes: str = "running"  # LoginNodes Pools Count 0 + update-cluster stops them
+    head_node: str = "running"
+
+    def __post_init__(self) -> None:
+        for name in ("compute_fleet", "login_nodes", "head_node"):
+            if getattr(self, name) not in NODE_STATES:
+                raise ValueError(
+                    f"{name} must be one of {NODE_STATES}, got {getattr(self, name)!r}"
+                )
+
+    def login_nodes_running(self, old: Mapping[str, Any]) -> bool:
+        """Running unless stopped, or the cluster has no login node pools (none can run then,
+        and pcluster's own answer is False: no healthy or unhealthy login nodes)."""
+        pools = _mapping(old.get("LoginNodes")).get("Pools")
+        return self.login_nodes == "running" and bool(pools)
+
+    def not_checked(self, old: Mapping[str, Any]) -> list[str]:
+        """The assumptions, by name, for the report's 'not checked offline' lines."""
+        lines = [
+            f"whether the compute fleet is running (assumed {self.compute_fleet}: --fleet)",
+            f"whether the head node is running (assumed {self.head_node}: --head-node)",
+        ]
+        if _mapping(old.get("LoginNodes")).get("Pools"):
+            lines.append(
+                f"whether login nodes are running (assumed {self.login_nodes}: --login-nodes)"
+            )
+        return lines
+
+
+def update_check(
+    old: dict[str, Any], new: dict[str, Any], live: LiveCluster | None = None
+) -> tuple[bool, list[UpdateChange]]:
     """ParallelCluster's own update check (ConfigPatch, as `pcluster update-cluster` runs it):
-    may the cluster created from `old` be updated to `new`? Offline; conditions that need the
-    running cluster (is the compute fleet stopped?) are judged as pcluster would from the configs.
+    may the cluster created from `old` be updated to `new`? Offline; what pcluster reads from the
+    running cluster (is the compute fleet stopped?) comes from `live` (LiveCluster: assumed
+    running unless said otherwise), so each verdict is pcluster's own.
     """
     from pcluster.config.config_patch import ConfigPatch
 
     from hpc_train.cluster.fake_aws import fake_aws_account
 
-    @dataclass
-    class _Cluster:  # what ConfigPatch reads from the running cluster
-        name: str
-        stack_name: str
+    state = live or LiveCluster()
+    login_running = state.login_nodes_running(old)
+
+    class _Cluster:  # what ConfigPatch and the update policies read from the running cluster
+        name = stack_name = "hpc-train"
+        head_node_instance = _HeadNode(state.head_node)
+
+        def has_running_capacity(self, updated_value: bool = False) -> bool:
+            return state.compute_fleet == "running"
+
+        def has_running_login_nodes(
+            self, updated_value: bool = False, pool_name: str | None = None
+        ) -> bool:
+            # Any pool, whichever is named: pcluster caches its first answer for every pool.
+            return login_running
 
     with fake_aws_account(new):
-        patch = ConfigPatch(_Cluster("hpc-train", "hpc-train"), old, new)
+        patch = ConfigPatch(_Cluster(), old, new)
         allowed, rows = patch.check()
     changes = [
         UpdateChange(
@@ -294,6 +353,15 @@ def update_check(old: dict[str, Any], new: dict[str, Any]) -> tuple[bool, list[U
         for row in rows[1:]
     ]
     return allowed, changes
+
+
+@dataclass(frozen=True)
+class _HeadNode:
+    state: str  # as EC2 says it: running, stopped
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def schema_findings(
