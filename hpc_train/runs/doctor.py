@@ -30,7 +30,10 @@ that never starts). What it checks, per run whose job Slurm has not ended:
 ``--notify`` is told of every finding (with or without ``--act``: the head node's read-only
 timer notifies): a URL gets the finding as JSON by POST (a Slack or
 Alertmanager-style webhook), anything else runs as ``sh -c CMD`` with the JSON on stdin (as the
-launcher's ``--notify``). Exit status: 0 nothing found, 1 findings, 2 bad input.
+launcher's ``--notify``). A finding is told once while it stands unchanged, again after
+``--renotify`` (6 h) or when it changes (sure now, another fix or verdict); the record is
+``doctor-notified.json`` in ``$STATE_DIRECTORY`` (systemd's) or the user's state dir.
+Exit status: 0 nothing found, 1 findings, 2 bad input.
 
 ``--all-users`` (the head node, read-only: ``--act`` is refused with it) reads Slurm's job list
 once (``scontrol show job -o``: every user's jobs) and finds each job's save dir from its StdOut
@@ -44,7 +47,9 @@ group on FSx); an unreadable one is a finding, never a traceback.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -56,8 +61,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_core import slurm
-from hpc_core.rundir import RunDir
+from hpc_core import ledger, slurm
+from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import cli
 from hpc_train.contract import STOPPING
 from hpc_train.faults import quarantine
@@ -65,6 +70,9 @@ from hpc_train.runs import index
 from hpc_train.runs.metrics import RunView, all_jobs_runs, job_records, observe
 
 NOTIFY_TIMEOUT_S = 10.0
+RENOTIFY_S = 6 * 3600.0  # a finding that persists is told again this often (--renotify)
+NOTIFIED = "doctor-notified.json"  # what was told, in the state dir (notified_path)
+FORGET_S = 7 * 24 * 3600.0  # a record of a run no pass has checked for this long is dropped
 STALL, EXIT, STORM, PENDING, SAVE_DIR, LEDGER = (
     "stalled", "stuck-at-exit", "requeue-storm", "pending-forever", "save-dir", "ledger",
 )  # fmt: skip
@@ -263,6 +271,91 @@ def notify(target: str, finding: Finding, log: Callable[[str], None]) -> bool:
         return False
 
 
+def notified_path() -> Path:
+    """Where the record of what was notified lives: systemd's ``$STATE_DIRECTORY`` when the
+    unit has a ``StateDirectory=`` (the head node's service sees the home read-only), else the
+    user's state dir, beside the runs index (``ledger.user_index``)."""
+    systemd = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    return (Path(systemd) if systemd else ledger.user_index().parent) / NOTIFIED
+
+
+def fingerprint(finding: Finding) -> str:
+    """What makes a finding the same as last pass's: its check, whether it is sure, its fix, and
+    its words without their numbers (the idle seconds grow every pass; a changed verdict or
+    reason is news)."""
+    words = re.sub(r"\d+(?:\.\d+)?", "N", finding.what)
+    return f"{finding.check}|{finding.sure}|{finding.fix}|{words}"
+
+
+def notify_changed(
+    target: str,
+    findings: Sequence[Finding],
+    checked: Sequence[str],
+    log: Callable[[str], None],
+    now: float | None = None,
+    renotify_s: float = RENOTIFY_S,
+    path: Path | None = None,
+) -> list[Finding]:
+    """Notify ``target`` of the findings that are new or changed since they were last told,
+    or were told ``renotify_s`` ago (0: every pass): the head node's timer runs every 5 minutes
+    and would otherwise repeat a standing finding 12 times an hour. A finding that went away is
+    forgotten (so its return is news again). The record (``notified_path``) is written
+    atomically; one that cannot be read or written costs only repeats, never a pass.
+    Returns the findings told."""
+    now = time.time() if now is None else now
+    path = notified_path() if path is None else path
+    who = hashlib.sha256(target.encode()).hexdigest()[:16]  # a webhook URL may be a secret
+    record: dict[str, Any] = {}
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        record = {}
+    except (OSError, ValueError) as err:
+        log(f"notified record {path} not read ({err}): notifying every finding")
+        record = {}
+    mine = record.get(who)
+    told: dict[str, Any] = mine if isinstance(mine, dict) else {}
+    checked_dirs = set(checked)
+    current = {f"{f.check} {f.job} {f.save_dir}": f for f in findings}
+    kept = {
+        key: entry for key, entry in told.items()
+        if isinstance(entry, dict)
+        and (key in current or (entry.get("save_dir") not in checked_dirs
+                                and now - told_at(entry) < FORGET_S))
+    }  # fmt: skip
+    sent = []
+    for key, f in current.items():
+        entry = kept.get(key)
+        said = fingerprint(f)
+        fresh = (entry is not None and entry.get("fingerprint") == said
+                 and now - told_at(entry) < renotify_s)  # fmt: skip
+        if fresh:
+            continue
+        if notify(target, f, log):
+            kept[key] = {"fingerprint": said, "time": now, "save_dir": f.save_dir}
+            sent.append(f)
+        else:
+            kept.pop(key, None)  # not told: told again next pass
+    record[who] = kept
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    except OSError as err:
+        log(f"notified record {path} not written ({err.strerror or err}): the next pass "
+            "notifies these findings again")  # fmt: skip
+    return sent
+
+
+def told_at(entry: dict[str, Any]) -> float:
+    """When a record entry was told (0, long ago, for a garbled one: it is told again)."""
+    try:
+        return float(entry.get("time", 0))
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def act(finding: Finding, log: Callable[[str], None]) -> bool:
     """Run a sure finding's fix through Slurm; True when Slurm took it."""
     if not finding.sure:
@@ -321,6 +414,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL|CMD",
         help="tell of every finding, with or without --act: a webhook URL (POST JSON) or a shell command (JSON on stdin)",
     )
+    p.add_argument(
+        "--renotify",
+        type=float,
+        default=RENOTIFY_S,
+        metavar="S",
+        help="tell a finding that has not changed again after S seconds (0: every pass)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON list, for machines")
     d = Limits()
     p.add_argument(
@@ -355,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.all_users and args.act:
         p.error("--all-users is read-only: --act acts on your own runs only")
     for flag, value in (("--margin", args.margin), ("--exit-grace", args.exit_grace),
-                        ("--storm-window", args.storm_window)):  # fmt: skip
+                        ("--storm-window", args.storm_window), ("--renotify", args.renotify)):  # fmt: skip
         if value < 0:
             p.error(f"{flag} {value:g}: seconds cannot be negative")
     if args.storm_restarts < 1:
@@ -390,11 +490,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(f.describe() for f in findings))
     else:
         print(f"no findings in {len(runs)} run(s)")
-    for f in findings:
-        if args.act:
+    if args.act:
+        for f in findings:
             act(f, log)
-        if args.notify:
-            notify(args.notify, f, log)
+    if args.notify:
+        notify_changed(args.notify, findings, [str(r.save_dir) for r in runs], log,
+                       renotify_s=args.renotify)  # fmt: skip
     return 1 if findings else 0
 
 

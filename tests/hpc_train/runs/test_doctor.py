@@ -240,6 +240,58 @@ def test_act_runs_the_sure_fix_through_slurm_and_notifies(tmp_path, monkeypatch,
     assert "stuck-at-exit [sure]: job 7 (r)" in out and "fix: scancel 7" in out
 
 
+def test_a_standing_finding_is_notified_once_until_it_changes_or_the_interval_passes(
+    tmp_path, monkeypatch
+):
+    told: list[doctor.Finding] = []
+    monkeypatch.setattr(doctor, "notify", lambda target, f, log: told.append(f) or True)
+    record = tmp_path / "state" / doctor.NOTIFIED
+
+    def stall(idle: int, sure: bool = False) -> doctor.Finding:
+        return doctor.Finding(doctor.STALL, "7", "r", "/s", f"no update for {idle} s",
+                              "scontrol requeue 7", sure)  # fmt: skip
+
+    def rounds(at: float, *found: doctor.Finding, checked: tuple[str, ...] = ("/s",)) -> int:
+        told.clear()
+        doctor.notify_changed("hook", found, checked, print, at, 3600, record)
+        return len(told)
+
+    assert rounds(0, stall(400)) == 1  # new
+    assert rounds(300, stall(700)) == 0  # the same finding, only older: not again
+    assert sorted(p.name for p in record.parent.iterdir()) == [doctor.NOTIFIED]  # atomic
+    assert rounds(600, stall(1000, sure=True)) == 1  # changed: sure now
+    assert rounds(900, stall(1300, sure=True)) == 0
+    assert rounds(4300, stall(4700, sure=True)) == 1  # the interval passed
+    assert rounds(4400, stall(4800, sure=True), checked=("/other",)) == 0
+    assert rounds(4500, checked=("/elsewhere",)) == 0  # /s not checked: still remembered
+    assert rounds(4600, stall(5000, sure=True)) == 0
+    assert rounds(4700) == 0  # gone: forgotten
+    assert rounds(4800, stall(400)) == 1  # back: news again
+    assert doctor.notify_changed("other hook", [stall(400)], ["/s"], print, 4900, 3600,
+                                 record) == [stall(400)]  # another target was not told  # fmt: skip
+    record.write_text("{garbled")
+    assert rounds(5000, stall(400)) == 1  # an unreadable record: told, and rewritten
+    assert rounds(5100, stall(500)) == 0
+
+
+def test_the_doctor_command_does_not_repeat_a_standing_finding(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    run = make_run(tmp_path / "run", updates=100)
+    ledger.index_run("7", run.save_dir, "r", 100)
+    beat(run, 100, NOW - time.time() + 500, phase="stopping")  # 500 s before the real now
+    monkeypatch.setattr(slurm, "unreachable", lambda: None)
+    monkeypatch.setattr(slurm, "job_states", lambda jobs: {"7": state()})
+    hook = tmp_path / "told.jsonl"
+    for _ in range(3):  # the timer's passes
+        assert doctor.main(["--notify", f"cat >> {hook}; echo >> {hook}"]) == 1
+    lines = lambda: [json.loads(x) for x in hook.read_text().splitlines() if x]  # noqa: E731
+    assert [said["check"] for said in lines()] == [doctor.EXIT]
+    assert (tmp_path / "state" / doctor.NOTIFIED).is_file()
+    assert doctor.main(["--notify", f"cat >> {hook}; echo >> {hook}", "--renotify", "0"]) == 1
+    assert len(lines()) == 2  # --renotify 0: every pass
+
+
 def test_a_notify_command_gets_the_finding_on_stdin(tmp_path):
     f = doctor.Finding(doctor.STALL, "7", "r", "/s", "no update", "scontrol requeue 7", True)
     out = tmp_path / "said.json"
@@ -254,6 +306,7 @@ def test_a_notify_command_gets_the_finding_on_stdin(tmp_path):
         (["--exit-grace", "-5"], "--exit-grace -5: seconds cannot be negative"),
         (["--margin", "-1"], "--margin -1: seconds cannot be negative"),
         (["--storm-restarts", "0"], "--storm-restarts 0: at least 1"),
+        (["--renotify", "-1"], "--renotify -1: seconds cannot be negative"),
         (["/no/such/run"], "/no/such/run: no such directory, and not a job id"),
     ],
 )
