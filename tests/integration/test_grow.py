@@ -1,6 +1,7 @@
 """Grow-back on the local Slurm (tiny preset, 4 emulated nodes): a ``--nodes 1-3`` run that
 started on the one node a blocker job left free grows to 3 once the blocker ends: save on
-notice, requeue, resume wider with the global batch kept; no update trained twice."""
+notice, requeue, resume wider with the global batch kept; no update trained twice, and (with
+``--audit-samples``) every sample of each epoch trained exactly once across the width changes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train import chaos
-from hpc_train.runs import goodput
+from hpc_train.runs import audit, goodput
 
 pytestmark = pytest.mark.slurm
 
@@ -26,13 +27,22 @@ def hold_nodes(runs, count: int) -> str:
     return blocker
 
 
+def assert_each_sample_once(save) -> None:
+    """``--audit-samples``: every epoch's samples trained exactly once across the widths."""
+    epochs = audit.audit(save)
+    assert epochs, f"no audit lines in {save}"
+    assert all(e.exact for e in epochs), "\n".join(e.describe() for e in epochs)
+    assert audit.main([str(save)]) == 0
+
+
 def test_a_run_grows_back_when_the_blocker_ends_and_loses_nothing(runs):
     runs.wait_idle_nodes(4)
     blocker = hold_nodes(runs, 3)
     try:
         max_update = 1000
         job, save = runs.submit("grow", max_update, nodes="1-3", fairseq=("--log-interval", "1"),
-                                extra_cli=("--grow-after", "5", "--global-batch", "24"))  # fmt: skip
+                                extra_cli=("--grow-after", "5", "--global-batch", "24",
+                                           "--audit-samples"))  # fmt: skip
         assert len(slurm.hostnames(runs.wait_running(job).nodes)) == 1
         runs.wait_for_update(save, 20)
     finally:
@@ -50,6 +60,7 @@ def test_a_run_grows_back_when_the_blocker_ends_and_loses_nothing(runs):
     assert runs.trained_updates(save) == list(range(1, max_update + 1))  # none trained twice
     g = goodput.account(events, events[-1].time)
     assert g.recomputed_updates == 0 and sum(g.parts.values()) == pytest.approx(g.wall_s)
+    assert_each_sample_once(save)
 
 
 def test_a_grow_and_a_notice_landing_together_lose_nothing(runs):
@@ -61,7 +72,8 @@ def test_a_grow_and_a_notice_landing_together_lose_nothing(runs):
         max_update = 1000
         job, save = runs.submit("grow-notice", max_update, nodes="2-4",
                                 fairseq=("--log-interval", "1"),
-                                extra_cli=("--grow-after", "5", "--global-batch", "32"))  # fmt: skip
+                                extra_cli=("--grow-after", "5", "--global-batch", "32",
+                                           "--audit-samples"))  # fmt: skip
         runs.wait_for_update(save, 20)
     finally:
         slurm.cancel(blocker)
@@ -76,12 +88,14 @@ def test_a_grow_and_a_notice_landing_together_lose_nothing(runs):
     assert runs.trained_updates(save) == list(range(1, max_update + 1))  # none lost, none twice
     starts = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "started"]
     assert len(starts[-1].get("nodes")) == 4, starts
+    assert_each_sample_once(save)
 
 
-def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_width_it_can_get(runs):
-    """The blocker's nodes come free, the run asks to grow, and a high-priority job takes two
-    of them before the requeued run starts again: it resumes on what is left (no wait for the
-    width it asked), completes, and trains no update twice."""
+def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_old_width(runs):
+    """The blocker's nodes come free, the run asks to grow, and a high-priority job takes three
+    of the four nodes before the requeued run starts again: it resumes on the one node left, the
+    width it had (no wait for the width it asked), completes, trains no update twice and every
+    sample of each epoch once."""
     runs.wait_idle_nodes(4)
     blocker = hold_nodes(runs, 3)
     taker = None
@@ -89,7 +103,8 @@ def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_width_it_can_get(
         max_update = 800
         job, save = runs.submit("grow-taken", max_update, nodes="1-3",
                                 fairseq=("--log-interval", "1"),
-                                extra_cli=("--grow-after", "5", "--global-batch", "24"))  # fmt: skip
+                                extra_cli=("--grow-after", "5", "--global-batch", "24",
+                                           "--audit-samples"))  # fmt: skip
         runs.wait_for_update(save, 20)
         slurm.cancel(blocker)
         runs.wait_for(
@@ -98,7 +113,7 @@ def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_width_it_can_get(
             120,
         )
         taker = slurm.sbatch(
-            ["-p", "high", "-N2", "--exclusive", "-o", "/dev/null", "--job-name=take-2-nodes",
+            ["-p", "high", "-N3", "--exclusive", "-o", "/dev/null", "--job-name=take-3-nodes",
              "--wrap=sleep 120"]
         )  # fmt: skip
         final = runs.wait_done(job, timeout=900)
@@ -108,5 +123,10 @@ def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_width_it_can_get(
             slurm.cancel(taker)
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     starts = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "started"]
-    assert len(starts) >= 2 and len(starts[1].get("nodes")) < 3, starts  # not the width asked
+    assert len(starts) >= 2 and len(starts[0].get("nodes")) == 1, starts
+    assert len(starts[1].get("nodes")) == 1, starts  # the old width, not the width asked
+    assert starts[1].get("previous", "").startswith("grown from 1 to 3 node(s)"), starts
+    # the global batch kept at the old width: 8 sequences x 1 rank x 3 steps
+    assert (starts[1].get("world"), starts[1].get("update_freq")) == (1, 3), starts
     assert runs.trained_updates(save) == list(range(1, max_update + 1))
+    assert_each_sample_once(save)
