@@ -99,3 +99,34 @@ def test_bad_settings_and_other_nodes(tmp_path):
     compute = install(tmp_path, BOOTSTRAP_NODE_TYPE="ComputeFleet")
     assert compute.returncode == 0 and "skipped: not the head node" in compute.stderr
     assert not (tmp_path / "units").exists()
+
+
+def test_the_local_install_brings_systemd_analyze(tmp_path):
+    """slurm/local/install-packages.sh installs Debian's systemd when systemd-analyze (needed by
+    the verify test above) is missing, and changes nothing once it is there."""
+    script = REPO / "slurm" / "local" / "install-packages.sh"
+    listed = re.search(r"for cmd in (.*?); do", script.read_text(), re.S)
+    assert listed, "the script's command:package list"
+    pairs = re.findall(r"([\w.-]+):([\w.-]+)", listed.group(1))
+    assert ("systemd-analyze", "systemd") in pairs
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "date").symlink_to(shutil.which("date") or "/usr/bin/date")
+    (bin_dir / "id").write_text("#!/bin/sh\necho 1000\n")  # not root: it only says what is missing
+    (bin_dir / "id").chmod(0o755)
+    for cmd, _ in pairs:
+        if cmd != "systemd-analyze":
+            (bin_dir / cmd).write_text("#!/bin/sh\n")
+            (bin_dir / cmd).chmod(0o755)
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([shutil.which("bash") or "/bin/bash", str(script)],
+                              capture_output=True, text=True, timeout=30,
+                              env={"PATH": str(bin_dir)})  # fmt: skip
+
+    missing = run()
+    assert missing.returncode == 1 and "missing packages: systemd;" in missing.stderr, missing
+    (bin_dir / "systemd-analyze").write_text("#!/bin/sh\n")
+    (bin_dir / "systemd-analyze").chmod(0o755)
+    there = run()
+    assert there.returncode == 0 and "already installed" in there.stderr, there
