@@ -1,7 +1,8 @@
 """`hpc-train doctor` on the local Slurm cluster: a run whose torchrun agent is stuck (SIGSTOP,
 chaos stuck-agent, with the in-job watcher off) holds its node after training; the doctor finds
 it stuck at exit and `--act` ends it. A job requeued again and again is a storm; `--act` holds
-it (`scontrol requeuehold`). `--all-users` finds the jobs from Slurm's list, read-only."""
+it (`scontrol requeuehold`). `--all-users` finds the jobs from Slurm's list, read-only. A
+--no-watchdog run whose rank is stopped is a sure stall; `--act` requeues it and it completes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import pytest
 
 from hpc_core import ledger, slurm
+from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import chaos
 
@@ -92,5 +94,56 @@ def test_a_requeue_storm_is_found_and_held(runs, tmp_path):
             "the stormy job held", 60, STEADY,
         )  # fmt: skip
         assert "Held" in held.get("Reason", "") or "held" in held.get("Reason", ""), held
+    finally:
+        subprocess.run(["scancel", job], capture_output=True, timeout=30)
+
+
+@pytest.mark.timeout(2400)  # the stall must outlast the default start-up allowance (900 s)
+def test_a_stalled_no_watchdog_run_is_a_sure_stall_and_act_requeues_it_to_completion(runs):
+    """A --no-watchdog run (no heartbeats, no in-job watcher) whose rank is SIGSTOPped mid-
+    training (chaos hang) hangs with nothing inside the job to end it. Past the default limits'
+    allowance (900 s: no beats, so the start-up phase's) the doctor reports a sure stall;
+    `--act` requeues the job (Slurm kills the stopped rank), and the run resumes from its last
+    periodic checkpoint and completes. About 20 minutes, most of it the allowance."""
+    runs.wait_idle_nodes(1)
+    max_update = 60
+    job, save = runs.submit(
+        "doctor-stall", max_update, nodes="1",
+        fairseq=("--log-interval", "1", "--save-interval-updates", "5"),
+        extra_cli=("--no-watchdog",),
+    )  # fmt: skip
+    (node,) = slurm.hostnames(runs.wait_running(job).nodes)
+    try:
+        runs.wait_for_update(save, 15)
+        assert chaos.hang(job, node) == node
+        said = {}
+
+        def found_stalled() -> dict | None:
+            proc = doctor(job, "--margin", "0", "--json")
+            assert proc.returncode in (0, 1), proc.stderr
+            findings = json.loads(proc.stdout)
+            said["last"] = findings
+            return next((f for f in findings if f["check"] == "stalled" and f["sure"]), None)
+
+        finding = wait_until(
+            found_stalled, "the doctor's sure stall", 1500, Backoff(10.0, 1.0, 10.0)
+        )
+        assert finding["job"] == job and "--no-watchdog" in finding["what"], finding
+        assert finding["fix"].startswith(f"scontrol requeue {job}")
+        stalled_at = runs.summary(save).updates
+        assert stalled_at < max_update
+        assert slurm.job_state(job).state == "RUNNING"  # nothing in the job ended the stall
+        acted = doctor(job, "--margin", "0", "--act")
+        assert acted.returncode == 1, acted.stderr
+        assert f"acted: scontrol requeue {job}" in acted.stderr, acted.stderr
+        slurm.wait_for_job(job, lambda s: s.restarts >= 1, 300, STEADY)
+        final = runs.wait_done(job, timeout=900)
+        assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+        summary = runs.summary(save)
+        assert summary.updates == max_update
+        assert summary.resumed_at and summary.resumed_at[0] <= stalled_at, summary.resumed_at
+        starts = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "started"]
+        assert len(starts) >= 2, starts
+        assert doctor(job, "--json").stdout.strip() == "[]"  # ended: nothing to say
     finally:
         subprocess.run(["scancel", job], capture_output=True, timeout=30)
