@@ -244,7 +244,12 @@ def test_a_standing_finding_is_notified_once_until_it_changes_or_the_interval_pa
     tmp_path, monkeypatch
 ):
     told: list[doctor.Finding] = []
-    monkeypatch.setattr(doctor, "notify", lambda target, f, log: told.append(f) or True)
+
+    def notify(target: str, f: doctor.Finding, log: object) -> bool:
+        told.append(f)
+        return True
+
+    monkeypatch.setattr(doctor, "notify", notify)
     record = tmp_path / "state" / doctor.NOTIFIED
 
     def stall(idle: int, sure: bool = False) -> doctor.Finding:
