@@ -103,6 +103,9 @@ class References:
     file_systems: tuple[str, ...] = ()  # existing FSx / EFS ids the config mounts
     aws_policies: tuple[str, ...] = ()  # AWS managed policies named (arn:aws:iam::aws:policy/X)
     parent_images: tuple[str, ...] = ()  # build-image configs: Build.ParentImage (a plain OS AMI)
+    # What runs on ParallelCluster's official AMI (no CustomAmi of its own nor a top-level one):
+    # "the head node", "login node pool NAME", "queue NAME"; the fake account holds that AMI.
+    official_ami_users: tuple[str, ...] = ()
 
 
 def references(config: Mapping[str, Any]) -> References:
@@ -164,6 +167,7 @@ def references(config: Mapping[str, Any]) -> References:
     for reservation in reservations:  # one per id, as the first compute resource naming it says
         first_by_id.setdefault(reservation[0], reservation)
     return References(
+        official_ami_users=_official_ami_users(config),
         parent_images=(parent,) if isinstance(parent, str) and parent.startswith("ami-") else (),
         aws_policies=tuple(dict.fromkeys(aws_policies)),
         head_subnet=head_subnet if isinstance(head_subnet, str) else None,
@@ -177,6 +181,26 @@ def references(config: Mapping[str, Any]) -> References:
         key_pairs=tuple(dict.fromkeys(k for k in keys if isinstance(k, str) and k)),
         s3_objects=tuple(dict.fromkeys(s3)),
     )
+
+
+def _official_ami_users(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The nodes that boot ParallelCluster's official AMI: ParallelCluster looks it up by name in
+    the region (aws-parallelcluster-<version>-<os>-*) unless Image.CustomAmi, the top-level one or
+    the queue's / pool's own, names another. A build-image config starts from its ParentImage."""
+    if "Build" in config and "Scheduling" not in config:
+        return ()
+    if _mapping(config.get("Image")).get("CustomAmi"):
+        return ()
+    users = ["the head node"]
+    for kind, groups in (
+        ("login node pool", _mapping(config.get("LoginNodes")).get("Pools")),
+        ("queue", _mapping(config.get("Scheduling")).get("SlurmQueues")),
+    ):
+        for group in _list(groups):
+            group = _mapping(group)
+            if not _mapping(group.get("Image")).get("CustomAmi"):
+                users.append(f"{kind} {group.get('Name')}")
+    return tuple(users)
 
 
 @contextmanager
@@ -277,6 +301,12 @@ def not_checked_offline(refs: References) -> list[str]:
         f"{refs.os}, with the NVIDIA driver you asked for (assumed: closed source {CUSTOM_NVIDIA})"
         for a in refs.custom_amis
     ]
+    if refs.official_ami_users:
+        lines.append(
+            f"that ParallelCluster's official AMI for {refs.os} "
+            f"(aws-parallelcluster-{_installed_version()}-*) exists in {refs.region} "
+            f"(used by {', '.join(refs.official_ami_users)})"
+        )
     lines += [
         f"AMI {a} exists and is a plain OS image (not a ParallelCluster AMI, no NVIDIA driver)"
         for a in refs.parent_images

@@ -56,6 +56,22 @@ def test_references_include_login_node_pools() -> None:
         "subnet-0aaaaaaaaaaaaaaaa",
     )
     assert refs.key_pairs == ("hpc-train", "other-key")
+    # the pool has no CustomAmi and neither has the cluster: it boots the official AMI
+    assert refs.official_ami_users == ("the head node", "login node pool login")
+
+
+def test_who_boots_the_official_ami() -> None:
+    """ParallelCluster looks its official AMI up unless a CustomAmi (top level, queue's) says."""
+    assert references(CONFIG).official_ami_users == ("the head node",)  # queue: its custom AMI
+    config = copy.deepcopy(CONFIG)
+    del config["Scheduling"]["SlurmQueues"][0]["Image"]
+    assert references(config).official_ami_users == ("the head node", "queue gpu")
+    config["Image"]["CustomAmi"] = "ami-0123456789abcdef0"
+    assert references(config).official_ami_users == ()
+    image = render.render_text(
+        (REPO / "pcluster_configs" / "images" / "p3dn-closed-driver.yaml").read_text(), VALUES
+    )
+    assert references(yaml.safe_load(image)).official_ami_users == ()  # starts from ParentImage
 
 
 def test_references_tolerates_a_sparse_config() -> None:

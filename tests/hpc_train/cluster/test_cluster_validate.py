@@ -433,3 +433,35 @@ def test_cli_a_crash_inside_pcluster_is_one_line_exit_2(
         err
         == f"error: {path} could not be checked: RuntimeError: moto does not implement this call\n"
     )
+
+
+OFFICIAL_USERS = {
+    "p3dn.yaml": "the head node",  # its queue boots the custom closed-driver AMI
+    "p3dn-spot.yaml": "the head node",
+    "p4d.yaml": "the head node, queue gpu",
+    "p5.yaml": "the head node, queue gpu",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OFFICIAL_USERS))
+def test_the_official_ami_is_listed_as_not_checked(name: str) -> None:
+    """The fake account holds ParallelCluster's official AMI: say so, and who boots it."""
+    from pcluster.utils import get_installed_version
+
+    text = rendered(name)
+    report = validate.validate_config(
+        text, yaml.safe_load(text), suppress=SUPPRESS.get(name, set())
+    )
+    expected = (
+        f"that ParallelCluster's official AMI for {VALUES['os']} "
+        f"(aws-parallelcluster-{get_installed_version()}-*) exists in {VALUES['region']} "
+        f"(used by {OFFICIAL_USERS[name]})"
+    )
+    assert expected in report.not_checked
+
+
+def test_no_official_ami_line_when_every_node_has_a_custom_ami(headline: dict[str, Any]) -> None:
+    data = copy.deepcopy(headline)
+    data["Image"]["CustomAmi"] = VALUES["p3dn_ami_id"]
+    report = check(data, suppress={AMI_CHECK})
+    assert not [line for line in report.not_checked if "official AMI" in line]
