@@ -45,7 +45,7 @@ from typing import Any
 
 from hpc_core.rundir import RunDir
 from hpc_train import contract
-from hpc_train.worker import local_tier
+from hpc_train.worker import checkpoints, local_tier
 
 logger = logging.getLogger("hpc_train.worker.async_save")
 
@@ -180,8 +180,6 @@ def _lower_priority() -> None:
 
 
 def _default_write(state: Any, path: str) -> None:
-    from hpc_train.worker import checkpoints
-
     checkpoints.atomic_save(state, path)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.worker import async_save, preemption
 
 
 def install(run: RunDir, start: tuple[str, int] | None, rank: int) -> bool:
@@ -26,10 +27,10 @@ def install(run: RunDir, start: tuple[str, int] | None, rank: int) -> bool:
     (job, restart)); False when not recording (another rank, or no launcher)."""
     if start is None or rank != 0:
         return False
+    # fairseq loads here, not with this module: as everywhere in the rank, only once
+    # worker.train has set the rank up (its filters for fairseq's import-time warnings first)
     import fairseq_cli.train as fairseq_train
     from fairseq import checkpoint_utils
-
-    from hpc_train.worker import async_save, preemption
 
     job, restart = start
 
