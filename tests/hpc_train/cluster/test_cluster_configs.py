@@ -3,6 +3,7 @@ the headline config only where they claim to. Pure YAML checks; validate tests r
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,42 @@ def test_example_values_are_all_valid() -> None:
         p.name: VALUES.get(p.key, VALUES["source_sha256"]) for p in render.PLACEHOLDERS
     }
     assert checked["UPDATE_SHA16"] == VALUES["source_sha256"][:16]
+
+
+# A file name in a template's comments or values: a repo path, or one beside the template.
+_FILE_NAME = re.compile(r"(?<![\w/.$}-])[\w./-]+\.(?:ya?ml|md|sh|py)\b")
+SHIPPED = sorted(CONFIGS.rglob("*.yaml"))  # templates, the image config, the example values
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_file_a_template_names_exists(path: Path) -> None:
+    """A comment pointing at a file that is not there (p3dn-existing-fsx.yaml) misleads."""
+    text = path.read_text()
+    names = set(_FILE_NAME.findall(text))
+    assert names, "the pattern should find at least docs/on-aws.md"
+    missing = [
+        name
+        for name in sorted(names)
+        if not any((base / name).is_file() for base in (REPO, CONFIGS, path.parent))
+    ]
+    assert missing == []
+    # The scripts named in S3 are the repo's bootstrap scripts, uploaded as docs/on-aws.md says.
+    for script in re.findall(r"s3://\$\{BUCKET\}/hpc-train/([\w.-]+\.sh)", text):
+        assert (REPO / "bootstrap" / script).is_file(), script
+
+
+def test_the_file_name_pattern_sees_a_missing_file() -> None:
+    found = _FILE_NAME.findall("# by id (p3dn-existing-fsx.yaml) or see docs/on-aws.md.")
+    assert found == ["p3dn-existing-fsx.yaml", "docs/on-aws.md"]
+    assert not (CONFIGS / "p3dn-existing-fsx.yaml").exists()
+
+
+def test_the_docs_say_how_to_mount_the_kept_file_system() -> None:
+    """The templates point at docs/on-aws.md section 12 for mounting the kept FSx by id."""
+    docs = (REPO / "docs" / "on-aws.md").read_text()
+    section = docs.split("\n## 12.", 1)[1].split("\n## ", 1)[0]
+    assert "FileSystemId: fs-" in section and "create-data-repository-association" in section
+    for name in TEMPLATES:
+        assert "by FileSystemId or delete it yourself (docs/on-aws.md, section 12)" in (
+            (CONFIGS / name).read_text()
+        )
