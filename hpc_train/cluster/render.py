@@ -60,8 +60,14 @@ def check_subnet_id(value: str) -> str | None:
     return None
 
 
+# The widest block one organisation's network holds: IANA hands the registries IPv4 /8s, and an
+# IPv6 /32 is a registry's usual allocation to a provider. Anything wider (0.0.0.0/1 is half the
+# internet) is not "your network": render refuses it, as it refuses 0.0.0.0/0.
+WIDEST_PREFIX = {4: 8, 6: 32}
+
+
 def check_allowed_ips(value: str) -> str | None:
-    """One IPv4 CIDR for ssh to the head node; never the whole internet."""
+    """One IPv4 CIDR for ssh to the head node; never the whole internet, nor a large part of it."""
     try:
         if "/" not in value:
             raise ValueError(value)
@@ -70,6 +76,13 @@ def check_allowed_ips(value: str) -> str | None:
         return "must be one CIDR block like 203.0.113.7/32 (your address, curl https://checkip.amazonaws.com)"
     if network.prefixlen == 0:
         return "opens ssh to the whole internet: give your own address or your network's CIDR"
+    widest = WIDEST_PREFIX[network.version]
+    if network.prefixlen < widest:
+        return (
+            f"opens ssh to a large part of the internet (a /{network.prefixlen}, wider than "
+            f"/{widest}, the largest block one network holds): give your own address or your "
+            "network's CIDR"
+        )
     if network.version != 4:
         return "ParallelCluster takes an IPv4 CIDR block here"
     return None

@@ -63,7 +63,8 @@ def test_the_templates_use_only_known_placeholders() -> None:
         (render.check_bucket, "a.b-c"),
         (render.check_sha256, "ab" * 32),
         (render.check_allowed_ips, "203.0.113.7/32"),
-        (render.check_allowed_ips, "10.0.0.0/8"),
+        (render.check_allowed_ips, "10.0.0.0/8"),  # the widest allowed
+        (render.check_allowed_ips, "198.51.100.0/24"),
         (render.check_ami_id, "ami-0123456789abcdef0"),
         (render.check_capacity_reservation_id, "cr-0123456789abcdef0"),
     ],
@@ -100,6 +101,18 @@ def test_good_values_pass(check, value: str) -> None:
         (render.check_allowed_ips, "203.0.113.7", "CIDR block"),
         (render.check_allowed_ips, "203.0.113.7/24", "CIDR block"),
         (render.check_allowed_ips, "2001:db8::/32", "IPv4"),
+        # half the internet, a quarter, ...: wider than any one network's block (/8, IPv6 /32)
+        (
+            render.check_allowed_ips,
+            "0.0.0.0/1",
+            "a large part of the internet (a /1, wider than /8",
+        ),
+        (render.check_allowed_ips, "128.0.0.0/1", "a /1, wider than /8"),
+        (render.check_allowed_ips, "64.0.0.0/2", "a /2, wider than /8"),
+        (render.check_allowed_ips, "11.0.0.0/7", "CIDR block"),  # host bits set
+        (render.check_allowed_ips, "8.0.0.0/7", "a /7, wider than /8"),
+        (render.check_allowed_ips, "::/1", "a /1, wider than /32"),
+        (render.check_allowed_ips, "2001:db8::/31", "a /31, wider than /32"),
         (render.check_ami_id, "ami-XYZ", "ami-"),
         (render.check_capacity_reservation_id, "cr-1", "cr-"),
     ],
@@ -208,6 +221,7 @@ def test_cli_render_with_flags_only(tmp_path: Path) -> None:
             "error: compute_subnet_id 'subnet-XYZ': must be 'subnet-'",
         ),
         (["--allowed-ips", "0.0.0.0/0"], "error: allowed_ips '0.0.0.0/0': opens ssh"),
+        (["--allowed-ips", "0.0.0.0/1"], "error: allowed_ips '0.0.0.0/1': opens ssh to a large"),
         (["--bucket", "Upper"], "error: bucket 'Upper': bucket names are lower case"),
         (["--region", "useast1"], "error: region 'useast1': not an AWS region"),
         (["--key-name", ""], "error: key_name '': empty"),
