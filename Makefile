@@ -11,7 +11,7 @@ STATE   := .local
 export HPC_TRAIN_CLUSTER_DIR ?= $(CURDIR)/$(STATE)/cluster
 export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 
-.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-data bench-ckpt bench-hang bench-grow bench-soak clean
+.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
@@ -75,7 +75,7 @@ lint: install-python
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
 
 # Every benchmark (figures, never timed tests): results as JSON under benchmarks/results/.
-bench: bench-preempt bench-data bench-gpu bench-ckpt bench-hang bench-grow bench-soak
+bench: bench-preempt bench-data bench-gpu bench-ckpt bench-hang bench-grow bench-soak bench-import
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
 bench-preempt: install cluster-up demo-data
@@ -120,3 +120,12 @@ bench-soak: install cluster-up demo-data
 
 clean: cluster-down
 	rm -rf $(STATE)
+
+# Import benchmark (issue 17), not a test: ~30 s; the files `import torch` and `import fairseq`
+# open, stat and list (strace -f, installed here when missing), and that times NODES x RANKS.
+IMPORT_PYTHON ?= $(PY)
+bench-import: install-python
+	@command -v strace >/dev/null || { if [[ $$(id -u) == 0 ]]; then apt-get install -y -qq strace; \
+	  else sudo apt-get install -y -qq strace; fi; }
+	$(PY) -m benchmarks.import_files --python $(IMPORT_PYTHON) --nodes 64 --ranks-per-node 8 \
+	  --out benchmarks/results/import_files.json
