@@ -6,9 +6,11 @@ set, so the launcher, the nccl checks and the bootstrap scripts share one table.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_INSTANCE_TYPE = "p3dn.24xlarge"  # the cluster pcluster_configs/p3dn.yaml builds
 
@@ -149,6 +151,58 @@ def efa_nccl_env(
     # aborts). FI_EFA_FORK_SAFE is a no-op on kernels >= 5.15 and RDMAV_FORK_SAFE must never be
     # set (doc/efa-env-var.md).
     return env
+
+
+# What bootstrap/nccl-profile.sh leaves on a node (its BOOTSTRAP_VERSIONS_FILE and
+# BOOTSTRAP_PROFILE_DIR defaults): the versions it found, and the profile `python -m
+# hpc_train.environment --versions FILE` wrote from them. Jobs read these at start, so their
+# variables are the node's, not the unknown-version set a submit host (which cannot know the
+# nodes' software) would pick. The *_ENV variables name another path (tests, other set-ups).
+NODE_VERSIONS_FILE = "/etc/hpc-train/efa-versions"
+NODE_VERSIONS_ENV = "HPC_TRAIN_EFA_VERSIONS"
+NODE_PROFILE = "/etc/profile.d/hpc-train-nccl.sh"
+NODE_PROFILE_ENV = "HPC_TRAIN_NCCL_PROFILE"
+
+
+def node_versions(path: str | Path | None = None) -> dict[str, str] | None:
+    """The versions recorded on this node (read_versions); None when the node has no such file.
+
+    ``path``: default $HPC_TRAIN_EFA_VERSIONS, else NODE_VERSIONS_FILE. ValueError (naming the
+    file) for a file that is not name=version lines: a broken record is said, never guessed at.
+    """
+    where = Path(path or os.environ.get(NODE_VERSIONS_ENV) or NODE_VERSIONS_FILE)
+    try:
+        text = where.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise ValueError(f"{where}: {err.strerror}") from None
+    try:
+        return read_versions(text)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
+def node_env_lines(name: str) -> list[str]:
+    """Job-script lines: at job start, the node's own EFA/NCCL profile (what the bootstrap wrote
+    with efa_nccl_env for the versions it found); only on a node without one, the unknown-version
+    set, each variable naming the unknown version as its reason.
+
+    Shell, not Python: the batch script runs on the host, whose Python may not hold hpc_train
+    (a --container job); the profile is that Python's answer, written when the node was set up.
+    """
+    fallback = shell_lines(efa_nccl_env(name))
+    return [
+        "# the node's own EFA/NCCL variables: bootstrap/nccl-profile.sh wrote them with "
+        f"hpc_train.environment for the versions it found ({NODE_VERSIONS_FILE})",
+        f'nccl_profile="${{{NODE_PROFILE_ENV}:-{NODE_PROFILE}}}"',
+        'if [ -r "$nccl_profile" ]; then',
+        '    . "$nccl_profile"',
+        "else",
+        "    # no profile: not a node bootstrap/nccl-profile.sh set up, its versions are unknown",
+        *(f"    {line}" for line in fallback),
+        "fi",
+    ]
 
 
 FLIGHT_RECORDER_ENTRIES = 2000

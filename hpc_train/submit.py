@@ -41,8 +41,9 @@ DRY_RUN_PING_S = 3.0  # one `scontrol ping` (a refused connection answers at onc
 
 
 def setup_lines(spec: JobSpec) -> list[str]:
-    """Lines the sbatch script runs before srun: the EFA/NCCL environment, each line explained,
-    and with ``--preflight`` the all-reduce health check of the allocation."""
+    """Lines the sbatch script runs before srun: the node's EFA/NCCL environment, read at job
+    start (instances.node_env_lines: the submit host cannot know the nodes' EFA software), and
+    with ``--preflight`` the all-reduce health check of the allocation."""
     if spec.gpus_per_node <= 0:
         lines = [
             "# No GPUs requested: one CPU rank per node, gloo (OMP_NUM_THREADS=1 by the launcher)"
@@ -52,7 +53,7 @@ def setup_lines(spec: JobSpec) -> list[str]:
         rdma = "GPUDirect RDMA" if itype.gpudirect_rdma else "no GPUDirect RDMA"
         lines = [
             f"# NCCL over EFA on {itype.name} ({itype.gpus}x {itype.gpu_model}, {rdma})",
-            *instances.shell_lines(instances.efa_nccl_env(spec.instance_type)),
+            *instances.node_env_lines(spec.instance_type),  # the node's, read at job start
         ]
     if spec.preflight:
         from nccl_checks import preflight

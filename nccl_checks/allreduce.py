@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core import slurm
-from hpc_core.instances import Setting, cpu_env, efa_nccl_env, plain, shell_lines
+from hpc_core.instances import Setting, cpu_env, efa_nccl_env, node_versions, plain, shell_lines
 from hpc_core.rundir import atomic_write, atomic_writer
 from hpc_core.slurm import rendezvous_port
 from hpc_core.wait import Backoff
@@ -186,8 +186,14 @@ def srun_command(plan: Plan, nodelist: list[str]) -> list[str]:
 
 
 def rank_settings(plan: Plan, master: str, job_id: str) -> dict[str, Setting]:
-    """The variables the ranks get on top of the job's: EFA/NCCL (GPU) or CPU threads (gloo)."""
-    env = efa_nccl_env(plan.instance_type) if plan.uses_gpus else cpu_env(threads=1)
+    """The variables the ranks get on top of the job's: EFA/NCCL (GPU) or CPU threads (gloo).
+
+    EFA/NCCL as this node's recorded versions ask (hpc_core.instances.node_versions; this runs
+    inside the allocation), the unknown-version set only where the node recorded none."""
+    if plan.uses_gpus:
+        env = efa_nccl_env(plan.instance_type, versions=node_versions())
+    else:
+        env = cpu_env(threads=1)
     if plan.backend == "nccl-tests":
         return env  # all_reduce_perf finds its peers through MPI/PMIx
     port = os.environ.get("NCCL_CHECKS_PORT") or str(rendezvous_port(job_id))

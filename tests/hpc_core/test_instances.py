@@ -122,3 +122,77 @@ def test_cli_reads_a_versions_file(tmp_path, capsys):
     missing = tmp_path / "absent"
     assert environment.main(["--instance-type", "p5.48xlarge", "--versions", str(missing)]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+# Jobs follow the node's recorded versions (issue 17): the submit host cannot know them.
+NEW_VERSIONS = (
+    "# found by bootstrap/nccl-profile.sh\nlibfabric=1.22.0amzn4.0\naws-ofi-nccl=1.13.2-aws\n"
+)
+EFA_NAMES = (
+    "FI_PROVIDER",
+    "NCCL_PROTO",
+    "FI_EFA_USE_DEVICE_RDMA",
+    "FI_EFA_USE_HUGE_PAGE",
+    "NCCL_DEBUG",
+)
+
+
+def test_node_versions_reads_the_recorded_file(tmp_path, monkeypatch):
+    versions = tmp_path / "efa-versions"
+    monkeypatch.setenv(instances.NODE_VERSIONS_ENV, str(versions))
+    assert instances.node_versions() is None  # no file: unknown, the caller says so
+    versions.write_text(NEW_VERSIONS)
+    assert instances.node_versions() == {"libfabric": "1.22.0amzn4.0", "aws-ofi-nccl": "1.13.2-aws"}
+    versions.write_text("libfabric: 1.22\n")
+    with pytest.raises(ValueError, match=f"{versions}: line 1"):
+        instances.node_versions()
+
+
+def test_the_node_paths_are_the_bootstraps_defaults():
+    """nccl-profile.sh writes where jobs read: one pair of paths, checked against the script."""
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[2] / "bootstrap" / "nccl-profile.sh").read_text()
+    assert f'versions="${{BOOTSTRAP_VERSIONS_FILE:-{instances.NODE_VERSIONS_FILE}}}"' in script
+    profile_dir, _, name = instances.NODE_PROFILE.rpartition("/")
+    assert f'profile="${{BOOTSTRAP_PROFILE_DIR:-{profile_dir}}}/{name}"' in script
+
+
+def _job_env(lines, profile) -> dict:
+    """Run job-script lines in bash (the submit host's EFA variables cleared) and read them back."""
+    import os
+    import subprocess
+
+    script = "\n".join([*lines, *(f'echo "{k}=${{{k}-<unset>}}"' for k in EFA_NAMES)])
+    env = {k: v for k, v in os.environ.items() if k not in EFA_NAMES}
+    env[instances.NODE_PROFILE_ENV] = str(profile)
+    out = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    return dict(line.split("=", 1) for line in out.stdout.splitlines())
+
+
+@pytest.mark.parametrize("name", ["p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge"])
+def test_the_job_takes_the_nodes_profile_not_the_unknown_set(tmp_path, capsys, name):
+    """The profile the bootstrap writes (hpc_train.environment --versions) is what the job gets:
+    with aws-ofi-nccl 1.13 and libfabric 1.22 no FI_PROVIDER and no FI_EFA_USE_DEVICE_RDMA."""
+    versions, profile = tmp_path / "efa-versions", tmp_path / "hpc-train-nccl.sh"
+    versions.write_text(NEW_VERSIONS)
+    assert environment.main(["--instance-type", name, "--versions", str(versions)]) == 0
+    profile.write_text(capsys.readouterr().out)  # as nccl-profile.sh writes it
+    got = _job_env(instances.node_env_lines(name), profile)
+    node = instances.plain(
+        instances.efa_nccl_env(name, versions=instances.read_versions(NEW_VERSIONS))
+    )
+    assert got == {k: node.get(k, "<unset>") for k in EFA_NAMES}
+    assert got["FI_PROVIDER"] == "<unset>" and got["FI_EFA_USE_DEVICE_RDMA"] == "<unset>"
+
+
+@pytest.mark.parametrize("name", ["p3dn.24xlarge", "p4d.24xlarge"])
+def test_without_a_node_profile_the_job_says_the_versions_are_unknown(tmp_path, name):
+    lines = instances.node_env_lines(name)
+    got = _job_env(lines, tmp_path / "absent")
+    unknown = instances.plain(instances.efa_nccl_env(name))
+    assert got == {k: unknown.get(k, "<unset>") for k in EFA_NAMES}
+    assert got["FI_PROVIDER"] == "efa"
+    assert any("aws-ofi-nccl version unknown" in line for line in lines)

@@ -318,3 +318,24 @@ def test_submit_validates_once_and_reuses_its_plan(tmp_path, monkeypatch, capsys
     argv = ["--preset", "tiny", "--gpus-per-node", "0", "--data", str(data)]
     assert submit.main([*argv, "--save-dir", str(tmp_path / "s")]) == 0
     assert checks == [True] and "submitted job 42" in capsys.readouterr().out
+
+
+def test_the_job_never_overrides_the_nodes_efa_profile(tmp_path):
+    """Issue 17: the sbatch setup exported the unknown-version set (FI_PROVIDER=efa,
+    FI_EFA_USE_DEVICE_RDMA=1 on p4d) over the node's profile; now the node's profile decides."""
+    from hpc_core import instances
+
+    spec = JobSpec(**{**golden_spec("roberta-large").__dict__, "instance_type": "p4d.24xlarge"})
+    profile = tmp_path / "hpc-train-nccl.sh"
+    profile.write_text("export FI_EFA_USE_HUGE_PAGE=0\nexport NCCL_DEBUG=WARN\n")  # new software
+    script = "\n".join(
+        [*submit.setup_lines(spec), 'echo "${FI_PROVIDER-unset} ${FI_EFA_USE_DEVICE_RDMA-unset}"']
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FI_", "NCCL_"))}
+    run = lambda: subprocess.run(  # noqa: E731
+        ["bash", "-c", script], capture_output=True, text=True, check=True,
+        env={**env, instances.NODE_PROFILE_ENV: str(profile)},
+    ).stdout.strip()  # fmt: skip
+    assert run() == "unset unset"
+    profile.unlink()  # a node the bootstrap did not set up: the unknown-version set
+    assert run() == "efa 1"

@@ -220,3 +220,18 @@ def test_no_slurm_is_exit_3(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: no ") and "Traceback" not in proc.stderr
+
+
+def test_rank_environment_follows_the_nodes_recorded_versions(tmp_path, monkeypatch) -> None:
+    """Inside the allocation the check reads the node's versions file (issue 17)."""
+    from hpc_core import instances
+
+    versions = tmp_path / "efa-versions"
+    monkeypatch.setenv(instances.NODE_VERSIONS_ENV, str(versions))
+    p4d = plan("nccl", instance_type="p4d.24xlarge")
+    unknown = allreduce.rank_settings(p4d, "n1", "1")
+    assert unknown["FI_PROVIDER"].value == "efa" and "unknown" in unknown["FI_PROVIDER"].why
+    assert unknown["FI_EFA_USE_DEVICE_RDMA"].value == "1"
+    versions.write_text("libfabric=1.22.0amzn4.0\naws-ofi-nccl=1.13.2-aws\n")
+    recorded = allreduce.rank_settings(p4d, "n1", "1")
+    assert "FI_PROVIDER" not in recorded and "FI_EFA_USE_DEVICE_RDMA" not in recorded
