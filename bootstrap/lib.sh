@@ -11,7 +11,19 @@
 #   releases/<sha16>/src/     the unpacked tarball (.complete once whole)
 #   releases/<sha16>/venv     -> venv-<key>/, its Python environment (python-env.sh)
 #   current                   -> releases/<sha16>: the release every node uses (make_current)
-#   venv                      -> current/venv: the one path users, services and jobs name
+#   venv                      -> current/venv: the path services on the head node name
+#
+# and on each node's own disk (LOCAL_PREFIX, BOOTSTRAP_LOCAL_PREFIX [/opt/hpc-train]; this file
+# owns that path), what jobs import from, so that 512 ranks starting together never import
+# torch and fairseq over the head node's NFS (benchmarks/import_files.py measures why):
+#
+#   releases/<sha16>/venv-<key>/   compute nodes: a verified copy of the shared release's
+#                                  environment, its scripts repointed (install_local_release)
+#   releases/<sha16>/venv          -> venv-<key>
+#   current                        -> releases/<sha16>
+#   venv                           -> current/venv on compute nodes; on the head and login nodes
+#                                  -> $BOOTSTRAP_PREFIX/venv (link_shared_env): the one path users
+#                                  activate, so the interpreter a job names is local where it runs
 #
 # Conventions: `log` for events, `run` for commands (their output goes to the log file only),
 # `die` to stop with a message, `skip` when something is absent on this node, `already_done`
@@ -21,6 +33,7 @@
 : "${BOOTSTRAP_LOG_FILE:?BOOTSTRAP_LOG_FILE must be set}"
 STEP="${STEP:-$(basename "${BASH_SOURCE[1]:-bootstrap}" .sh)}"
 LOCK_FILE="$BOOTSTRAP_PREFIX/.bootstrap.lock"
+LOCAL_PREFIX="${BOOTSTRAP_LOCAL_PREFIX:-/opt/hpc-train}"
 
 log() {
     local line
@@ -59,6 +72,19 @@ take_shared_lock() {
 release_shared_lock() {
     flock -u 8
     exec 8>&-
+}
+
+# take_local_lock / release_local_lock: serialise work on LOCAL_PREFIX (the configure action and
+# the follow timer) on this node (fd 7).
+take_local_lock() {
+    mkdir -p "$LOCAL_PREFIX/releases"
+    exec 7>>"$LOCAL_PREFIX/.lock"
+    flock -w "${BOOTSTRAP_LOCK_TIMEOUT:-3600}" 7 || die "no lock on $LOCAL_PREFIX/.lock"
+}
+
+release_local_lock() {
+    flock -u 7
+    exec 7>&-
 }
 
 # fetch_verified URL SHA256 DEST: download (s3://, https:// or a local path) and check the
@@ -168,6 +194,7 @@ make_current() {
     local release="$1" first="${2:-}" name now
     name="releases/$(basename "$release")"
     [[ -f "$release/venv/.complete" ]] || die "$release has no complete Python environment"
+    write_manifest "$release/$(readlink "$release/venv")"
     take_shared_lock
     now="$(readlink "$BOOTSTRAP_PREFIX/current" || true)"
     if [[ -n "$now" && "$now" != "$name" && "$first" == --first ]]; then
@@ -184,15 +211,21 @@ make_current() {
     release_shared_lock
 }
 
-# prune_releases: keep the newest BOOTSTRAP_KEEP_ENVS releases (default 2; newest by .stamp:
-# unpacked or made current) and always the one `current` points to; remove the others, the
-# Python environments a kept release's venv link no longer names, and what interrupted runs left.
+# prune_releases [ROOT]: keep the newest BOOTSTRAP_KEEP_ENVS releases (default 2; newest by
+# .stamp: unpacked, copied or made current) and always the one `current` points to; remove the
+# others, the Python environments a kept release's venv link no longer names, and what
+# interrupted runs left. ROOT: BOOTSTRAP_PREFIX (the shared lock) or LOCAL_PREFIX (the local one).
 prune_releases() {
-    local keep="${BOOTSTRAP_KEEP_ENVS:-2}" releases="$BOOTSTRAP_PREFIX/releases" current name
+    local root="${1:-$BOOTSTRAP_PREFIX}"
+    local keep="${BOOTSTRAP_KEEP_ENVS:-2}" releases="$root/releases" current name
     local kept=0 stale=() env dir gone
     [[ "$keep" =~ ^[1-9][0-9]*$ ]] || die "BOOTSTRAP_KEEP_ENVS=$keep: must be a whole number >= 1"
-    take_shared_lock # no release is being unpacked or built while we look
-    current="$(basename "$(readlink "$BOOTSTRAP_PREFIX/current" || echo none)")"
+    if [[ "$root" == "$LOCAL_PREFIX" ]]; then
+        take_local_lock # no copy is being made while we look
+    else
+        take_shared_lock # no release is being unpacked or built while we look
+    fi
+    current="$(basename "$(readlink "$root/current" || echo none)")"
     while read -r _ dir; do
         name="${dir##*/}"
         if [[ "$name" == "$current" ]] || ((kept < keep)); then
@@ -205,7 +238,7 @@ prune_releases() {
             stale+=("$dir")
         fi
     done < <(find "$releases" -mindepth 2 -maxdepth 2 -name .stamp -printf '%T@ %h\n' | sort -rn)
-    for dir in "$releases"/.unpack.* "$releases"/.prune.*; do
+    for dir in "$releases"/.unpack.* "$releases"/.prune.* "$releases"/.copy.*; do
         [[ ! -e "$dir" ]] || stale+=("$dir")
     done
     if ((${#stale[@]} == 0)); then
@@ -221,5 +254,142 @@ prune_releases() {
         rm -rf "$gone"
         log "pruned $dir"
     done
-    release_shared_lock
+    if [[ "$root" == "$LOCAL_PREFIX" ]]; then release_local_lock; else release_shared_lock; fi
+}
+
+# write_manifest ENV: ENV/.manifest (`sha256sum` lines for every regular file) and ENV/.links
+# (every symbolic link and its target) of a complete environment, once, on the head node; a
+# node's copy is checked against them. Hashed in parallel; sorted, so the same tree always
+# gives the same files.
+write_manifest() {
+    local env="$1" tmp
+    [[ ! -f "$env/.manifest" ]] || return 0
+    log "writing the manifest of $env"
+    tmp="$(mktemp -d "$env/.manifest.XXXXXX")"
+    (
+        cd "$env"
+        find . -type f ! -path './.manifest*' ! -path ./.links -print0 |
+            xargs -0 -r -P "$(nproc)" -n 256 sha256sum -- | LC_ALL=C sort >"$tmp/files"
+        find . -type l ! -path './.manifest*' -printf '%p -> %l\n' | LC_ALL=C sort >"$tmp/links"
+    ) || die "cannot hash $env"
+    chmod 0644 "$tmp/files" "$tmp/links"
+    mv -f "$tmp/links" "$env/.links"
+    mv -f "$tmp/files" "$env/.manifest" # last: .manifest present means both are whole
+    rm -rf "$tmp"
+    log "manifest: $(wc -l <"$env/.manifest") files, $(wc -l <"$env/.links") links in $env"
+}
+
+# shared_release_env: "<sha16> venv-<key>" of the shared `current` release; 1: none complete.
+shared_release_env() {
+    local name env
+    name="$(basename "$(readlink "$BOOTSTRAP_PREFIX/current" 2>/dev/null)")" || return 1
+    env="$(readlink "$BOOTSTRAP_PREFIX/releases/$name/venv" 2>/dev/null)" || return 1
+    [[ -n "$name" && -f "$BOOTSTRAP_PREFIX/releases/$name/$env/.complete" ]] || return 1
+    printf '%s %s\n' "$name" "$env"
+}
+
+# local_release_is_current: this node's `current` and `venv` already name its copy of the shared
+# `current` (the follow timer's check, every run: it logs nothing).
+local_release_is_current() {
+    local name env
+    read -r name env < <(shared_release_env) || return 1
+    [[ "$(readlink "$LOCAL_PREFIX/current" 2>/dev/null)" == "releases/$name" &&
+        "$(readlink "$LOCAL_PREFIX/venv" 2>/dev/null)" == current/venv &&
+        -f "$LOCAL_PREFIX/releases/$name/$env/.complete" ]]
+}
+
+# install_local_release (compute nodes): copy the shared `current` release's environment to
+# LOCAL_PREFIX/releases/<sha16>/venv-<key>, unless already there: into a temporary directory
+# (cp -a: modes and mtimes, so the .pyc files stay valid), checked against the head node's
+# .manifest and .links, its scripts repointed (their shebangs and bin/activate name the shared
+# path), then renamed into place whole. Then LOCAL_PREFIX/current -> releases/<sha16> and venv ->
+# current/venv, swapped atomically, and old copies pruned (never current). A release without a
+# manifest (made by an older lib.sh) is not copied: `venv` then names the shared one.
+install_local_release() {
+    local name env src dest work file content
+    read -r name env < <(shared_release_env) || die "no complete release in $BOOTSTRAP_PREFIX/current"
+    src="$BOOTSTRAP_PREFIX/releases/$name/$env" # the path python-env.sh built it at
+    dest="$LOCAL_PREFIX/releases/$name/$env"
+    take_local_lock
+    if [[ -f "$dest/.complete" ]]; then
+        already_done "node-local copy $dest"
+    elif [[ ! -f "$src/.manifest" ]]; then
+        log "$src has no manifest (made before node-local copies): jobs import from $BOOTSTRAP_PREFIX/venv"
+        release_local_lock
+        link_shared_env
+        return 0
+    else
+        log "copying $src to $dest"
+        work="$(mktemp -d "$LOCAL_PREFIX/releases/.copy.XXXXXX")"
+        run cp -a -- "$src/." "$work/"
+        (cd "$work" && sha256sum --check --quiet --strict .manifest) >>"$BOOTSTRAP_LOG_FILE" 2>&1 ||
+            { rm -rf "$work"; die "the copy of $src does not match its .manifest"; }
+        (cd "$work" && find . -type l ! -path './.manifest*' -printf '%p -> %l\n' | LC_ALL=C sort) |
+            cmp -s - "$work/.links" || { rm -rf "$work"; die "the copy of $src does not match its .links"; }
+        for file in "$work"/bin/* "$work/pyvenv.cfg"; do
+            if [[ ! -f "$file" || -L "$file" ]] || ! grep -Iq . "$file" || ! grep -qF -- "$src" "$file"; then
+                continue # a link, a binary, or a file without the shared path
+            fi
+            content="$(cat "$file"; printf x)"
+            content="${content%x}"
+            printf '%s' "${content//"$src"/"$dest"}" >"$file" # in place: the mode stays
+        done
+        mkdir -p "$(dirname "$dest")"
+        touch "$(dirname "$dest")/.stamp" # the newest copy, for prune_releases
+        mv -T "$work" "$dest"
+        log "node-local copy ready: $dest ($(du -sh "$dest" | cut -f1), manifest ok)"
+    fi
+    point_link "$LOCAL_PREFIX/releases/$name/venv" "$env"
+    if [[ "$(readlink "$LOCAL_PREFIX/current" || true)" != "releases/$name" ]]; then
+        touch "$LOCAL_PREFIX/releases/$name/.stamp"
+        point_link "$LOCAL_PREFIX/current" "releases/$name"
+    fi
+    point_link "$LOCAL_PREFIX/venv" current/venv
+    release_local_lock
+    prune_releases "$LOCAL_PREFIX"
+}
+
+# link_shared_env (head and login nodes): LOCAL_PREFIX/venv -> BOOTSTRAP_PREFIX/venv, so the
+# path users activate is the same on every node and names the node-local copy on compute nodes.
+link_shared_env() {
+    mkdir -p "$LOCAL_PREFIX"
+    point_link "$LOCAL_PREFIX/venv" "$BOOTSTRAP_PREFIX/venv"
+}
+
+# install_follow_timer (compute nodes): a systemd timer that runs the shared current release's
+# on-node-updated.sh --node-type ComputeFleet every 2 min (plus up to 1 min at random, so 64 nodes
+# do not copy at the same second): it copies a release the head node made current, and says
+# nothing while there is none. HPC_TRAIN_SYSTEMD_DIR, HPC_TRAIN_SYSTEMCTL as head-node-services.sh.
+install_follow_timer() {
+    local unit_dir="${HPC_TRAIN_SYSTEMD_DIR:-/etc/systemd/system}" systemctl="${HPC_TRAIN_SYSTEMCTL:-systemctl}"
+    local before after
+    before="$({ cat "$unit_dir"/hpc-train-follow.* 2>/dev/null || true; } | sha256sum)"
+    write_if_changed "$unit_dir/hpc-train-follow.service" <<UNIT
+# written by bootstrap/lib.sh (install_follow_timer)
+[Unit]
+Description=hpc-train: copy a new release from $BOOTSTRAP_PREFIX to this node's disk
+[Service]
+Type=oneshot
+Environment=BOOTSTRAP_PREFIX=$BOOTSTRAP_PREFIX BOOTSTRAP_LOCAL_PREFIX=$LOCAL_PREFIX
+Environment=BOOTSTRAP_LOG_DIR=$(dirname "$BOOTSTRAP_LOG_FILE") BOOTSTRAP_KEEP_ENVS=${BOOTSTRAP_KEEP_ENVS:-2}
+ExecStart=/bin/bash $BOOTSTRAP_PREFIX/current/src/bootstrap/on-node-updated.sh --node-type ComputeFleet
+Nice=10
+IOSchedulingClass=idle
+UNIT
+    write_if_changed "$unit_dir/hpc-train-follow.timer" <<UNIT
+# written by bootstrap/lib.sh (install_follow_timer)
+[Unit]
+Description=hpc-train: follow $BOOTSTRAP_PREFIX/current on this node's disk
+[Timer]
+OnBootSec=2min
+OnUnitActiveSec=2min
+RandomizedDelaySec=60
+[Install]
+WantedBy=timers.target
+UNIT
+    after="$(cat "$unit_dir"/hpc-train-follow.* | sha256sum)"
+    if [[ "$before" != "$after" ]]; then
+        run "$systemctl" daemon-reload
+        run "$systemctl" enable --now hpc-train-follow.timer
+    fi
 }

@@ -14,7 +14,11 @@
 # its Python environment built (python-env.sh) and the release made `current`, but only while
 # there is no current release yet: these Args are fixed at creation, later code arrives through
 # on-node-updated.sh and must not be moved back. Without --source (compute and login nodes): the
-# node waits for the head node's `current` and uses it. Then the steps of the current release:
+# node waits for the head node's `current` and uses it. A compute node then copies the current
+# release's Python environment to its own disk ($BOOTSTRAP_LOCAL_PREFIX/venv, checked against the
+# head node's manifest: jobs import from there, not over NFS) and installs a timer that runs
+# on-node-updated.sh to follow later releases; the head and login nodes link that path to the
+# shared environment. Then the steps of the current release:
 #
 #   node-checks.sh         GPUs (nvidia-smi), EFA (fi_info -p efa), aws-ofi-nccl plugin; skipped if absent
 #   nccl-profile.sh        the EFA/NCCL versions on the node, and the variables for them from
@@ -29,6 +33,7 @@
 #   BOOTSTRAP_PREFIX        shared software prefix                      [/shared/hpc-train]
 #   BOOTSTRAP_LOG_DIR       log directory (local to the node)           [/var/log/hpc-train]
 #   BOOTSTRAP_WAIT_CURRENT  seconds a node without --source waits for `current` [1800]
+#   BOOTSTRAP_LOCAL_PREFIX  node-local prefix (compute nodes' copy)     [/opt/hpc-train]
 #   more per step: see bootstrap/README.md
 set -euo pipefail
 umask 022
@@ -168,6 +173,18 @@ else
     # shellcheck source-path=SCRIPTDIR source=lib.sh
     source "$current/src/bootstrap/lib.sh"
     log "using $current -> $(readlink "$current")"
+fi
+
+# Where jobs import from (lib.sh, LOCAL_PREFIX [/opt/hpc-train]): on a compute node a verified
+# copy of the current release on its own disk, kept up to date by a timer (on-node-updated.sh);
+# on the head and login nodes the shared environment, under the same path.
+if ! declare -F install_local_release >/dev/null; then
+    log "the current release's lib.sh predates node-local environments: jobs import from $BOOTSTRAP_PREFIX/venv"
+elif [[ "$node_type" == ComputeFleet ]]; then
+    install_local_release
+    install_follow_timer
+else
+    link_shared_env
 fi
 
 # The steps of the current release, run through the `current` link (so a path a step records,

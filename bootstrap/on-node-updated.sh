@@ -13,8 +13,15 @@
 # The same arguments as on-node-configured.sh, and the same layout: the tarball is unpacked into
 # $BOOTSTRAP_PREFIX/releases/<sha16> (refused, leaving nothing, on a checksum mismatch), its
 # Python environment built (python-env.sh), then the `current` link swapped to it atomically (a
-# new link renamed over the old: `venv` -> current/venv follows). Compute nodes use `current`
-# (the prefix is shared): jobs started from then on run the new code. Then, from the new release:
+# new link renamed over the old: `venv` -> current/venv follows). Compute nodes follow `current`
+# (the prefix is shared): each compute node's timer runs this script as
+#
+#   on-node-updated.sh --node-type ComputeFleet
+#
+# which copies the new `current` to the node's own disk ($BOOTSTRAP_LOCAL_PREFIX, checked against
+# the head node's manifest) and swaps the node's `current` link; jobs started from then on run the
+# new code; the node keeps its newest BOOTSTRAP_KEEP_ENVS copies. On the head node, from the new
+# release:
 #
 #   nccl-profile.sh        the EFA/NCCL profile (skipped without --instance-type)
 #   head-node-services.sh  the metrics service and the doctor's timer, updated where they differ;
@@ -132,9 +139,29 @@ unpack_release() {
 # <<< shared
 
 parse_args "$@"
-[[ -n "$source_url" ]] || bad "--source and --sha256 are required (the release to install)"
+if [[ "$node_type" == ComputeFleet ]]; then
+    [[ -z "$source_url" ]] || bad "a compute node installs no release: it copies the head node's current"
+else
+    [[ -n "$source_url" ]] || bad "--source and --sha256 are required (the release to install)"
+fi
 start_log
 started=$SECONDS
+
+if [[ "$node_type" == ComputeFleet ]]; then # the follow timer (install_follow_timer in lib.sh)
+    current="$BOOTSTRAP_PREFIX/current"
+    [[ -f "$current/src/bootstrap/lib.sh" ]] || fail "no release in $current: the head node installs it"
+    # shellcheck disable=SC2034 # lib.sh names its log lines by STEP
+    STEP="$ACTION"
+    # shellcheck source-path=SCRIPTDIR source=lib.sh
+    source "$current/src/bootstrap/lib.sh"
+    declare -F install_local_release >/dev/null ||
+        fail "$current -> $(readlink "$current") predates node-local environments"
+    if local_release_is_current; then exit 0; fi # nothing new (most runs): nothing to log
+    say "start: node type $node_type, prefix $BOOTSTRAP_PREFIX, node-local $LOCAL_PREFIX"
+    install_local_release
+    log "done in $((SECONDS - started)) s: $LOCAL_PREFIX/current -> $(readlink "$LOCAL_PREFIX/current")"
+    exit 0
+fi
 say "start: node type $node_type, instance type ${instance_type:-none}, prefix $BOOTSTRAP_PREFIX"
 
 unpack_release
@@ -154,4 +181,5 @@ if [[ "$node_type" == HeadNode ]]; then
     ((CURRENT_CHANGED == 0)) || run "${HPC_TRAIN_SYSTEMCTL:-systemctl}" try-restart hpc-train-metrics.service
 fi
 prune_releases
+link_shared_env # the head (login) node's $LOCAL_PREFIX/venv names the shared environment
 log "done in $((SECONDS - started)) s: current -> $(readlink "$current")"

@@ -25,6 +25,7 @@ def run(script: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.Comp
         "PATH": os.environ["PATH"],
         "BOOTSTRAP_PREFIX": str(tmp_path / "prefix"),
         "BOOTSTRAP_LOG_DIR": str(tmp_path / "log"),
+        "BOOTSTRAP_LOCAL_PREFIX": str(tmp_path / "local"),  # never this machine's /opt
         **env,
     }
     return subprocess.run(
@@ -154,6 +155,7 @@ def lib(tmp_path: Path, script: str, **env: str) -> subprocess.CompletedProcess[
         "PATH": os.environ["PATH"],
         "BOOTSTRAP_PREFIX": str(tmp_path / "prefix"),
         "BOOTSTRAP_LOG_FILE": str(tmp_path / "lib.log"),
+        "BOOTSTRAP_LOCAL_PREFIX": str(tmp_path / "local"),
         **env,
     }
     code = f"set -euo pipefail; source {BOOTSTRAP / 'lib.sh'}; {script}"

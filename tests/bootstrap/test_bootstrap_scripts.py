@@ -109,6 +109,7 @@ class Setup:
         return {
             **self.env,
             "BOOTSTRAP_LOG_DIR": str(node / "log"),
+            "BOOTSTRAP_LOCAL_PREFIX": str(node / "local"),
             "BOOTSTRAP_PROFILE_DIR": str(node / "profile.d"),
             "BOOTSTRAP_VERSIONS_FILE": str(node / "etc" / "efa-versions"),
             "HPC_TRAIN_SYSTEMD_DIR": str(node / "units"),
@@ -191,7 +192,7 @@ def runs(setup: Setup) -> dict[str, object]:
     for name, proc in (("compute", compute), ("head", head), ("login", login)):
         _out, err = proc.communicate(timeout=900)
         first[name] = (proc.returncode, err)
-    nodes = [setup.root / n / d for n in NODES for d in ("profile.d", "etc", "units")]
+    nodes = [setup.root / n / d for n in NODES for d in ("profile.d", "etc", "units", "local")]
     before = manifest(setup.prefix, *[n for n in nodes if n.exists()])
     logs_before = {n: setup.log(n) for n in ("compute", "head")}
     again = {
@@ -354,8 +355,39 @@ def test_head_node_installs_its_services_and_only_it(setup, runs) -> None:
         "daemon-reload",
         "enable --now hpc-train-metrics.service hpc-train-doctor.timer",
     ]
-    for node in ("compute", "login"):
-        assert not (setup.root / node / "units").exists() and setup.calls(node) == []
+    assert not (setup.root / "login" / "units").exists() and setup.calls("login") == []
+    # a compute node gets only the timer that follows `current` onto its own disk
+    assert sorted(p.name for p in (setup.root / "compute" / "units").iterdir()) == [
+        "hpc-train-follow.service",
+        "hpc-train-follow.timer",
+    ]
+    assert setup.calls("compute") == ["daemon-reload", "enable --now hpc-train-follow.timer"]
+
+
+def test_compute_node_imports_from_its_own_copy(setup, runs) -> None:
+    """The compute node's venv is a copy on its disk; the head and login nodes' names /shared's."""
+    release, local = setup.sha[:16], setup.root / "compute" / "local"
+    assert os.readlink(local / "current") == f"releases/{release}"
+    assert os.readlink(local / "venv") == "current/venv"
+    code = "import sys, torch, hpc_train; print(sys.prefix, hpc_train.__file__, torch.__file__)"
+    out = subprocess.run(
+        [str(local / "venv" / "bin" / "python"), "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=setup.root,  # not the repository: its hpc_train would shadow the installed one
+    ).stdout.split()
+    assert out[0] == str(local / "venv")
+    for path in out[1:]:  # the modules come from the copy, not from the shared prefix
+        assert Path(path).resolve().is_relative_to(local / "releases" / release), path
+    env = Path(os.path.realpath(local / "venv"))
+    assert (env / ".manifest").is_file() and f"#!{env}/bin/python" in (
+        env / "bin" / "pip"
+    ).read_text()
+    assert "node-local copy ready" in setup.log("compute")
+    for node in ("head", "login"):
+        link = setup.root / node / "local" / "venv"
+        assert os.readlink(link) == str(setup.prefix / "venv"), node
 
 
 def test_second_run_changes_nothing_and_says_already_done(setup, runs) -> None:
