@@ -227,6 +227,12 @@ class RunDir:
         return self.state / "chaos-slow-save.json"
 
     @property
+    def oci_bundle(self) -> Path:
+        """``submit --container DIR`` on Slurm's own OCI support: the run's bundle (config.json
+        and an empty rootfs of mount points, ``hpc_train.job.container.write_bundle``)."""
+        return self.state / "oci"
+
+    @property
     def audit(self) -> Path:
         """``--audit-samples``: the sample ids each rank trained (``hpc_train.runs.audit``)."""
         return self.state / "audit"

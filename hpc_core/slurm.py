@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from hpc_core.slurm_conf import DEFAULT_CONFS
 from hpc_core.wait import Backoff, wait_until
 
 LOCAL_HINT = "start the local cluster with `make cluster-up` and export the SLURM_CONF it prints"
 PCLUSTER_BIN = "/opt/slurm/bin"
-DEFAULT_CONFS = ("/etc/slurm/slurm.conf", "/opt/slurm/etc/slurm.conf")
 # What Slurm's clients print when the controller is down or busy (retry), not a refusal.
 UNREACHABLE_MARKS = (
     "Unable to contact slurm controller",

@@ -23,6 +23,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | ``.hpc-train/audit/plan-epoch<e>.json`` (``RunDir.audit_plan``) | the epoch's sample ids, a sorted JSON list | rank 0, at its first step of the epoch (``worker.data_position``, ``--audit-samples``) | ``runs.audit`` (each id once per epoch) |
 | ``.hpc-train/ledger.jsonl`` | ``hpc_core.ledger.Event`` | submit, task 0's launcher, rank 0 (``worker.ledger_hooks``) | ``runs``, ``costs``, the launcher |
 | ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
+| ``/opt/hpc-train/image.json`` inside an image (``IMAGE_MARKER``) | one line of JSON | the image's build (``slurm/local/build-image.sh``, the Containerfile) | each rank, at its start (``worker.train``: it says which image it runs in) |
 
 The save dir reaches a rank here (``WorkerEnv.save_dir``), not through fairseq's arguments.
 """
@@ -40,6 +41,17 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import RunDir, atomic_write
+
+IMAGE_MARKER = "/opt/hpc-train/image.json"  # only an image has it: what it was built from, when
+
+
+def image_marker(root: Path = Path("/")) -> str | None:
+    """The image this process runs in (its ``IMAGE_MARKER``, one line), or None on the host."""
+    try:
+        return (root / IMAGE_MARKER.lstrip("/")).read_text().strip() or None
+    except OSError:
+        return None
+
 
 # --- the ranks' environment ---------------------------------------------------------------------
 

@@ -7,12 +7,15 @@
     python -m hpc_train.submit --preset roberta-large --nodes 2 --data /lustre/data-bin/wikitext-103 \\
         --save-dir /lustre/runs/large --container /lustre/images/hpc-train.sqsh \\
         --container-mounts /lustre/tokenizers:/tokenizers:ro
+    python -m hpc_train.submit --preset tiny --nodes 2 --gpus-per-node 0 \\
+        --data .local/data/demo-bin --save-dir .local/runs/boxed --container .local/images/hpc-train
 
 One Slurm task per node runs ``hpc_train.launch.launcher.Launcher``, which starts torchrun, which starts
 fairseq on every GPU (or one CPU rank per node when there is no GPU). The job is submitted with
 ``--requeue`` and resumes from ``checkpoint_last.pt`` in ``--save-dir`` after every restart.
 Arguments after ``--`` go to fairseq-train unchanged. With ``--container`` the launcher and the
-ranks run inside the image through pyxis (``hpc_train.job.container``, docs/containers.md).
+ranks run inside the image: through pyxis, or through Slurm's own OCI support for an OCI image
+directory (``hpc_train.job.container``, docs/containers.md).
 """
 
 from __future__ import annotations
@@ -154,6 +157,11 @@ def training_command(spec: JobSpec, plan: BatchPlan) -> tuple[str, str]:
     note = f"{plan.describe()}; RDZV_PORT = {port} + job id mod 20000"
     if spec.container is not None:
         note += f"; inside the image {spec.container}"
+        if container.is_oci_image(spec.container):
+            mounts = ", ".join(map(str, spec.container_mount_list))
+            note += (
+                f" (its OCI bundle {spec.run_dir.oci_bundle}, written at submit; mounts {mounts})"
+            )
     return line, note
 
 
@@ -175,6 +183,10 @@ def submit(spec: JobSpec) -> Any:
     from hpc_train.launch.launcher import Launcher
 
     spec.run_dir.slurm_logs.mkdir(parents=True, exist_ok=True)
+    if spec.container is not None and container.is_oci_image(spec.container):
+        container.write_bundle(
+            spec.run_dir.oci_bundle, Path(spec.container), spec.container_mount_list, spec.save_dir
+        )
     from submitit.core.utils import FailedJobError
 
     said = io.StringIO()  # submitit prints sbatch's stderr on failure; we say it in one line

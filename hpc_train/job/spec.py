@@ -308,16 +308,18 @@ class JobSpec:
         default=False,
     )  # fmt: skip
     container: str | None = option(
-        "--container", "run the launcher and the ranks inside this image through pyxis (srun "
-        "--container-image; see docs/containers.md): a registry reference in enroot's form, "
+        "--container", "run the launcher and the ranks inside this image (docs/containers.md): "
+        "through pyxis (srun --container-image) a registry reference in enroot's form, "
         "docker://[USER@][REGISTRY#]IMAGE[:TAG], or a squashfs file from `enroot import` "
-        "(bootstrap/container/import.sh), e.g. /lustre/images/hpc-train.sqsh; the save dir, the "
+        "(bootstrap/container/import.sh), e.g. /lustre/images/hpc-train.sqsh; through Slurm's "
+        "own OCI support (srun --container, runc) an OCI image directory, e.g. the local "
+        "cluster's .local/images/hpc-train (slurm/local/build-image.sh); the save dir, the "
         "data, --local-save-dir (it must exist on every node) and the nodes' Slurm client are "
         "mounted at their own paths", default=None, parse=parse_container, metavar="IMAGE",
         default_text="off: the bootstrap's Python environment on the nodes",
     )  # fmt: skip
     container_mounts: tuple[Mount, ...] = option(
-        "--container-mounts", "more bind mounts for --container, pyxis's SRC:DST[:FLAGS][,...] "
+        "--container-mounts", "more bind mounts for --container, SRC:DST[:FLAGS][,...] (pyxis's form) "
         "(SRC must exist, DST absolute), e.g. /lustre/tokenizers:/tokenizers:ro",
         default=(), parse=parse_container_mounts, metavar="SRC:DST[,...]", default_text="none",
     )  # fmt: skip
@@ -407,15 +409,22 @@ class JobSpec:
         if self.container is None:
             return ()
         return container.job_mounts(
-            self.save_dir, self.data, self.local_save_dir, self.container_mounts
+            self.save_dir,
+            self.data,
+            self.local_save_dir,
+            self.container_mounts,
+            container.client_mounts(self.container),
         )
 
     @property
     def container_srun_args(self) -> list[str]:
-        """pyxis's options for the job's srun (``job.container``); [] without --container."""
+        """The container options of the job's srun (``job.container``: pyxis's, or Slurm's own
+        ``--container`` with the run's OCI bundle); [] without --container."""
         if self.container is None:
             return []
-        return container.srun_args(self.container, self.container_mount_list, self.save_dir)
+        return container.srun_args(
+            self.container, self.container_mount_list, self.save_dir, self.run_dir.oci_bundle
+        )
 
 
 def is_binarized(data: Path) -> bool:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import RunDir
-from hpc_train.contract import WorkerEnv, rank_of
+from hpc_train.contract import WorkerEnv, image_marker, node_name, rank_of
 from hpc_train.worker import (
     async_save,
     checkpoints,
@@ -142,6 +142,14 @@ def log_to_file(path: Path) -> None:
     logging.getLogger().addHandler(handler)
 
 
+def say_image(rank: int) -> None:
+    """With ``--container``: each rank says which image it runs in (the image's own marker;
+    nothing on the host), before fairseq quiets the ranks other than 0."""
+    image = image_marker()
+    if image is not None:
+        logging.getLogger(__name__).info(f"rank {rank} on {node_name()} runs in the image {image}")
+
+
 def setup_logging() -> None:
     """fairseq's own log format (with timestamps), on stdout, before anything imports fairseq.
 
@@ -223,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv) + distributed_args(os.environ)
     run = RunDir(save_dir_of(worker, args))
     log_to_file(run.train_log)
+    say_image(rank)
     progress = {"update": 0}
     install_extensions(run, worker, rank, progress)
     start_process_group(os.environ, args)

@@ -4,12 +4,14 @@ The real-Slurm versions of these tests are in tests/integration."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from hpc_core import slurm
 from hpc_train.faults import node_blame
+from hpc_train.job import container
 from hpc_train.launch import launcher
 
 
@@ -108,3 +110,31 @@ def same_training_state():
     """``assert_same_training_state(a, b)`` for the checkpoint comparisons (sync vs async,
     sync vs tiered)."""
     return assert_same_training_state
+
+
+def oci_image(root: Path, python: bool = True) -> Path:
+    """An OCI image directory as slurm/local/build-image.sh makes one (its spec cut short)."""
+    image = root / "image"
+    (image / "rootfs" / "usr").mkdir(parents=True)  # a mount point: empty, not the image's own
+    (image / "rootfs" / "opt" / "hpc-train" / "venv" / "bin").mkdir(parents=True)
+    if python:
+        (image / "rootfs" / container.IMAGE_PYTHON.lstrip("/")).write_text("")
+    spec = {"ociVersion": "1.0.2", "process": {"args": ["/bin/false"], "cwd": "/"},
+            "root": {"path": "rootfs"},
+            "mounts": [{"destination": "/usr", "type": "bind", "source": "/usr",
+                        "options": ["rbind", "ro"]}]}  # fmt: skip
+    (image / "config.json").write_text(json.dumps(spec))
+    return image
+
+
+@pytest.fixture
+def slurm_with_oci(tmp_path, monkeypatch) -> Path:
+    """A slurm.conf (munged's socket named in AuthInfo) with an oci.conf beside it."""
+    etc, munge = tmp_path / "etc", tmp_path / "munge"
+    etc.mkdir()
+    munge.mkdir()
+    conf = etc / "slurm.conf"
+    conf.write_text(f"ClusterName=t\nAuthInfo=socket={munge}/munge.socket,cred_expire=10\n")
+    (etc / "oci.conf").write_text('RunTimeRun="runc run %n -b %b"\n')
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    return conf

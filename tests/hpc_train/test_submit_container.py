@@ -3,6 +3,7 @@ bad input refused in one line with exit 2 before Slurm is asked anything."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hpc_train import submit
 from hpc_train.job import container, presets
 from hpc_train.job.container import Mount
 from hpc_train.job.spec import JobSpec, validate
+from tests.hpc_train.conftest import oci_image
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PYTHON = "/lustre/hpc-train/venv/bin/python"  # as in test_submit.py: the host's, never used here
@@ -161,3 +163,61 @@ def test_a_good_squashfs_and_mounts_pass_validation(tmp_path, corpus_dir):
         container_mounts=(Mount(tmp_path, Path("/extra")),),
     )  # fmt: skip
     validate(spec)
+
+
+# --- an OCI image directory: Slurm's own --container, the run's bundle written at submit ---------
+
+
+def test_dry_run_with_an_oci_image_shows_slurms_container_flag_and_the_bundle(
+    tmp_path, capsys, slurm_with_oci
+):
+    image = oci_image(tmp_path)
+    save = tmp_path / "run"
+    code = submit.main([
+        "--preset", "tiny", "--gpus-per-node", "0", "--data", str(tmp_path / "d"),
+        "--save-dir", str(save), "--container", str(image), "--dry-run",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    bundle = save / ".hpc-train" / "oci"
+    assert code == 0
+    srun = next(row for row in out.splitlines() if row.startswith("srun "))
+    assert f"--container={bundle} {container.IMAGE_PYTHON} -u -m submitit.core._submit" in srun
+    assert "--container-image" not in out  # not pyxis's
+    assert f"its OCI bundle {bundle}, written at submit" in out
+    assert f"{slurm_with_oci.parent}:{slurm_with_oci.parent}" in out  # this cluster's client
+    assert not bundle.exists()  # a dry run writes nothing
+
+
+def test_submit_writes_the_runs_bundle_before_sbatch(tmp_path, corpus_dir, slurm_with_oci,
+                                                      monkeypatch):  # fmt: skip
+    """submitit's executor is replaced (no Slurm here): what it would submit is recorded."""
+    image = oci_image(tmp_path)
+    spec = JobSpec("tiny", corpus_dir, tmp_path / "run", gpus_per_node=0, container=str(image))
+    validate(spec)
+    seen = {}
+
+    class Executor:
+        def submit(self, _launcher):
+            seen["bundle"] = json.loads((spec.run_dir.oci_bundle / "config.json").read_text())
+            return "job"
+
+    monkeypatch.setattr(submit, "make_executor", lambda _spec: Executor())
+    assert submit.submit(spec) == "job"
+    destinations = [m["destination"] for m in seen["bundle"]["mounts"]]
+    assert destinations[-4:] == [
+        str(spec.save_dir), str(corpus_dir), str(slurm_with_oci.parent), str(tmp_path / "munge")
+    ]  # fmt: skip
+    assert "/opt" in destinations and seen["bundle"]["process"]["cwd"] == str(spec.save_dir)
+
+
+@pytest.mark.usefixtures("never_submitted")
+def test_an_oci_image_slurm_cannot_run_is_one_line_and_exit_2(
+    tmp_path, corpus_dir, capsys, slurm_with_oci
+):
+    image = oci_image(tmp_path)
+    (slurm_with_oci.parent / "oci.conf").unlink()
+    line = bad_input(tmp_path, corpus_dir, capsys, "--container", str(image))
+    assert "Slurm's OCI support is not configured" in line
+    (image / "config.json").unlink()
+    line = bad_input(tmp_path, corpus_dir, capsys, "--container", str(image))
+    assert "not an OCI image" in line

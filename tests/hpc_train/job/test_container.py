@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from hpc_train.contract import IMAGE_MARKER, image_marker
 from hpc_train.job import container
 from hpc_train.job.container import ContainerError, Mount
+from tests.hpc_train.conftest import oci_image
 
 
 @pytest.mark.parametrize(
@@ -56,8 +61,8 @@ def test_a_file_image_is_made_absolute_and_must_be_a_squashfs(tmp_path, monkeypa
     (tmp_path / "img.sqsh").write_bytes(b"PK\x03\x04 not a squashfs")
     with pytest.raises(ContainerError, match="not a squashfs image"):
         container.check_image_file(str(tmp_path / "img.sqsh"))
-    (tmp_path / "dir.sqsh").mkdir()
-    with pytest.raises(ContainerError, match="no such file"):
+    (tmp_path / "dir.sqsh").mkdir()  # a directory is taken for an OCI image, and is not one
+    with pytest.raises(ContainerError, match="not an OCI image"):
         container.check_image_file(str(tmp_path / "dir.sqsh"))
     (tmp_path / "img.sqsh").write_bytes(b"hsqs" + bytes(92))  # squashfs's superblock magic
     container.check_image_file(str(tmp_path / "img.sqsh"))
@@ -92,7 +97,8 @@ def test_a_mount_source_must_exist(tmp_path):
 def test_job_mounts_own_paths_first_each_once_and_no_two_on_one_destination():
     save, data, local = Path("/lustre/runs/r"), Path("/lustre/data"), Path("/scratch/hpc")
     user = (Mount(Path("/lustre/tok"), Path("/tok"), "ro"), Mount(data, data))
-    mounts = container.job_mounts(save, data, local, user)
+    pyxis = container.client_mounts("docker://ubuntu:22.04")  # ParallelCluster's Slurm client
+    mounts = container.job_mounts(save, data, local, user, pyxis)
     assert [str(m) for m in mounts] == [
         "/lustre/runs/r:/lustre/runs/r",
         "/lustre/data:/lustre/data",
@@ -100,7 +106,8 @@ def test_job_mounts_own_paths_first_each_once_and_no_two_on_one_destination():
         *container.SLURM_CLIENT_MOUNTS,
         "/lustre/tok:/tok:ro",
     ]
-    assert len(container.job_mounts(save, data, None)) == 2 + len(container.SLURM_CLIENT_MOUNTS)
+    assert len(container.job_mounts(save, data, None, (), pyxis)) == 2 + len(pyxis)
+    assert [str(m) for m in pyxis] == list(container.SLURM_CLIENT_MOUNTS)
     with pytest.raises(ContainerError, match="already mounted"):
         container.job_mounts(save, data, None, (Mount(Path("/elsewhere"), save),))
     with pytest.raises(ContainerError, match="may not contain"):
@@ -111,8 +118,82 @@ def test_job_mounts_own_paths_first_each_once_and_no_two_on_one_destination():
 
 def test_srun_args_are_pyxis_options():
     mounts = (Mount(Path("/s"), Path("/s")), Mount(Path("/d"), Path("/data"), "ro"))
-    assert container.srun_args("docker://ubuntu:22.04", mounts, Path("/s")) == [
+    assert container.srun_args("docker://ubuntu:22.04", mounts, Path("/s"), Path("/b")) == [
         "--container-image=docker://ubuntu:22.04",
         "--container-mounts=/s:/s,/d:/data:ro",
         "--container-workdir=/s",
     ]
+
+
+# --- an OCI image directory: Slurm's own --container (runc) ---------------------------------------
+
+
+def test_a_directory_is_an_oci_image_run_by_slurm_itself(tmp_path, slurm_with_oci):
+    image = oci_image(tmp_path)
+    assert container.is_oci_image(str(image)) and not container.is_oci_image(str(tmp_path / "x"))
+    container.check_image_file(str(image))  # spec, rootfs, the image's python, oci.conf
+    bundle = tmp_path / "run" / ".hpc-train" / "oci"
+    assert container.srun_args(str(image), (), tmp_path, bundle) == [f"--container={bundle}"]
+    # this cluster's own Slurm client: slurm.conf's directory and munged's socket directory
+    assert container.client_mounts(str(image)) == (
+        Mount(slurm_with_oci.parent, slurm_with_oci.parent),
+        Mount(tmp_path / "munge", tmp_path / "munge"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("damage", "needle"),
+    [
+        ("no spec", "without config.json: not an OCI image"),
+        ("bad spec", "config.json is not JSON"),
+        ("no process", "has no process"),
+        ("no rootfs", "no rootfs/ directory"),
+        ("no python", f"no {container.IMAGE_PYTHON}"),
+        ("no oci.conf", "Slurm would run the job on the host"),
+    ],
+)
+def test_what_is_not_a_runnable_oci_image_is_one_line(tmp_path, slurm_with_oci, damage, needle):
+    image = oci_image(tmp_path, python=damage != "no python")
+    if damage == "no spec":
+        (image / "config.json").unlink()
+    elif damage == "bad spec":
+        (image / "config.json").write_text("{")
+    elif damage == "no process":
+        (image / "config.json").write_text("{}")
+    elif damage == "no rootfs":
+        shutil.rmtree(image / "rootfs")
+    elif damage == "no oci.conf":
+        (slurm_with_oci.parent / "oci.conf").unlink()
+    with pytest.raises(ContainerError, match=re.escape(needle)) as err:
+        container.check_image_file(str(image))
+    assert len(str(err.value).splitlines()) == 1
+
+
+def test_the_runs_bundle_binds_the_images_own_tree_then_the_jobs_mounts(tmp_path):
+    image = oci_image(tmp_path)
+    save = tmp_path / "run"
+    mounts = (Mount(save, save), Mount(tmp_path / "tok", Path("/tok"), "ro"))
+    bundle = save / ".hpc-train" / "oci"
+    container.write_bundle(bundle, image, mounts, save)
+    spec = json.loads((bundle / "config.json").read_text())
+    assert (bundle / "rootfs").is_dir() and not any((bundle / "rootfs").iterdir())
+    assert spec["root"] == {"path": "rootfs", "readonly": True}  # Slurm runs the bundle's rootfs
+    assert spec["process"]["cwd"] == str(save)
+    binds = [(m["source"], m["destination"], m["options"]) for m in spec["mounts"]]
+    assert binds[0] == ("/usr", "/usr", ["rbind", "ro"])  # the image's spec, kept first
+    # the image's own tree (not its empty mount points), read-only, then the job's mounts
+    assert binds[1:] == [
+        (str((image / "rootfs" / "opt").absolute()), "/opt", ["rbind", "nosuid", "ro"]),
+        (str(save), str(save), ["rbind", "nosuid"]),
+        (str(tmp_path / "tok"), "/tok", ["rbind", "nosuid", "ro"]),
+    ]
+    container.write_bundle(bundle, image, mounts[:1], save)  # a resubmit: written anew, whole
+    assert len(json.loads((bundle / "config.json").read_text())["mounts"]) == 3
+
+
+def test_the_image_marker_is_read_only_inside_an_image(tmp_path):
+    assert image_marker(tmp_path) is None  # the host: no marker
+    marker = tmp_path / IMAGE_MARKER.lstrip("/")
+    marker.parent.mkdir(parents=True)
+    marker.write_text('{"image": "hpc-train-local"}\n')
+    assert image_marker(tmp_path) == '{"image": "hpc-train-local"}'
