@@ -11,13 +11,14 @@ STATE   := .local
 export HPC_TRAIN_CLUSTER_DIR ?= $(CURDIR)/$(STATE)/cluster
 export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 
-.PHONY: help install install-system install-python cluster-up cluster-down demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import clean
+.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
 	@echo "make test          install and run the whole suite (real Slurm included)"
 	@echo "make cluster-up    start the local Slurm cluster (prints the SLURM_CONF to export)"
 	@echo "make cluster-down  stop it (only the daemons it started)"
+	@echo "make local-image   build the local cluster's container image (submit --container .local/images/hpc-train)"
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
 	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-ckpt, bench-hang, bench-grow, bench-soak (JSON in benchmarks/results/)"
@@ -49,6 +50,11 @@ cluster-up: install-system
 
 cluster-down:
 	@bash slurm/local/cluster.sh down
+
+# The local cluster's container image (an OCI image directory for submit --container; cached:
+# rebuilt only when the project's files or the venv change). cluster-up writes Slurm's oci.conf.
+local-image: install
+	@bash slurm/local/build-image.sh
 
 demo-data: install-python
 	$(PY) -m hpc_train.data demo --out $(STATE)/data/demo-bin

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages the local Slurm cluster and the lint step need, once.
 # Slurm 22.05 (slurmctld, slurmd, clients), munge, shellcheck, Prometheus (server + promtool, for the
-# metrics and alert-rule tests), systemd (systemd-analyze verifies the head node's units:
+# metrics and alert-rule tests), runc (Slurm's OCI containers: submit --container on the local
+# cluster), systemd (systemd-analyze verifies the head node's units:
 # tests/hpc_train/runs/test_doctor_services.py); util-linux provides unshare/runuser.
 set -euo pipefail
 
@@ -9,11 +10,11 @@ log() { printf '[%s] install-packages: %s\n' "$(date -u +%FT%TZ)" "$*" >&2; }
 
 need=()
 for cmd in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge shellcheck:shellcheck \
-    promtool:prometheus systemd-analyze:systemd; do
+    promtool:prometheus runc:runc systemd-analyze:systemd; do
   command -v "${cmd%%:*}" >/dev/null 2>&1 || need+=("${cmd#*:}")
 done
 if [ "${#need[@]}" -eq 0 ]; then
-  log "Slurm, munge, shellcheck, Prometheus and systemd-analyze already installed"
+  log "Slurm, munge, shellcheck, Prometheus, runc and systemd-analyze already installed"
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
