@@ -204,7 +204,9 @@ def record_submission(spec: JobSpec, job_id: str, when: float) -> None:
     ledger.record(
         run.ledger, "submitted", job_id, 0, when,
         nodes=spec.nodes_arg, max_update=spec.updates, preset=spec.preset, name=spec.job_name,
-        hang_limits=None if spec.no_watchdog else asdict(spec.hang_limits),  # for the watchers
+        # the run's limits, in-job watchdog or not (--no-watchdog): the doctor and the alerts
+        # judge a stall by them from outside the job
+        hang_limits=asdict(spec.hang_limits), watchdog=not spec.no_watchdog,
     )  # fmt: skip
     ledger.index_run(job_id, run.root.resolve(), spec.job_name, spec.updates)
 

@@ -108,34 +108,42 @@ class RunView:
         """What the ranks went on to do after their last update (the newest beat's word)."""
         return max(self.beats, key=lambda b: b.time).phase if self.beats else None
 
-    @property
-    def hang_limits(self) -> HangLimits | None:
-        """The run's own ``--hang-*`` allowances, as submit recorded them (None: the run has no
-        watchdog); a run recorded before they were: the defaults."""
+    def _submitted(self) -> ledger.Event | None:
         submitted = [e for e in self.events if e.kind == "submitted"]
-        if not submitted or "hang_limits" not in submitted[-1].data:
-            return DEFAULT_HANG
-        recorded = submitted[-1].get("hang_limits")
-        return HangLimits(**recorded) if isinstance(recorded, dict) else None
+        return submitted[-1] if submitted else None
 
-    def hang_allowance_s(self, limits: HangLimits | None = None) -> float | None:
-        """The in-job watchdog's allowance now (``watch.hangs.allowance``, the monitor's own
-        rule) for the ranks' newest beats under ``limits`` (default: the run's own); None for a
-        run without a watchdog."""
-        limits = limits or self.hang_limits
-        if limits is None:
-            return None
+    @property
+    def hang_limits(self) -> HangLimits:
+        """The run's own ``--hang-*`` allowances, as submit recorded them, with or without the
+        in-job watchdog; a run recorded before they were (or a ``--no-watchdog`` run recorded
+        without them): the defaults."""
+        submitted = self._submitted()
+        recorded = submitted.get("hang_limits") if submitted is not None else None
+        return HangLimits(**recorded) if isinstance(recorded, dict) else DEFAULT_HANG
+
+    @property
+    def watched(self) -> bool:
+        """Does an in-job watchdog act on this run's hangs (not ``--no-watchdog``)? Older
+        ledgers said "none" by ``hang_limits: null``."""
+        submitted = self._submitted()
+        if submitted is None:
+            return True
+        if "watchdog" in submitted.data:
+            return bool(submitted.get("watchdog"))
+        return "hang_limits" not in submitted.data or submitted.get("hang_limits") is not None
+
+    def hang_allowance_s(self) -> float:
+        """The allowance now (``watch.hangs.allowance``, the monitor's own rule) for the ranks'
+        newest beats under the run's limits."""
+        limits = self.hang_limits
         return max((hangs.allowance(b, limits) for b in self.beats), default=limits.startup_s)
 
     def judged_allowance_s(self) -> tuple[float, bool]:
-        """(the allowance a stall is judged by from outside the job, is it the run's own
-        watchdog's): a ``--no-watchdog`` run has none, and is judged by the default limits
-        (what its watchdog would have allowed), so the alert and the doctor still see it
-        stall; the flag tells that nothing inside the job will act on it."""
-        own = self.hang_allowance_s()
-        if own is not None:
-            return own, True
-        return self.hang_allowance_s(DEFAULT_HANG) or 0.0, False
+        """(the allowance a stall is judged by from outside the job, is an in-job watchdog
+        acting on it): a ``--no-watchdog`` run is judged by its own limits (the defaults unless
+        it gave ``--hang-*``), so the alert and the doctor still see it stall; the flag tells that
+        nothing inside the job will act on it."""
+        return self.hang_allowance_s(), self.watched
 
     @property
     def checkpoints(self) -> list[ledger.Event]:

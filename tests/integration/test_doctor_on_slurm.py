@@ -98,19 +98,19 @@ def test_a_requeue_storm_is_found_and_held(runs, tmp_path):
         subprocess.run(["scancel", job], capture_output=True, timeout=30)
 
 
-@pytest.mark.timeout(2400)  # the stall must outlast the default start-up allowance (900 s)
 def test_a_stalled_no_watchdog_run_is_a_sure_stall_and_act_requeues_it_to_completion(runs):
     """A --no-watchdog run (no heartbeats, no in-job watcher) whose rank is SIGSTOPped mid-
-    training (chaos hang) hangs with nothing inside the job to end it. Past the default limits'
-    allowance (900 s: no beats, so the start-up phase's) the doctor reports a sure stall;
-    `--act` requeues the job (Slurm kills the stopped rank), and the run resumes from its last
-    periodic checkpoint and completes. About 20 minutes, most of it the allowance."""
+    training (chaos hang) hangs with nothing inside the job to end it. Past its own limits'
+    allowance (no beats, so the start-up phase's: --hang-startup-timeout 30, recorded by submit
+    though no watchdog runs) the doctor reports a sure stall; `--act` requeues the job (Slurm
+    kills the stopped rank), and the run resumes from its last periodic checkpoint and
+    completes."""
     runs.wait_idle_nodes(1)
     max_update = 60
     job, save = runs.submit(
         "doctor-stall", max_update, nodes="1",
         fairseq=("--log-interval", "1", "--save-interval-updates", "5"),
-        extra_cli=("--no-watchdog",),
+        extra_cli=("--no-watchdog", "--hang-startup-timeout", "30", "--hang-timeout-floor", "10"),
     )  # fmt: skip
     (node,) = slurm.hostnames(runs.wait_running(job).nodes)
     try:
@@ -125,9 +125,7 @@ def test_a_stalled_no_watchdog_run_is_a_sure_stall_and_act_requeues_it_to_comple
             said["last"] = findings
             return next((f for f in findings if f["check"] == "stalled" and f["sure"]), None)
 
-        finding = wait_until(
-            found_stalled, "the doctor's sure stall", 1500, Backoff(10.0, 1.0, 10.0)
-        )
+        finding = wait_until(found_stalled, "the doctor's sure stall", 300, Backoff(5.0, 1.0, 5.0))
         assert finding["job"] == job and "--no-watchdog" in finding["what"], finding
         assert finding["fix"].startswith(f"scontrol requeue {job}")
         stalled_at = runs.summary(save).updates

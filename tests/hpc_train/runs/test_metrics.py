@@ -203,6 +203,12 @@ def test_the_hang_allowance_is_the_runs_own_as_submit_recorded_it(tmp_path, monk
     # --no-watchdog: the default limits' allowance, marked, so HpcTrainNoProgress still fires
     assert got[("run_hang_allowance_seconds", (*lab, "off"))] == 300  # max(floor 300, 10 x 2 s)
     assert ("run_hang_allowance_seconds", (*lab, "on")) not in got
+    # --no-watchdog with its own --hang-* limits: judged by those (the doctor's test run uses it)
+    own = JobSpec("tiny", tmp_path / "d", tmp_path / "run", gpus_per_node=0, no_watchdog=True,
+                  hang_timeout_floor=10.0, hang_factor=3)  # fmt: skip
+    submit.record_submission(own, "42", NOW - 1)
+    got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
+    assert got[("run_hang_allowance_seconds", (*lab, "off"))] == 10  # max(floor 10, 3 x 2 s)
 
 
 def test_after_a_resume_the_checkpoint_interval_is_the_runs_and_the_age_counts_from_the_start(
