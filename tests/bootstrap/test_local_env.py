@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# Real venvs built and copied (~20 s in all): the full suite, not the fast tier.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "bootstrap"
 UPDATED = BOOTSTRAP / "on-node-updated.sh"
