@@ -50,20 +50,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-SYSCALLS = (
-    "open",
-    "openat",
-    "stat",
-    "lstat",
-    "newfstatat",
-    "statx",
-    "access",
-    "faccessat",
-    "faccessat2",
-    "readlink",
-    "readlinkat",
-    "getdents64",
-)
 OPENS = ("open", "openat")
 STATS = (
     "stat",
@@ -76,6 +62,7 @@ STATS = (
     "readlink",
     "readlinkat",
 )
+SYSCALLS = (*OPENS, *STATS, "getdents64")  # what strace is asked to trace
 # `pid  name(args) = result` or the `<... name resumed>` half of a call strace had to split.
 LINE = re.compile(r"^(?:\d+\s+)?(?:<\.\.\. (?P<resumed>\w+) resumed>|(?P<name>\w+)\()(?P<rest>.*)$")
 RESULT = re.compile(r"\)\s+=\s+(?P<ret>-?\d+|\?)(?:\s+(?P<errno>E[A-Z0-9]+))?")
