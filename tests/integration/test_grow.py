@@ -130,3 +130,36 @@ def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_old_width(runs):
     assert (starts[1].get("world"), starts[1].get("update_freq")) == (1, 3), starts
     assert runs.trained_updates(save) == list(range(1, max_update + 1))
     assert_each_sample_once(save)
+
+
+def test_a_grow_slurm_would_not_start_now_is_not_attempted(runs):
+    """Nodes come free, but the partition takes one-node jobs only (MaxNodes=1, set once the run
+    is running): the idle nodes pass the settle window, ``sbatch --test-only`` for more is
+    refused, the launcher says so and the run trains on at its width to the end: no grow, no
+    save on notice, no requeue."""
+    runs.wait_idle_nodes(4)
+    blocker = hold_nodes(runs, 3)
+    limited = False
+    try:
+        max_update = 800
+        job, save = runs.submit("no-grow", max_update, nodes="1-3",
+                                fairseq=("--log-interval", "1"),
+                                extra_cli=("--grow-after", "5", "--global-batch", "24"))  # fmt: skip
+        assert len(slurm.hostnames(runs.wait_running(job).nodes)) == 1
+        slurm.run(["scontrol", "update", "PartitionName=low", "MaxNodes=1"])
+        limited = True
+        runs.wait_for_update(save, 20)
+        slurm.cancel(blocker)
+        runs.wait_for("the refused ask",
+                      lambda: "would not start them now" in runs.launcher_log(save, job), 120)  # fmt: skip
+        final = runs.wait_done(job, timeout=600)
+    finally:
+        slurm.cancel(blocker, check=False)  # cancelled above unless the test failed first
+        if limited:
+            slurm.run(["scontrol", "update", "PartitionName=low", "MaxNodes=UNLIMITED"])
+    assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
+    assert final.restarts == 0
+    events = ledger.read(RunDir(save).ledger)
+    assert not [e for e in events if e.kind == "grown"]
+    assert [len(s.get("nodes")) for s in events if s.kind == "started"] == [1]
+    assert runs.notices(save) == [] and runs.summary(save).updates == max_update
