@@ -99,7 +99,11 @@ write_oci_conf() {
     echo "RunTimeQuery=\"$runc --root=$state state $id\""
     echo "RunTimeKill=\"$runc --root=$state kill -a $id\""
     echo "RunTimeDelete=\"$runc --root=$state delete --force $id\""
-    echo "RunTimeRun=\"$here/oci-run.sh %b %n %t $id $runc $state\""
+    # exec: slurmstepd runs the pattern with /bin/sh -c, and dash stays as the task's process
+    # without it; a signal to the step (the notice's USR2) then killed that shell (default action)
+    # and ended the step while the container ran on, orphaned. With exec the task is runc, which
+    # passes each signal to the container's first process, the launcher, as a task gets it outside.
+    echo "RunTimeRun=\"exec $here/oci-run.sh %b %n %t $id $runc $state\""
   } >"$dir/etc/oci.conf.tmp"
   mv "$dir/etc/oci.conf.tmp" "$dir/etc/oci.conf"
 }

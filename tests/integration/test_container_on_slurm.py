@@ -45,6 +45,24 @@ def image_lines(save: Path) -> list[str]:
     ]
 
 
+def runc_tasks(job: str) -> list[str]:
+    """The parent's command of each ``runc run`` of this job's step 0 (container id
+    ``NODE.USER.JOB.STEP.TASK``, oci.conf's pattern)."""
+    parents = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"run" not in argv or not any(a.endswith(b"runc") for a in argv[:1]):
+                continue
+            if not any(f".{job}.0.".encode() in a for a in argv):
+                continue
+            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            parents.append(Path(f"/proc/{ppid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return parents
+
+
 def test_a_tiny_run_inside_the_image_completes_and_its_ranks_run_there(runs, local_image):
     runs.wait_idle_nodes(2)
     job, save = runs.submit("boxed", 300, fairseq=PER_UPDATE, extra_cli=in_image(local_image))
@@ -56,6 +74,10 @@ def test_a_tiny_run_inside_the_image_completes_and_its_ranks_run_there(runs, loc
     for beat in beats:
         marker = Path(f"/proc/{beat.pid}/root") / IMAGE_MARKER.lstrip("/")
         assert json.loads(marker.read_text())["key"] == key, beat
+    # each node's task is runc itself, a child of slurmstepd: a signal to the step (the notice)
+    # reaches runc, which passes it on; a shell between them would die of USR2 and end the step
+    tasks = runc_tasks(job)
+    assert len(tasks) == 2 and all(parent.startswith("slurmstepd") for parent in tasks), tasks
     final = runs.wait_done(job)
     assert final.state == "COMPLETED", runs.explain(save, job)
     assert runs.summary(save).updates == 300
