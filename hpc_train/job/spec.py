@@ -121,7 +121,8 @@ def parse_local_save_dir(path: Path) -> Path:
 
 
 def parse_container(text: str) -> str:
-    """``--container``: a registry reference or a squashfs file (``job.container``)."""
+    """``--container``: a registry reference, a squashfs file or an OCI image directory
+    (``job.container``)."""
     try:
         return container.parse_image(text)
     except container.ContainerError as err:
