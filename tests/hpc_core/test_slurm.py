@@ -89,6 +89,20 @@ def test_exclude_survives_the_requeues_sigterm_killing_its_first_look_at_the_job
     assert slurm.exclude("76", ["n2"], timeout=5) == ["n2"] and not looks
 
 
+def test_a_client_a_signal_ended_is_said_so_even_after_it_printed(tmp_path, monkeypatch):
+    """A fake `scontrol` (a script first on PATH) prints the whole job record, then the
+    requeue's SIGTERM ends it (seen in CI: `show job` printed, was killed, and its record was
+    taken for Slurm's refusal, so exclude gave up and the requeued job kept the hung node
+    eligible). run() says `exit -15`, which exclude retries."""
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\necho 'JobId=32 JobName=hang ExcNodeList=(null)'\nkill -TERM $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(slurm.SlurmError) as err:
+        slurm.run(["scontrol", "show", "job", "-o", "32"])
+    assert str(err.value).endswith("failed: exit -15") and slurm.KILLED_RE.search(str(err.value))
+
+
 def test_job_states_asks_once_for_every_job_and_a_forgotten_one_is_gone(monkeypatch):
     """A fake scontrol: every job the controller remembers, in one answer."""
     calls: list[list[str]] = []
