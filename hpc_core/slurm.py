@@ -70,10 +70,10 @@ def run(args: Sequence[str], timeout: float = 30.0, check: bool = True) -> str:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as err:
         raise SlurmUnreachable(f"`{' '.join(args)}` timed out after {timeout:.0f} s") from err
-    if proc.returncode < 0:  # a signal ended the client, whatever it had printed before:
-        said = (
-            f"exit {proc.returncode}"  # (the requeue's SIGTERM reaches every process of the step)
-        )
+    if proc.returncode < 0:
+        # a signal ended the client, whatever it had printed before (the requeue's SIGTERM
+        # reaches every process of the step, a launcher's scontrol too)
+        said = f"exit {proc.returncode}"
     elif proc.returncode != 0:
         said = last_line(proc.stderr or proc.stdout) or f"exit {proc.returncode}"
     if proc.returncode != 0:
