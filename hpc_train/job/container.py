@@ -171,7 +171,8 @@ def check_oci_image(image: Path) -> None:
     rootfs = image / OCI_ROOTFS
     if not rootfs.is_dir():
         raise ContainerError(f"{flag}: no {OCI_ROOTFS}/ directory: not an OCI image ({build})")
-    if not (rootfs / IMAGE_PYTHON.lstrip("/")).exists():
+    python = rootfs / IMAGE_PYTHON.lstrip("/")
+    if not (python.is_symlink() or python.exists()):  # a link into the image's own tree, unresolved
         raise ContainerError(f"{flag}: the image has no {IMAGE_PYTHON} to run the job ({build})")
     conf = slurm_conf.conf_path()
     if conf is None or not (conf.parent / "oci.conf").is_file():
