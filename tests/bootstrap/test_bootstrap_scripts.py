@@ -246,7 +246,9 @@ def test_all_nodes_succeed_and_exactly_one_builds_the_environment(setup, runs) -
     assert len(builders) == 1 and builders[0] in ("head", "login"), logs
     other = "login" if builders == ["head"] else "head"
     assert "(built by another node)" in logs[other]
-    assert "source: already done" in logs[other]  # unpacked once, too
+    # the source unpacked once, too, by whichever node took the lock first (not always the
+    # builder: seen in CI, the head node unpacked and the login node built)
+    assert sum("source: already done" in logs[n] for n in ("head", "login")) == 1, logs
     assert "waiting for the head node to install a release" in logs["compute"]
     assert "building" not in logs["compute"] and "source:" not in logs["compute"]
     release = f"releases/{setup.sha[:16]}"
