@@ -5,9 +5,8 @@ The worker side (``Heartbeat``) writes ``rank-<r>.json`` in the directory its la
 phase ``train``, before the ranks' per-update notice agreement), once they agreed (phase
 ``checkpoint``: validation and saves may follow) and when it goes back to training (``train``;
 ``epoch`` at the end of an epoch, ``stopping`` once fairseq decided to stop). A write is a small
-JSON renamed into place without fsync (the three: under a millisecond per update on a local disk,
-busy 2-core machine): whole for a reader, never durable (a heartbeat only matters while the job
-runs). It also arms faulthandler: SIGUSR1 writes the rank's Python stacks (all threads) to
+JSON renamed into place without fsync (three small renames per update, counted in its test):
+whole for a reader, never durable (a heartbeat only matters while the job runs). It also arms faulthandler: SIGUSR1 writes the rank's Python stacks (all threads) to
 ``rank-<r>.stacks``, even while blocked in a collective. With ``hpc_train.worker.compute_time``
 installed, each beat also carries ``compute_s``: the median of the rank's own compute per update
 over its recent updates, which ``hpc_train.watch.stragglers`` compares across nodes.
