@@ -206,6 +206,15 @@ class JobSpec:
         "--restart-in-job; needs a fixed --nodes N; N + K nodes are billed)",
         default=0, type=int, metavar="K",
     )  # fmt: skip
+    nodes_replaced: str = option(
+        "--nodes-replaced",
+        "does the cluster replace a node that is drained or down (ParallelCluster's "
+        "clustermgtd does)? yes: a requeue short of usable nodes waits for the replacements, "
+        "and a blamed node is drained but not excluded by name (its replacement is another "
+        "machine); no: such a requeue stops the run with the reason; auto: yes where every node "
+        "of the partition has a ParallelCluster name",
+        default="auto", choices=("auto", "yes", "no"),
+    )  # fmt: skip
     max_no_progress_restarts: int = option(
         "--max-no-progress-restarts",
         "stop the run (FAILED, with the reason) after N restarts in a row that resumed from the "

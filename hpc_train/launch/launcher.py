@@ -572,7 +572,7 @@ class Launcher:
     ) -> restart_policy.Decision | None:
         """Requeue the job without ``leave_out`` and tell the other launchers; or, when the
         requeued job could not start, tell them to stop and return why (nothing requeued)."""
-        blocked, said = self._requeue_blocked(leave_out)
+        by_name, blocked, said = self._requeue_plan(leave_out)
         if said:
             log(said)
             (self.deputy_note if deputy else self.note)(
@@ -584,23 +584,29 @@ class Launcher:
         write_verdict(self.spec.run_dir, *start_key(start), RoundVerdict(REQUEUE, ended))
         (self.deputy_note if deputy else self.note)("requeued", by=f"task {start.task}")
         slurm.requeue(start.job_id)
-        if leave_out:
-            node_blame.exclude(start.job_id, list(leave_out), log)
+        if by_name:
+            node_blame.exclude(start.job_id, by_name, log)
         return None
 
-    def _requeue_blocked(
+    def _requeue_plan(
         self, leave_out: Sequence[str]
-    ) -> tuple[restart_policy.Decision | None, str]:
-        """Could the requeued job start? (One sinfo, one scontrol; a Slurm error is said and
-        the requeue goes ahead: it is Slurm's to refuse then.)"""
+    ) -> tuple[list[str], restart_policy.Decision | None, str]:
+        """Which of ``leave_out`` the requeue excludes by name, and could the requeued job
+        start? (One sinfo, one scontrol; a Slurm error is said and the requeue goes ahead,
+        every blamed node excluded: it is Slurm's to refuse then.)"""
         spec = self.spec
         try:
             states = slurm.partition_nodes(spec.partition)
-            excluded = self._excluded() | set(leave_out)
+            replaced = restart_policy.nodes_replaced(spec.nodes_replaced, states)
+            by_name = restart_policy.excluded_by_name(leave_out, replaced, not spec.no_drain)
+            excluded = self._excluded() | set(by_name)
         except slurm.SlurmError as err:
             log(f"cannot tell whether the requeued job can start ({err}): requeueing")
-            return None, ""
-        return restart_policy.requeue_blocked(states, excluded, spec.allocated_min, replaced=None)
+            return list(leave_out), None, ""
+        blocked, said = restart_policy.requeue_blocked(
+            states, excluded, spec.allocated_min, replaced
+        )
+        return by_name, blocked, said
 
     def _excluded(self) -> set[str]:
         """The nodes this run keeps out of its job: the job's ExcNodeList (the nodes it blamed)

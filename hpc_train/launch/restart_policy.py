@@ -174,14 +174,31 @@ def no_progress(resume_points: Sequence[int], limit: int) -> str:
 PCLUSTER_NODE = re.compile(r"^[a-z0-9-]+-(st|dy)-[a-z0-9-]+-\d+$")
 
 
+def nodes_replaced(setting: str, nodes: Collection[str]) -> bool:
+    """Does the cluster replace a node that is drained or down (``--nodes-replaced``)? yes, no,
+    or auto: where every node of the partition has a ParallelCluster name."""
+    if setting != "auto":
+        return setting == "yes"
+    return bool(nodes) and all(PCLUSTER_NODE.match(n) for n in nodes)
+
+
+def excluded_by_name(blamed: Sequence[str], replaced: bool, drained: bool) -> list[str]:
+    """The blamed nodes a requeue keeps out by name (``ExcNodeList``, for the rest of the job's
+    life): every one, unless the cluster replaces drained nodes and they were drained. Then the
+    drain keeps each out until its replacement, another machine under the same name, which the
+    job may use: excluded by name, it never could (a run as wide as its queue would wait
+    forever, and each blame would narrow the partition for good)."""
+    return [] if replaced and drained else list(blamed)
+
+
 def requeue_blocked(
-    states: Mapping[str, str], excluded: Collection[str], min_nodes: int, replaced: bool | None
+    states: Mapping[str, str], excluded: Collection[str], min_nodes: int, replaced: bool
 ) -> tuple[Decision | None, str]:
     """Before task 0 requeues: can the job start again in its partition? ``states``: every node
     of the partition (``slurm.partition_nodes``); ``excluded``: the nodes the requeue leaves out
-    (blamed, quarantined); ``replaced``: does the cluster replace drained nodes (None: tell by
-    ParallelCluster's node names). Returns (a FAIL decision instead of the requeue, or None;
-    what to say: "" when enough nodes are usable)."""
+    (by name: blamed, quarantined); ``replaced``: does the cluster replace drained nodes
+    (``nodes_replaced``). Returns (a FAIL decision instead of the requeue, or None; what to
+    say: "" when enough nodes are usable)."""
     ok = [n for n, s in states.items() if node_usable(s) and n not in excluded]
     if len(ok) >= min_nodes:
         return None, ""
@@ -191,8 +208,6 @@ def requeue_blocked(
         f"the requeued job cannot start: {len(ok)} usable node(s) in its partition, it needs "
         f"{min_nodes}; not usable: {', '.join(out)}"
     )
-    if replaced is None:
-        replaced = bool(states) and all(PCLUSTER_NODE.match(n) for n in states)
     if replaced:
         return None, f"{why}; waiting for the cluster to replace the drained nodes"
     return Decision(Action.FAIL, f"{why}; nothing replaces them here: stopping", "no nodes"), why

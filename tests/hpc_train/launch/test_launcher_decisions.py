@@ -364,6 +364,23 @@ def test_a_requeue_that_could_not_start_stops_the_run_with_the_nodes(tmp_path, f
     assert "n2 (drained)" in blocked.get("why") and blocked.get("waiting") is False
 
 
+def test_where_nodes_are_replaced_a_short_requeue_waits_and_excludes_no_name(
+    tmp_path, fake_slurm
+):
+    """``--nodes-replaced yes`` (a cluster that replaces drained nodes): the same short
+    partition, the crash's requeue goes ahead and waits for the replacement (the ledger says
+    so), and the blamed node, drained, is not excluded by name: its replacement may be used."""
+    fake_slurm.partition = {"n1": "idle", "n2": "drained"}
+    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
+                   nodes_replaced="yes")  # fmt: skip
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec, 1).run(start(), gpus=0)
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
+    (blocked,) = [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "requeue_blocked"]
+    assert "waiting for the cluster to replace" in blocked.get("why")
+    assert blocked.get("waiting") is True
+
+
 class FailsOnce(FakeTorchrun):
     """torchrun replaced by ``python -c``: exits 1 in the first round, 0 after (a transient
     crash); the nodes of each round it was started on are kept in ``rounds``."""

@@ -53,10 +53,17 @@ def test_a_requeue_that_cannot_start_is_said_and_stops_where_nothing_replaces_no
 
 def test_on_parallelcluster_a_blocked_requeue_waits_for_the_replacement_nodes():
     states = {"gpu-dy-p3dn-1": "idle", "gpu-dy-p3dn-2": "drained", "gpu-st-p3dn-1": "down"}
-    stop, said = restart_policy.requeue_blocked(states, set(), 2, replaced=None)
+    replaced = restart_policy.nodes_replaced("auto", states)
+    stop, said = restart_policy.requeue_blocked(states, set(), 2, replaced)
     assert stop is None and "waiting for the cluster to replace the drained nodes" in said
     local = {"n1": "idle", "n2": "drained"}  # the local cluster: its names are not pcluster's
-    assert restart_policy.requeue_blocked(local, set(), 2, replaced=None)[0] is not None
+    assert not restart_policy.nodes_replaced("auto", local)
+    assert restart_policy.requeue_blocked(local, set(), 2, replaced=False)[0] is not None
+    # told so (--nodes-replaced yes: a site that replaces nodes, the soak's stand-in) it waits
+    assert restart_policy.nodes_replaced("yes", local)
+    assert restart_policy.requeue_blocked(local, set(), 2, replaced=True)[0] is None
+    assert not restart_policy.nodes_replaced("no", states)
+    assert not restart_policy.nodes_replaced("auto", {})
     # powered-down cloud nodes (idle~) start on demand: usable
     assert node_usable("idle~") and not node_usable("draining")
     assert node_usable("idle*") and not node_usable("down*")  # transient
@@ -67,3 +74,12 @@ def test_a_grow_is_not_a_restart_the_budget_counts():
     assert restart_policy.restarts_spent(requeues=3, in_job=1, grows=2) == 2
     # submitit takes a late grow's notice for a time-out: its counter leaves room for grows
     assert restart_policy.submitit_max_num_timeout(7) > 7 + 10_000
+
+
+def test_a_blamed_node_is_excluded_by_name_only_where_nothing_replaces_it():
+    """Where drained nodes are replaced, the drain keeps a blamed node out until its
+    replacement, which the job may use: excluded by name, a run as wide as its queue could never
+    start again. Not drained (--no-drain) or not replaced: excluded by name."""
+    assert restart_policy.excluded_by_name(["n2"], replaced=True, drained=True) == []
+    assert restart_policy.excluded_by_name(["n2"], replaced=True, drained=False) == ["n2"]
+    assert restart_policy.excluded_by_name(["n2"], replaced=False, drained=True) == ["n2"]
