@@ -65,7 +65,7 @@ def setup_lines(spec: JobSpec) -> list[str]:
         lines += [
             "# Pre-flight: all-reduce across the allocation; an unhealthy verdict ends the job here",
             *preflight.setup_lines(
-                nodes=spec.allocated_min,  # the spares are checked too
+                nodes=spec.nodes_min,  # the nodes that train first (a spare's is not known)
                 backend="nccl" if gpu else "gloo",
                 out_dir=spec.run_dir.preflight,
                 instance_type=spec.instance_type if gpu else None,
@@ -79,7 +79,7 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
     ``exclude``: nodes to keep out (the save dir's quarantine list)."""
     params: dict[str, Any] = {
         "job_name": spec.job_name,
-        "nodes": spec.allocated_min,  # with --spares K: N + K
+        "nodes": spec.nodes_min,
         "ntasks_per_node": 1,  # one launcher per node; torchrun starts the ranks
         "time": spec.time_limit_min,
         "exclusive": True,  # whole nodes: GPUs, EFA and NVLink are per node
@@ -95,10 +95,11 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
         # restarts training inside the allocation, which Slurm shrinks to the nodes left
         params["additional_parameters"]["no_kill"] = True
         srun_args.append("--no-kill")
-    if spec.nodes_max != spec.nodes_min:
-        # Elastic: MIN-MAX. With --ntasks-per-node Slurm settles for MIN nodes; without it, it
-        # allocates as many as are free and srun still starts one task per node.
-        params["additional_parameters"]["nodes"] = spec.nodes_arg
+    if spec.allocation_arg != spec.nodes_arg or spec.nodes_max != spec.nodes_min:
+        # Elastic (MIN-MAX) or hot spares (N-(N+K)). With --ntasks-per-node Slurm settles for
+        # MIN nodes; without it, it allocates as many as are free and srun still starts one
+        # task per node.
+        params["additional_parameters"]["nodes"] = spec.allocation_arg
         del params["ntasks_per_node"]
     if spec.partition:
         params["partition"] = spec.partition

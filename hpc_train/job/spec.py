@@ -201,9 +201,10 @@ class JobSpec:
     )  # fmt: skip
     spares: int = option(
         "--spares",
-        "hot spares: K more nodes allocated and kept idle; a node blamed for a crash or a hang "
-        "is replaced by one inside the allocation, at the same width (implies "
-        "--restart-in-job; needs a fixed --nodes N; N + K nodes are billed)",
+        "hot spares: up to K more nodes allocated and kept idle; a node blamed for a crash, a "
+        "hang, a lost node or a straggler is replaced by one inside the allocation, at the same "
+        "width (implies --restart-in-job; needs a fixed --nodes N; the spares are billed). Best "
+        "effort: a start takes the spares that are free and never waits for them",
         default=0, type=int, metavar="K",
     )  # fmt: skip
     nodes_replaced: str = option(
@@ -380,9 +381,17 @@ class JobSpec:
         return self.restart_in_job or self.spares > 0
 
     @property
-    def allocated_min(self) -> int:
-        """The fewest nodes the job asks Slurm for: MIN, and the hot spares beside them."""
-        return self.nodes_min + self.spares
+    def allocation_arg(self) -> str:
+        """What the job asks Slurm for (sbatch --nodes): ``nodes_arg``, and with ``--spares K``
+        up to K more: ``N-(N+K)``. The spares are best effort: a start (a requeue above all)
+        never waits in the queue for them, it takes the ones that are free."""
+        if not self.spares:
+            return self.nodes_arg
+        return f"{self.nodes_min}-{self.nodes_max + self.spares}"
+
+    def spares_in(self, allocated: int) -> int:
+        """The hot spares in an allocation of ``allocated`` nodes: those past N, at most K."""
+        return min(self.spares, max(0, allocated - self.nodes_min))
 
     @property
     def nodes_arg(self) -> str:

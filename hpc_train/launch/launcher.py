@@ -209,7 +209,8 @@ class Launcher:
         job = submitit.JobEnvironment()
         restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
         hosts = tuple(job.hostnames)
-        start = allocation_start(job.job_id, job.global_rank, hosts, restart, self.spec.spares)
+        spares = self.spec.spares_in(len(hosts))
+        start = allocation_start(job.job_id, job.global_rank, hosts, restart, spares)
         if start is None:  # a hot spare: idle until task 0 swaps it in, or the run ends
             spare = Start(job.job_id, job.global_rank, len(hosts), hosts[0], restart, hosts)
             return self._stand_by(spare, visible_gpus())
@@ -477,7 +478,8 @@ class Launcher:
         """A hot spare (``--spares``): idle, reading task 0's word after each round, until a
         round takes it in (then it trains as a member) or the run ends in this allocation."""
         me, job_round = spare.hosts[spare.task], 0
-        log(f"hot spare: standing by ({spare.num_nodes - self.spec.spares} node(s) train)")
+        trains = spare.num_nodes - self.spec.spares_in(spare.num_nodes)
+        log(f"hot spare: standing by ({trains} node(s) train)")
         while True:
             job_key, restart = start_key(dataclasses.replace(spare, round=job_round))
             verdict = wait_until(partial(read_verdict, self.spec.run_dir, job_key, restart),
@@ -603,9 +605,7 @@ class Launcher:
         except slurm.SlurmError as err:
             log(f"cannot tell whether the requeued job can start ({err}): requeueing")
             return list(leave_out), None, ""
-        blocked, said = restart_policy.requeue_blocked(
-            states, excluded, spec.allocated_min, replaced
-        )
+        blocked, said = restart_policy.requeue_blocked(states, excluded, spec.nodes_min, replaced)
         return by_name, blocked, said
 
     def _excluded(self) -> set[str]:

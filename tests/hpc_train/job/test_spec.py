@@ -49,7 +49,11 @@ def test_spares_need_a_fixed_node_count_and_imply_in_job_restarts(tmp_path):
         validate(JobSpec("tiny", data, tmp_path / "s", 2, 2, 0, spares=-1))
     spec = JobSpec("tiny", data, tmp_path / "s", 2, 2, 0, spares=1)
     validate(spec)
-    assert spec.allocated_min == 3 and spec.in_job_restarts and not spec.restart_in_job
+    assert spec.allocation_arg == "2-3" and spec.in_job_restarts and not spec.restart_in_job
+    # best effort: the spares are the nodes past N that Slurm gave, at most K
+    assert [spec.spares_in(n) for n in (2, 3, 4)] == [0, 1, 1]
+    assert JobSpec("tiny", data, tmp_path / "s", 1, 3, 0).allocation_arg == "1-3"
+    assert JobSpec("tiny", data, tmp_path / "s", 2, 2, 0).spares_in(3) == 0
     assert not JobSpec("tiny", data, tmp_path / "s", 2, 2, 0).in_job_restarts
 
 

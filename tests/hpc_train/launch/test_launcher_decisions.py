@@ -364,9 +364,7 @@ def test_a_requeue_that_could_not_start_stops_the_run_with_the_nodes(tmp_path, f
     assert "n2 (drained)" in blocked.get("why") and blocked.get("waiting") is False
 
 
-def test_where_nodes_are_replaced_a_short_requeue_waits_and_excludes_no_name(
-    tmp_path, fake_slurm
-):
+def test_where_nodes_are_replaced_a_short_requeue_waits_and_excludes_no_name(tmp_path, fake_slurm):
     """``--nodes-replaced yes`` (a cluster that replaces drained nodes): the same short
     partition, the crash's requeue goes ahead and waits for the replacement (the ledger says
     so), and the blamed node, drained, is not excluded by name: its replacement may be used."""
