@@ -105,15 +105,22 @@ def dump_stacks(beats: Sequence[Beat], directory: Path, incident: Path) -> dict[
     def grown() -> dict[int, bool]:
         return {b.rank: _size(stacks_file(directory, b.rank)) > before[b.rank] for b in beats}
 
-    # a stopped rank, or one stuck outside Python, writes nothing: that is evidence too
+    # a stopped rank, or one stuck outside Python, writes nothing: that is evidence too. A
+    # stopped one (state T: SIGSTOP, a debugger, a frozen cgroup) cannot answer until it is
+    # continued, which the watchdog does not do: it is not waited for
+    stopped = {b.rank for b in beats if process_state(b.pid) in STOPPED_STATES}
     with contextlib.suppress(TimeoutError):
-        wait_until(lambda: all(grown().values()) or None, "the ranks' stacks", STACK_WAIT_S, FAST)
+        wait_until(lambda: all(g or r in stopped for r, g in grown().items()) or None,
+                   "the ranks' stacks", STACK_WAIT_S, FAST)  # fmt: skip
     gave = grown()
     for b in beats:
         if gave[b.rank]:
             text = stacks_file(directory, b.rank).read_bytes()[before[b.rank] :]
             atomic_write(incident_stacks(incident, b.rank), text)
     return gave
+
+
+STOPPED_STATES = ("T", "t")  # /proc/PID/stat: stopped by a signal, or by a tracer
 
 
 def flight_recorder_env(directory: Path) -> dict[str, str]:

@@ -100,3 +100,47 @@ def test_else_the_oldest_heartbeat_and_first_a_node_that_never_reported():
     silent = hangs.suspect(ranks[:1], ["n1"], ["n1", "n2"])
     assert silent is not None and silent.node == "n2" and silent.rank is None
     assert hangs.suspect([], [], []) is None
+
+
+def test_a_stopped_rank_is_not_waited_for_its_stacks(tmp_path, monkeypatch):
+    """Real processes: rank 0 writes its stacks on the signal (faulthandler, as a rank does),
+    rank 1 is SIGSTOPped. ``dump_stacks`` copies rank 0's and returns without waiting out the
+    stack allowance for rank 1, which cannot answer while stopped."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from hpc_core.wait import process_state
+    from hpc_train.contract import STACKS_SIGNAL
+    from hpc_train.watch import hang_monitor
+
+    code = (
+        "import faulthandler, signal, sys, time\n"
+        "f = open(sys.argv[1], 'a')\n"
+        f"faulthandler.register({int(STACKS_SIGNAL)}, file=f, all_threads=True, chain=False)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    files = [str(hang_monitor.stacks_file(tmp_path, r)) for r in (0, 1)]
+    procs = [subprocess.Popen([sys.executable, "-c", code, f], stdout=subprocess.PIPE, text=True)
+             for f in files]  # fmt: skip
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        os.kill(procs[1].pid, signal.SIGSTOP)
+        while process_state(procs[1].pid) != "T":
+            time.sleep(0.01)
+        monkeypatch.setattr(hang_monitor, "STACK_WAIT_S", 60.0)
+        beats = [Beat(r, "n1", p.pid, 7, time.time()) for r, p in enumerate(procs)]
+        began = time.monotonic()
+        gave = hang_monitor.dump_stacks(beats, tmp_path, tmp_path / "incident")
+        assert time.monotonic() - began < 30  # not the 60 s allowance
+        assert gave == {0: True, 1: False}
+        stacks = hang_monitor.incident_stacks(tmp_path / "incident", 0).read_text()
+        assert "most recent call first" in stacks
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
