@@ -600,7 +600,9 @@ class Launcher:
         try:
             states = slurm.partition_nodes(spec.partition)
             replaced = restart_policy.nodes_replaced(spec.nodes_replaced, states)
-            by_name = restart_policy.excluded_by_name(leave_out, replaced, not spec.no_drain)
+            blamed = restart_policy.excluded_by_name(leave_out, replaced, not spec.no_drain)
+            # a quarantined node stays out by name, replaced or not (faults.quarantine)
+            by_name = sorted(set(blamed) | set(quarantine.nodes(spec.run_dir)))
             excluded = self._excluded() | set(by_name)
         except slurm.SlurmError as err:
             log(f"cannot tell whether the requeued job can start ({err}): requeueing")

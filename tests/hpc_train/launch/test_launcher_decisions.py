@@ -16,7 +16,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import StartDecision, StopMarker, read_stop, write_decision, write_stop
-from hpc_train.faults import agent_exit, failures
+from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher as launcher_module
 from hpc_train.launch import restart_policy, starts
@@ -367,13 +367,17 @@ def test_a_requeue_that_could_not_start_stops_the_run_with_the_nodes(tmp_path, f
 def test_where_nodes_are_replaced_a_short_requeue_waits_and_excludes_no_name(tmp_path, fake_slurm):
     """``--nodes-replaced yes`` (a cluster that replaces drained nodes): the same short
     partition, the crash's requeue goes ahead and waits for the replacement (the ledger says
-    so), and the blamed node, drained, is not excluded by name: its replacement may be used."""
-    fake_slurm.partition = {"n1": "idle", "n2": "drained"}
+    so), and the blamed node, drained, is not excluded by name: its replacement may be used.
+    A quarantined node (blamed twice) is, replaced or not."""
+    fake_slurm.partition = {"n1": "idle", "n2": "drained", "n3": "idle"}
     spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
                    nodes_replaced="yes")  # fmt: skip
+    for restart in (7, 8):  # an earlier job of the run blamed n3 twice
+        ledger.record(RunDir(tmp_path).ledger, "blamed", "40", restart, node="n3", why="hang")
+    quarantine.update(RunDir(tmp_path))  # what a blame does
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         FakeTorchrun(spec, 1).run(start(), gpus=0)
-    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n3"])]
     (blocked,) = [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "requeue_blocked"]
     assert "waiting for the cluster to replace" in blocked.get("why")
     assert blocked.get("waiting") is True
