@@ -14,15 +14,33 @@ from its submission) and measured at the end of it:
 3. **in_job** - ``hpc-train submit --nodes 2 --spares 1 --restart-in-job``.
 
 (2) and (3) get the short hang allowances of the integration tests (``--hang-timeout-floor 10
---hang-factor 10 --hang-save-timeout 60 --hang-startup-timeout 180``). The schedule, offsets in
-seconds from the run's first update (``SCHEDULE``): a preemption (``chaos.preempt``, the
-``high`` partition), a transient crash (every training process on a training node SIGKILLed),
-a hang (one rank SIGSTOPped), nodes taken and given back (a ``high`` job on 3 of the 4 nodes
-that ends by itself). A failure whose offset comes while the run is not training hits when it
-trains again (its first update after the previous failure, before the budget ends); one that
-never finds it training is ``skipped``. The
-bare job's ranks run ``fairseq-train``, which ``hpc_train.chaos`` does not look for: the
-benchmark kills/stops them itself, on the node, through ``srun --overlap`` (``_here``).
+--hang-factor 10 --hang-save-timeout 60 --hang-startup-timeout 180``) and a 30 s straggler
+window with ``--evict-stragglers``, and ``--nodes-replaced yes`` (``TOOLKIT``: the nodes are
+replaced, below). The schedule, offsets in seconds from the
+run's first update (``SCHEDULE``), in the order the issue lists them:
+- a preemption (``chaos.preempt``: a ``high`` job on the run's nodes, held ``--hold-s``);
+- a transient crash (every training process on a training node SIGKILLed: not an error that
+  recurs at the same update);
+- a hang (one rank SIGSTOPped);
+- a lost node (its training processes SIGKILLed, then its slurmd: Slurm marks it DOWN after
+  ``SlurmdTimeout``, 20 s here);
+- a slow node (its ranks throttled to ``--slow-factor`` of the time for ``--slow-s``,
+  ``chaos.throttle_here``);
+- nodes taken and given back (a ``high`` job on 3 of the 4 nodes for ``--taken-s``).
+Each lands on a training node this way has not hit yet, other than task 0's where there is a
+choice (``pick_target``: a node hit twice is quarantined).
+A failure whose offset comes while the run is not training hits when it trains again (an update
+logged after the previous failure, in the last 2 s); one that never finds it training is
+``skipped``. The bare job's ranks run ``fairseq-train``, which ``hpc_train.chaos`` does not look
+for: the benchmark kills/stops/throttles them itself, on the node, through ``srun --overlap``
+(``_here``).
+
+**Nodes replaced** (``Replacer``, the same for the three ways): on ParallelCluster clustermgtd
+replaces a node that is DOWN, or DRAINED with no job left on it; the local cluster has no
+clustermgtd, so the benchmark stands in for it: such a node is brought back (its slurmd started
+again by ``slurm/local/cluster.sh up`` when it was killed, then ``scontrol update
+state=resume``) ``--replace-s`` after it was first seen so. A node still allocated to a job
+(DRAINING: a node an in-job restart left out) is not touched, as clustermgtd does not.
 
 Figures (keys of the JSON), per way under ``ways.<name>``:
 - ``updates_reached``: the highest update logged within the budget;
@@ -34,10 +52,16 @@ Figures (keys of the JSON), per way under ``ways.<name>``:
   update line after a ``Loaded checkpoint`` line for bare) and ``updates_recomputed`` (the
   highest update before the resume minus the update it resumed from);
 - ``updates_recomputed``: update numbers logged more than once in the budget;
+- ``replaced``: the nodes the stand-in for clustermgtd brought back, and when;
+- ``ledger_goodput``: the toolkit's own account of the budget (``hpc_train.runs.goodput``), to
+  set beside the figures the benchmark measured from outside;
 - ``alive_at_end``: the Slurm job was RUNNING or PENDING (not dead) when the budget ended;
 - ``ledger``: the toolkit runs' ledger events (kind, time, data), for the record.
 Top-level ratios from this one run (the machine is shared and noisy): ``goodput_ratio_in_job_
-over_bare``, ``resume_ratio_in_job_over_requeue`` (mean failure -> first resumed update).
+over_bare``, ``resume_ratio_in_job_over_requeue`` (mean failure -> first resumed update, over
+every failure both ways resumed from) and ``resume_ratio_inside_allocation`` (the same over the
+failures that leave the allocation standing: crash, hang, lost node, slow node; a preemption and
+nodes taken end the allocation, so no way can recover from them inside it).
 Goals (issue 19): in_job goodput >= 0.85, >= 2x bare, its failure -> resume <= 0.5 of the
 requeue way's, 0 updates recomputed after a notice (preemption, nodes taken).
 """
@@ -45,6 +69,7 @@ requeue way's, 0 updates recomputed after a notice (preemption, nodes taken).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
@@ -53,7 +78,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,15 +89,26 @@ from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train import chaos
-from hpc_train.runs import index, logparse
+from hpc_train.runs import goodput, index, logparse
 
 POLL_S = 0.25
-HANG = ("--hang-timeout-floor", "10", "--hang-factor", "10", "--hang-save-timeout", "60",
-        "--hang-startup-timeout", "180")  # fmt: skip
+# the toolkit ways: the integration tests' short hang allowances, a 30 s straggler window with
+# eviction, and --nodes-replaced yes: the Replacer stands in for clustermgtd
+TOOLKIT = ("--hang-timeout-floor", "10", "--hang-factor", "10", "--hang-save-timeout", "60",
+           "--hang-startup-timeout", "180", "--straggler-window", "30",
+           "--evict-stragglers", "--nodes-replaced", "yes")  # fmt: skip
 # (offset from the first update in seconds, failure): the same for every way
 SCHEDULE: tuple[tuple[float, str], ...] = (
-    (15, "preempt"), (60, "crash"), (105, "hang"), (160, "nodes_taken"),
+    (60, "preempt"), (230, "crash"), (400, "hang"), (570, "lost_node"), (740, "slow"),
+    (910, "nodes_taken"),
 )  # fmt: skip
+# failures after which the allocation still stands: the ones a way may recover from inside it
+INSIDE_ALLOCATION = ("crash", "hang", "lost_node", "slow")
+TRAINING_NOW_S = 2.0  # an update logged this recently: the run trains (a failure may land)
+REPLACE_POLL_S = 2.0
+DEAD_GRACE_S = 30.0  # a way's job ended this long: it will not train again in the budget
+DEAD_POLL_S = 5.0
+CLUSTER_SH = Path(__file__).resolve().parents[1] / "slurm" / "local" / "cluster.sh"
 GOAL_IDEAL = 0.85
 GOAL_VS_BARE = 2.0
 GOAL_RESUME_RATIO = 0.5
@@ -132,9 +168,45 @@ def duplicates(updates: Sequence[tuple[float, int]]) -> int:
     return len(numbers) - len(set(numbers))
 
 
-def first_update_after(events: Sequence[ledger.Event], after: float) -> float | None:
-    return min((e.time for e in events if e.kind == "first_update" and e.time > after),
+def first_update_after(
+    events: Sequence[ledger.Event], after: float, before: float = float("inf")
+) -> float | None:
+    return min((e.time for e in events if e.kind == "first_update" and after < e.time < before),
                default=None)  # fmt: skip
+
+
+def training_again(updates: Sequence[tuple[float, int]], last: float | None, now: float) -> bool:
+    """The run trains: an update was logged after the last failure (1 s on: a line of the update
+    before it may arrive after it) and within ``TRAINING_NOW_S`` of ``now``. The next failure
+    must not land in a restart, where it would hit no training process."""
+    if not updates:
+        return False
+    arrived = updates[-1][0]
+    return arrived >= now - TRAINING_NOW_S and (last is None or arrived > last + 1.0)
+
+
+def pick_target(training: Sequence[str], hit: Collection[str]) -> str:
+    """The node a failure lands on: not task 0's (the first, whose launcher decides for the
+    run) where there is a choice, and one this way has not hit yet where there is one (the
+    schedule's failures are not one bad node's; a node hit twice is blamed twice: quarantined)."""
+    others = list(training[1:]) or list(training)
+    fresh = [n for n in others if n not in hit]
+    return (fresh or others)[-1]
+
+
+def replace_due(
+    states: Mapping[str, str], seen: dict[str, float], now: float, after_s: float
+) -> list[str]:
+    """The stand-in for clustermgtd's decision: nodes DOWN, or DRAINED with no job on them
+    (``sinfo %t``: down, down*, drain, drain*; not drng, a node still allocated), for
+    ``after_s`` since first seen so (``seen`` is updated: when each was first seen so)."""
+    bad = {n for n, st in states.items() if st.rstrip("*~#%$@^-!") in ("down", "drain")}
+    for node in list(seen):
+        if node not in bad:
+            del seen[node]
+    for node in bad:
+        seen.setdefault(node, now)
+    return sorted(n for n in bad if now - seen[n] >= after_s)
 
 
 def training_nodes(events: Sequence[ledger.Event]) -> list[str]:
@@ -205,6 +277,8 @@ class Way:
     save: Path
     toolkit: bool
     lines: list[tuple[float, str]] = field(default_factory=list)
+    updates: list[tuple[float, int]] = field(default_factory=list)
+    hit: list[str] = field(default_factory=list)  # the nodes its failures landed on
     _offset: int = 0
 
     def poll(self) -> None:
@@ -216,35 +290,49 @@ class Way:
         end = chunk.rfind(b"\n") + 1
         self._offset += end
         now = time.time()
-        self.lines += [(now, s) for s in chunk[:end].decode(errors="replace").splitlines()]
+        new = [(now, s) for s in chunk[:end].decode(errors="replace").splitlines()]
+        self.lines += new
+        self.updates += updates_of(new)
 
     def events(self) -> list[ledger.Event]:
         return ledger.read(RunDir(self.save).ledger) if self.toolkit else []
 
 
-def here(job: str, node: str, action: str) -> int:
-    """On the node: SIGKILL the bare job's torchrun and ranks, or SIGSTOP one rank."""
-    procs = list(chaos._processes(job, node, BARE_TARGETS))
+def bare_ranks(job: str, node: str) -> list[int]:
+    """The bare job's ranks on this host (``fairseq-train``, not torchrun nor a rank's data
+    loader workers, which are its children)."""
+    found = {pid for pid, cmd in chaos._processes(job, node, BARE_TARGETS)
+             if "bin/torchrun" not in cmd}  # fmt: skip
+    return sorted(pid for pid in found if chaos._parent(pid) not in found)
+
+
+def here(job: str, node: str, action: str, extra: Sequence[str] = ()) -> int:
+    """On the node: SIGKILL the bare job's torchrun and ranks, SIGSTOP one rank, or throttle
+    its ranks (``slow FACTOR SECONDS``)."""
     if action == "kill":
+        procs = list(chaos._processes(job, node, BARE_TARGETS))
         for pid, _ in procs:
             os.kill(pid, signal.SIGKILL)
         return len(procs)
-    ranks = sorted(pid for pid, cmd in procs if "bin/torchrun" not in cmd)
+    if action == "slow":
+        factor, seconds = float(extra[0]), float(extra[1])
+        return chaos.throttle_here(job, node, factor, seconds, find=bare_ranks)
+    ranks = bare_ranks(job, node)
     if ranks:
         os.kill(ranks[0], signal.SIGSTOP)
     return len(ranks[:1])
 
 
-def on_bare_node(job: str, node: str, action: str) -> None:
+def on_bare_node(job: str, node: str, action: str, *extra: str, timeout: float = 60) -> None:
     slurm.run(["srun", f"--jobid={job}", "--overlap", f"--nodelist={node}", "-N1", "-n1",
-               sys.executable, "-m", "benchmarks.soak", HERE, job, node, action], timeout=60)  # fmt: skip
+               sys.executable, "-m", "benchmarks.soak", HERE, job, node, action, *extra],
+              timeout=timeout)  # fmt: skip
 
 
 def target_node(way: Way) -> str:
     nodes = training_nodes(way.events()) if way.toolkit else []
     running = chaos.running_nodes(way.job)
-    nodes = [n for n in nodes if n in running] or running
-    return nodes[-1]  # not task 0's node where there is a choice
+    return pick_target([n for n in nodes if n in running] or running, way.hit)
 
 
 def inject(kind: str, way: Way, args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
@@ -257,30 +345,78 @@ def inject(kind: str, way: Way, args: argparse.Namespace, jobs: Jobs) -> dict[st
                                "--job-name=bench-soak-blocker", f"--wrap=sleep {args.taken_s}"]))  # fmt: skip
     else:
         node = target_node(way)
-        if way.toolkit and kind == "crash":
-            chaos.kill_node(way.job, node, stop_slurmd=False)
+        way.hit.append(node)
+        if kind == "slow":  # returns when the throttle ends (or the ranks there do)
+            if way.toolkit:
+                chaos.slow(way.job, node, args.slow_factor, args.slow_s)
+            else:
+                on_bare_node(way.job, node, "slow", str(args.slow_factor), str(args.slow_s),
+                             timeout=args.slow_s + 60)  # fmt: skip
+        elif way.toolkit and kind in ("crash", "lost_node"):
+            chaos.kill_node(way.job, node, stop_slurmd=kind == "lost_node")
         elif way.toolkit:
             chaos.hang(way.job, node)
         else:
-            on_bare_node(way.job, node, "kill" if kind == "crash" else "stop")
+            on_bare_node(way.job, node, "stop" if kind == "hang" else "kill")
+            if kind == "lost_node":
+                chaos.stop_local_slurmd(node)
     return {"kind": kind, "time": t, "node": node}
 
 
-def resumed_since(way: Way, last: float | None) -> bool:
-    """The run trains again after the last failure (its first update after it is logged): the
-    next failure must not land in a restart, where it would hit no training process."""
-    if last is None:
-        return True
-    if way.toolkit:
-        return first_update_after(way.events(), last) is not None
-    return resume_in_log(way.lines, last) is not None
+class Replacer:
+    """Stands in for ParallelCluster's clustermgtd on the local cluster (``replace_due``): a
+    thread that brings back a node DOWN, or DRAINED with no job on it, ``after_s`` after it was
+    first seen so - its slurmd started again where it was killed (``cluster.sh up``), then
+    resumed. ``replaced``: (node, time) of each."""
+
+    def __init__(self, after_s: float) -> None:
+        self.after_s = after_s
+        self.replaced: list[tuple[str, float]] = []
+        self._seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> Replacer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(REPLACE_POLL_S):
+            with contextlib.suppress(slurm.SlurmError, OSError, subprocess.SubprocessError):
+                self.step(self.after_s)
+
+    def step(self, after_s: float) -> list[str]:
+        due = replace_due(node_states(), self._seen, time.time(), after_s)
+        for node in due:
+            bring_back(node)
+            self.replaced.append((node, round(time.time(), 3)))
+            say(f"replaced {node} (the stand-in for clustermgtd)")
+        return due
+
+
+def node_states() -> dict[str, str]:
+    out = slurm.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
+    return dict(ln.split() for ln in out.splitlines() if ln.strip())  # a node per partition
+
+
+def bring_back(node: str) -> None:
+    """The node's slurmd started again where it was killed (idempotent ``up``), then resumed."""
+    subprocess.run(["bash", str(CLUSTER_SH), "up"], capture_output=True, timeout=180, check=True)
+    with contextlib.suppress(slurm.SlurmError):  # back by itself already (ReturnToService=2)
+        slurm.resume(node)
 
 
 def is_running(job: str) -> bool:
     return slurm.job_state(job).state == "RUNNING"
 
 
-def soak(way: Way, args: argparse.Namespace, jobs: Jobs, submitted: float) -> dict[str, Any]:
+def soak(
+    way: Way, args: argparse.Namespace, jobs: Jobs, submitted: float, replacer: Replacer
+) -> dict[str, Any]:
     """Poll the way's log for the budget, injecting the schedule; the figures."""
     deadline = submitted + args.budget_s
     schedule = scaled(SCHEDULE, args.scale)
@@ -289,14 +425,27 @@ def soak(way: Way, args: argparse.Namespace, jobs: Jobs, submitted: float) -> di
     pending = list(schedule)
     errors: list[str] = []
     worker: threading.Thread | None = None
+    dead_since: float | None = None
+    looked = 0.0
     while time.time() < deadline:
         way.poll()
+        # a job that ended for good (the bare one dies at its first failure) trains no more in
+        # the budget: stop watching it after a grace (a requeue passes through no end state)
+        if time.time() - looked >= DEAD_POLL_S:
+            looked = time.time()
+            dead = slurm.job_state(way.job).finished
+            dead_since = (dead_since or looked) if dead else None
+        if dead_since is not None and time.time() - dead_since > DEAD_GRACE_S:
+            say(f"{way.name}: job {way.job} ended for good; the rest of the budget is idle")
+            break
         if first is None and updates_of(way.lines):
             first = updates_of(way.lines)[0][0]
             say(f"{way.name}: first update {first - submitted:.1f} s after submission")
         busy = worker is not None and worker.is_alive()
-        due = first is not None and pending and not busy and time.time() >= first + pending[0][0]
-        if due and resumed_since(way, done[-1]["time"] if done else None) and is_running(way.job):
+        now = time.time()
+        due = first is not None and pending and not busy and now >= first + pending[0][0]
+        last = done[-1]["time"] if done else None
+        if due and training_again(way.updates, last, now) and is_running(way.job):
             offset, kind = pending.pop(0)
 
             def go(kind: str = kind, offset: float = offset) -> None:
@@ -318,11 +467,11 @@ def soak(way: Way, args: argparse.Namespace, jobs: Jobs, submitted: float) -> di
     updates = updates_of(lines)
     events = way.events()
     failures = []
-    for f in sorted(done, key=lambda f: f["time"]):
-        resumed_log = resume_in_log(lines, f["time"])
-        resumed_at = first_update_after(events, f["time"]) if way.toolkit else None
-        if resumed_at is not None and resumed_at > deadline:
-            resumed_at = None
+    done.sort(key=lambda f: f["time"])
+    for f, after in zip(done, [*(f["time"] for f in done[1:]), deadline], strict=True):
+        # a failure's resume comes before the next failure (a slow node may cause none)
+        resumed_log = resume_in_log([(t, s) for t, s in lines if t < after], f["time"])
+        resumed_at = first_update_after(events, f["time"], after) if way.toolkit else None
         resumed_t = resumed_at if way.toolkit else (resumed_log[0] if resumed_log else None)
         failures.append({
             **f, "time": round(f["time"], 3),
@@ -347,6 +496,8 @@ def soak(way: Way, args: argparse.Namespace, jobs: Jobs, submitted: float) -> di
         "state_at_end": state.state,
         "restarts": state.restarts,
         "alive_at_end": state.state in ("RUNNING", "PENDING", "REQUEUED", "CONFIGURING"),
+        "replaced": [[n, t] for n, t in replacer.replaced if submitted <= t <= deadline],
+        "ledger_goodput": goodput.account(events, deadline).as_json() if events else None,
         "ledger": [{"kind": e.kind, "time": round(e.time, 3), **e.data} for e in events],
         "save_dir": str(way.save),
     }
@@ -382,22 +533,19 @@ def bare_way(args: argparse.Namespace, jobs: Jobs) -> Way:
 
 
 def cleanup(jobs: Jobs, way: Way | None) -> None:
-    """Cancel everything submitted; resume any node left drained or down."""
+    """Cancel everything submitted; bring back any node left drained or down, at once."""
     jobs.cancel_unfinished()
     if way is not None:
         slurm.cancel(way.job, check=False)
         deadline = time.time() + 60
         while not slurm.job_state(way.job).finished and time.time() < deadline:
             time.sleep(1)
-    out = slurm.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
-    states = dict(ln.split() for ln in out.splitlines() if ln.strip())  # a node per partition
-    for node, st in states.items():
-        if any(x in st for x in ("drain", "drng", "down")):
-            try:
-                slurm.resume(node)
-                say(f"resumed {node} ({st})")
-            except slurm.SlurmError as err:
-                say(f"could not resume {node} ({st}): {err}")
+    for node in replace_due(node_states(), {}, time.time(), 0.0):
+        try:
+            bring_back(node)
+            say(f"brought back {node}")
+        except (slurm.SlurmError, subprocess.SubprocessError) as err:
+            say(f"could not bring back {node}: {err}")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -405,8 +553,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ways: dict[str, Any] = {}
     makers: list[tuple[str, Callable[[Jobs], Way]]] = [
         ("in_job", lambda jobs: toolkit_way(
-            "in_job", ("--spares", "1", "--restart-in-job", *HANG), args, jobs)),
-        ("requeue", lambda jobs: toolkit_way("requeue", HANG, args, jobs)),
+            "in_job", ("--spares", "1", "--restart-in-job", *TOOLKIT), args, jobs)),
+        ("requeue", lambda jobs: toolkit_way("requeue", TOOLKIT, args, jobs)),
         ("bare", lambda jobs: bare_way(args, jobs)),
     ]  # fmt: skip
     with Jobs.session(args) as jobs:
@@ -419,7 +567,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 submitted = time.time()
                 way = make(jobs)
                 say(f"{name}: job {way.job} submitted, {args.budget_s} s budget")
-                ways[name] = soak(way, args, jobs, submitted)
+                with Replacer(args.replace_s) as replacer:
+                    ways[name] = soak(way, args, jobs, submitted, replacer)
                 say(f"{name}: reached update {ways[name]['updates_reached']}, "
                     f"goodput {fmt(ways[name]['goodput'])}")  # fmt: skip
             finally:
@@ -429,9 +578,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summarize(ways, args, started, load_before)
 
 
-def mean_resume(way: dict[str, Any] | None) -> float | None:
+def mean_resume(way: dict[str, Any] | None, kinds: Collection[str] | None = None) -> float | None:
+    """Mean failure -> first resumed update over the way's failures (of ``kinds``) it resumed
+    from within the budget."""
     values = [f["to_first_resumed_update_s"] for f in (way or {}).get("failures", [])
-              if f["to_first_resumed_update_s"] is not None]  # fmt: skip
+              if f["to_first_resumed_update_s"] is not None
+              and (kinds is None or f["kind"] in kinds)]  # fmt: skip
     return statistics.mean(values) if values else None
 
 
@@ -453,6 +605,11 @@ def summarize(
         "mean_resume_s": {name: mean_resume(w) for name, w in ways.items()},
         "resume_ratio_in_job_over_requeue": ratio(mean_resume(ways.get("in_job")),
                                                   mean_resume(ways.get("requeue"))),
+        "mean_resume_inside_allocation_s": {
+            name: mean_resume(w, INSIDE_ALLOCATION) for name, w in ways.items()},
+        "resume_ratio_inside_allocation": ratio(
+            mean_resume(ways.get("in_job"), INSIDE_ALLOCATION),
+            mean_resume(ways.get("requeue"), INSIDE_ALLOCATION)),
         "notice_updates_recomputed_in_job": notice_recomputed(ways.get("in_job")),
         "ways": ways,
         "goals": {"in_job_goodput_min": GOAL_IDEAL, "in_job_over_bare_min": GOAL_VS_BARE,
@@ -460,7 +617,9 @@ def summarize(
         "settings": {"budget_s": args.budget_s, "schedule": scaled(SCHEDULE, args.scale),
                      "schedule_from": "the run's first update", "hold_s": args.hold_s,
                      "taken_s": args.taken_s, "taken_nodes": 3, "max_update": args.max_update,
-                     "nodes": 2, "preset": "tiny", "toolkit_hang_options": list(HANG)},
+                     "slow_factor": args.slow_factor, "slow_s": args.slow_s,
+                     "replace_s": args.replace_s, "inside_allocation": list(INSIDE_ALLOCATION),
+                     "nodes": 2, "preset": "tiny", "toolkit_options": list(TOOLKIT)},
         **provenance(started, (load[0], load[1], load[2]), machine()),
     }  # fmt: skip
 
@@ -481,6 +640,8 @@ def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
          ", ".join(f"{n} {fmt(v, '.1f')}" for n, v in result["mean_resume_s"].items()), ""),
         ("resume in_job / requeue", fmt(result["resume_ratio_in_job_over_requeue"]),
          f"<= {GOAL_RESUME_RATIO}"),
+        ("  the same, failures inside the allocation",
+         fmt(result["resume_ratio_inside_allocation"]), f"<= {GOAL_RESUME_RATIO}"),
         ("updates recomputed after notices, in_job",
          fmt(result["notice_updates_recomputed_in_job"], "g"), "0"),
         ("alive at the end", ", ".join(f"{n} {w['alive_at_end']}" for n, w in ways.items()), ""),
@@ -489,15 +650,21 @@ def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 4 and argv[0] == HERE:
-        print(f"{argv[3]}: {here(argv[1], argv[2], argv[3])} process(es)")
+    if len(argv) >= 4 and argv[0] == HERE:
+        print(f"{argv[3]}: {here(argv[1], argv[2], argv[3], argv[4:])} process(es) or cycle(s)")
         return 0
     p = report.parser("soak", __doc__)
-    p.add_argument("--budget-s", type=int, default=300, help="wall budget of each way")
+    p.add_argument("--budget-s", type=int, default=1200, help="wall budget of each way")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the schedule's offsets")
     p.add_argument("--max-update", type=int, default=20000, help="more than any way reaches")
     p.add_argument("--hold-s", type=int, default=10, help="seconds the preemptor holds")
     p.add_argument("--taken-s", type=int, default=30, help="seconds 3 nodes are taken")
+    p.add_argument("--slow-factor", type=float, default=0.5,
+                   help="share of the time a slow node's ranks run")  # fmt: skip
+    p.add_argument("--slow-s", type=int, default=150, help="seconds a node is slow")
+    p.add_argument("--replace-s", type=float, default=60,
+                   help="seconds before the stand-in for clustermgtd brings back a node DOWN "
+                   "or DRAINED with no job on it")  # fmt: skip
     p.add_argument("--only", nargs="*", help="ways to run (default: all)")
     p.add_argument("--quiet-timeout", type=float, default=300,
                    help="seconds to wait for other jobs to leave the queue before each way")  # fmt: skip

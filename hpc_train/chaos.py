@@ -28,7 +28,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from hpc_core import slurm
@@ -222,12 +222,19 @@ SLOW_REFRESH_S = 5.0  # how often the throttle looks for the job's ranks again
 
 
 def throttle_here(
-    job_id: str, node: str, factor: float, seconds: float | None, period: float = SLOW_PERIOD_S
+    job_id: str,
+    node: str,
+    factor: float,
+    seconds: float | None,
+    period: float = SLOW_PERIOD_S,
+    find: Callable[[str, str], list[int]] | None = None,
 ) -> int:
-    """Throttle the job's ranks on this host: in every ``period`` they run ``factor`` of the
-    time and are stopped (SIGSTOP) the rest, until ``seconds`` (None: as long as the job has
-    ranks here; the step ends with the job) or SIGTERM. The ranks always get SIGCONT at the
-    end. Returns the cycles done (0: no rank of the job here)."""
+    """Throttle the job's ranks on this host (``find``: the pids; default ``ranks_here``): in
+    every ``period`` they run ``factor`` of the time and are stopped (SIGSTOP) the rest, until
+    ``seconds`` (None: as long as the job has ranks here; the step ends with the job) or
+    SIGTERM. The ranks always get SIGCONT at the end. Returns the cycles done (0: no rank of
+    the job here)."""
+    find = find or ranks_here
     end = time.monotonic() + seconds if seconds else float("inf")
     ranks: list[int] = []
     looked = -SLOW_REFRESH_S
@@ -245,7 +252,7 @@ def throttle_here(
     try:
         while time.monotonic() < end:
             if time.monotonic() - looked >= SLOW_REFRESH_S:
-                ranks, looked = ranks_here(job_id, node), time.monotonic()
+                ranks, looked = find(job_id, node), time.monotonic()
                 if not ranks:
                     break
             for pid in ranks:

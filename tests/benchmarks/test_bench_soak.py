@@ -8,6 +8,7 @@ import subprocess
 
 from benchmarks import soak
 from hpc_core.ledger import Event
+from hpc_core.wait import process_state
 
 
 def ev(kind: str, t: float, **data) -> Event:
@@ -70,3 +71,79 @@ def test_bare_scripts_parse_and_keep_fairseq_args(tmp_path):
         subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     assert "--requeue" in soak.bare_script(2, tmp_path / "o", tmp_path / "t.sh", "low")
     assert shlex.quote("(0.9, 0.98)") in rank and "fairseq-train" in rank
+
+
+def test_training_again_needs_an_update_after_the_failure_and_a_recent_one():
+    ups = [(10.0, 1), (11.0, 2), (12.0, 3)]
+    assert soak.training_again(ups, None, now=12.5)
+    assert not soak.training_again([], None, now=12.5)
+    assert not soak.training_again(ups, None, now=15.0)  # nothing logged for 3 s: not training
+    assert not soak.training_again(ups, 11.5, now=12.5)  # 3 came within 1 s of the failure
+    assert soak.training_again([*ups, (13.0, 4)], 11.5, now=13.5)
+
+
+def test_pick_target_spares_task_0_and_nodes_already_hit():
+    assert soak.pick_target(["n1", "n2"], []) == "n2"
+    assert soak.pick_target(["n1", "n2", "n3"], ["n3"]) == "n2"
+    assert soak.pick_target(["n1", "n3"], ["n3"]) == "n3"  # none fresh but task 0's: hit again
+    assert soak.pick_target(["n4"], []) == "n4"  # one node: task 0's is the only one
+
+
+def test_replace_due_waits_its_time_and_leaves_allocated_nodes_alone():
+    """The stand-in for clustermgtd: DOWN or DRAINED (idle) nodes after ``after_s``; a DRAINING
+    node (still in a job's allocation) or a node back by itself is not replaced."""
+    seen: dict[str, float] = {}
+    states = {"n1": "alloc", "n2": "drain", "n3": "drng", "n4": "down*"}
+    assert soak.replace_due(states, seen, 100.0, 60) == []
+    assert seen == {"n2": 100.0, "n4": 100.0}
+    assert soak.replace_due({**states, "n4": "idle"}, seen, 130.0, 60) == []
+    assert "n4" not in seen  # back by itself: forgotten
+    assert soak.replace_due({**states, "n4": "down*"}, seen, 160.0, 60) == ["n2"]
+    assert soak.replace_due(states, seen, 220.0, 60) == ["n2", "n4"]
+    assert soak.replace_due(states, {}, 0.0, 0.0) == ["n2", "n4"]  # the clean-up: at once
+
+
+def test_each_failure_resumes_before_the_next_one():
+    """A slow node that caused no restart must not be credited with the next failure's resume."""
+    lines = [(float(n), upd(n)) for n in range(1, 11)] + [
+        (30.0, "| INFO | fairseq.checkpoint_utils | Loaded checkpoint /x/checkpoint_last.pt "
+               "(epoch 1 @ 9 updates)"),
+        (31.0, upd(10)),
+    ]  # fmt: skip
+    window = [(t, s) for t, s in lines if t < 25.0]  # a slow node at 5, the next failure at 25
+    assert soak.resume_in_log(window, 5.0) is None
+    assert soak.resume_in_log(lines, 25.0) == (31.0, 10)
+    events = [ev("first_update", 1), ev("first_update", 31)]
+    assert soak.first_update_after(events, 5.0, 25.0) is None
+    assert soak.first_update_after(events, 25.0) == 31
+
+
+def test_the_bare_ways_ranks_are_found_and_throttled_on_their_node():
+    """The bare job's ranks run ``fairseq-train`` (``hpc_train.chaos`` looks for the toolkit's):
+    ``bare_ranks`` finds the rank of that job on that node, not torchrun nor another node's, and
+    ``here(..., "slow")`` stops it part of the time and leaves it running (real processes)."""
+    import os
+    import sys
+    import time
+
+    def proc(node: str, *argv: str) -> subprocess.Popen:
+        env = {**os.environ, "SLURM_JOB_ID": "5151", "SLURMD_NODENAME": node}
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", *argv],
+                                env=env)  # fmt: skip
+
+    rank = proc("n2", "/venv/bin/fairseq-train", "data")
+    agent = proc("n2", "/venv/bin/torchrun", "--no-python", "fairseq-train")
+    other = proc("n1", "/venv/bin/fairseq-train", "data")
+    try:
+        deadline = time.monotonic() + 10
+        while not soak.bare_ranks("5151", "n2") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert soak.bare_ranks("5151", "n2") == [rank.pid]
+        cycles = soak.here("5151", "n2", "slow", ["0.5", "0.5"])
+        assert cycles > 5
+        assert process_state(rank.pid) != "T"  # left running
+        assert soak.here("5151", "n3", "slow", ["0.5", "0.5"]) == 0  # no rank there
+    finally:
+        for p in (rank, agent, other):
+            p.kill()
+            p.wait()
