@@ -432,6 +432,10 @@ class Launcher:
         spec, run, key = self.spec, self.spec.run_dir, start_key(start)
         deputy, training = start.task != 0, not self._training_over
         why = f"stuck launcher: {silence.describe()}"
+        gone = self._start_over(start)
+        if gone:  # e.g. this node's slurmd died: the job was requeued and its processes left
+            log(f"{why}; not acted on: {gone}")
+            return
         log(why)
         note = self.deputy_note if deputy else self.note
         node_blame.blame(run, *key, silence.node, why, not spec.no_drain, note, log)
@@ -449,6 +453,21 @@ class Launcher:
         blocked = self._send_requeue(start, [silence.node], why, deputy)
         if blocked is not None:
             slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it
+
+    def _start_over(self, start: Start) -> str:
+        """Why this launcher's start is no longer the job's ("" while it is): the job is not
+        RUNNING at the restart it was started at. A launcher its slurmd left behind (a node
+        lost, its processes alive) must not blame, drain or signal the job's next start."""
+        try:
+            state = slurm.job_state(start.job_id)
+        except slurm.SlurmError:
+            return ""  # cannot tell: act as the one in charge
+        if state.state == "RUNNING" and state.restarts == start.restart:
+            return ""
+        return (
+            f"job {start.job_id} is {state.state} at restart {state.restarts}; this launcher "
+            f"belongs to restart {start.restart}"
+        )
 
     def _await_watched(self, start: Start, pulse: launchers.Pulse) -> None:
         """Training is over: wait for the launchers this one watches to end their part (a stuck

@@ -22,6 +22,7 @@ class FakeSlurm:
 
     def __init__(self, state: str = "RUNNING") -> None:
         self.state = state
+        self.restarts = 0  # Slurm's restart count of the job
         self.requeued: list[str] = []
         self.drained: list[tuple[str, str]] = []
         self.excluded: list[tuple[str, list[str]]] = []
@@ -32,7 +33,7 @@ class FakeSlurm:
         self.partition: dict[str, str] = {f"n{i}": "idle" for i in range(1, 5)}
 
     def job_state(self, job_id: str) -> slurm.JobState:
-        return slurm.JobState(job_id, self.state, 0, "n[1-2]", "")
+        return slurm.JobState(job_id, self.state, self.restarts, "n[1-2]", "")
 
     def requeue(self, job_id: str) -> None:
         self.requeued.append(job_id)

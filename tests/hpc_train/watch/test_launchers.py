@@ -92,6 +92,23 @@ def test_task_0_blames_a_stuck_launchers_node_and_saves_on_notice(tmp_path, fake
     assert blamed.get("node") == "n2" and "stuck launcher" in blamed.get("why")
 
 
+def test_a_launcher_left_over_from_an_earlier_start_acts_no_more(tmp_path, fake_slurm):
+    """A node's slurmd died (a lost node) and left its launcher running: the job was requeued
+    (Slurm's restart count moved on), so the silence it sees is the old start's end. It
+    blames, drains and signals nothing (in the soak it drained task 0's node and sent the next
+    start a notice)."""
+    launcher = launcher_module.Launcher(spec_in(tmp_path))
+    start = launcher_module.Start("41", 1, 2, "n1", 0, ("n1", "n2"))
+    launcher._start = start
+    fake_slurm.restarts = 1
+    launcher._on_silent(start, launchers.Silence(0, "n1", 40, "ending"))
+    assert fake_slurm.drained == [] and fake_slurm.signals == [] and fake_slurm.requeued == []
+    assert not [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "blamed"]
+    fake_slurm.restarts, fake_slurm.state = 0, "COMPLETING"  # the job is ending: the same
+    launcher._on_silent(start, launchers.Silence(0, "n1", 40, "ending"))
+    assert fake_slurm.drained == [] and fake_slurm.signals == []
+
+
 def test_task_1_acts_for_a_stuck_task_0_waits_for_the_save_and_requeues(tmp_path, fake_slurm):
     run = RunDir(tmp_path)
     write_stop(run.stop_marker("41", 0), StopMarker(77, "SIGUSR2"))  # the ranks saved
