@@ -486,6 +486,7 @@ def soak(
     return {
         "job_id": way.job,
         "updates_reached": reached,
+        "reached_max_update": reached >= args.max_update,  # then idle to the budget's end
         "clean_s_per_update": clean,
         "goodput": ratio(reached * clean, args.budget_s) if clean else None,
         "first_update_after_submit_s": round(first - submitted, 1) if first else None,
@@ -656,7 +657,9 @@ def main(argv: list[str] | None = None) -> int:
     p = report.parser("soak", __doc__)
     p.add_argument("--budget-s", type=int, default=1200, help="wall budget of each way")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the schedule's offsets")
-    p.add_argument("--max-update", type=int, default=20000, help="more than any way reaches")
+    p.add_argument("--max-update", type=int, default=100000,
+                   help="more than any way reaches: a way that reaches it ends before its "
+                   "budget, and its goodput is not comparable (reached_max_update)")  # fmt: skip
     p.add_argument("--hold-s", type=int, default=10, help="seconds the preemptor holds")
     p.add_argument("--taken-s", type=int, default=30, help="seconds 3 nodes are taken")
     p.add_argument("--slow-factor", type=float, default=0.5,
