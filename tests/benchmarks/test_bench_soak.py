@@ -147,3 +147,20 @@ def test_the_bare_ways_ranks_are_found_and_throttled_on_their_node():
         for p in (rank, agent, other):
             p.kill()
             p.wait()
+
+
+def test_steady_steps_leave_out_restarts_stalls_and_a_slow_nodes_window():
+    """The pooled ideal's samples: u then u + 1 within a second, from the lines' own stamps."""
+    stamp = "2026-11-26 10:06:{:02d},{:03d} | INFO | train_inner | "
+    lines = [stamp.format(s, ms) + json.dumps({"loss": "9", "num_updates": str(u)})
+             for s, ms, u in [(1, 0, 1), (1, 100, 2), (1, 300, 3), (5, 0, 4), (5, 100, 2),
+                              (5, 200, 3), (5, 300, 4), (6, 0, 5)]]  # fmt: skip
+    unstamped = "| INFO | train_inner | " + json.dumps({"loss": "9", "num_updates": "9"})
+    ups = soak.logged_updates([unstamped, *lines])
+    assert [u for _, u in ups] == [1, 2, 3, 4, 2, 3, 4, 5]
+    steps = soak.steady_steps(ups, [])
+    # 1->2, 2->3, then 3->4 took 3.7 s (a stall), 4->2 is a resume; 2->3, 3->4, 4->5 (0.7 s)
+    assert [round(x, 3) for x in steps] == [0.1, 0.2, 0.1, 0.1, 0.7]
+    t0 = ups[0][0]
+    slow = [(t0 + 4.0, t0 + 4.25)]  # the throttle: the steps that began inside it are left out
+    assert [round(x, 3) for x in soak.steady_steps(ups, slow)] == [0.1, 0.2, 0.7]
