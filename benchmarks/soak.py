@@ -97,7 +97,8 @@ from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train import chaos
-from hpc_train.runs import goodput, index, logparse
+from hpc_train.runs import goodput as run_goodput
+from hpc_train.runs import index, logparse
 
 POLL_S = 0.25
 # the toolkit ways: the integration tests' short hang allowances, a 30 s straggler window with
@@ -534,7 +535,7 @@ def soak(
         "restarts": state.restarts,
         "alive_at_end": state.state in ("RUNNING", "PENDING", "REQUEUED", "CONFIGURING"),
         "replaced": [[n, t] for n, t in replacer.replaced if submitted <= t <= deadline],
-        "ledger_goodput": goodput.account(events, deadline).as_json() if events else None,
+        "ledger_goodput": run_goodput.account(events, deadline).as_json() if events else None,
         "ledger": [{"kind": e.kind, "time": round(e.time, 3), **e.data} for e in events],
         "save_dir": str(way.save),
     }
