@@ -424,10 +424,10 @@ class Replacer:
     def _loop(self) -> None:
         while not self._stop.wait(REPLACE_POLL_S):
             with contextlib.suppress(slurm.SlurmError, OSError, subprocess.SubprocessError):
-                self.step(self.after_s)
+                self.step()
 
-    def step(self, after_s: float) -> list[str]:
-        due = replace_due(node_states(), self._seen, time.time(), after_s)
+    def step(self) -> list[str]:
+        due = replace_due(node_states(), self._seen, time.time(), self.after_s)
         for node in due:
             bring_back(node)
             self.replaced.append((node, round(time.time(), 3)))
