@@ -275,7 +275,8 @@ STACKS_SIGNAL = signal.SIGUSR1  # a rank's faulthandler writes its Python stacks
 
 # what a rank went on to do after its last completed update
 TRAIN = "train"  # training the next update
-CHECKPOINT = "checkpoint"  # in fairseq's validate_and_save: validation and saves happen here
+CHECKPOINT = "checkpoint"  # in fairseq's validate_and_save (a save, or before validation)
+VALIDATE = "validate"  # validating: a beat after each batch (``hpc_train.worker.validation_beats``)
 EPOCH = "epoch"  # the epoch ended: validation, save, then the next epoch's iterator
 STOPPING = "stopping"  # max-update reached (or a save on notice): final save, then exit
 STARTUP = "startup"  # the rank is up (its stacks armed), no update yet: the start-up allowance

@@ -5,8 +5,9 @@ completed, when, the phase it went on to, and the slowest of its recent updates.
 when its heartbeat is older than its allowance:
 
 - training (``train``): T = max(factor x the slowest recent update, floor);
-- validation, checkpoint save, an epoch change or the end of training (``checkpoint``,
-  ``epoch``, ``stopping``): max(save, T);
+- validation (``validate``, a beat per validation batch): T as well;
+- a checkpoint save (counted from its start), an epoch change or the end of training
+  (``checkpoint``, ``epoch``, ``stopping``): max(save, T);
 - before its first update of this start (loading data, building the model, the first
   collective, resuming a checkpoint): the start-up allowance, counted from the rank's first
   heartbeat (``startup``, written as soon as its stacks can be asked for), or from torchrun's

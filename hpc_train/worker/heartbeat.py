@@ -4,7 +4,9 @@ The worker side (``Heartbeat``) writes ``rank-<r>.json`` in the directory its la
 (``HPC_TRAIN_HEARTBEAT_DIR``) three times per update: when the update has trained (``stepped``,
 phase ``train``, before the ranks' per-update notice agreement), once they agreed (phase
 ``checkpoint``: validation and saves may follow) and when it goes back to training (``train``;
-``epoch`` at the end of an epoch, ``stopping`` once fairseq decided to stop). A write is a small
+``epoch`` at the end of an epoch, ``stopping`` once fairseq decided to stop). Inside
+validate-and-save, ``hpc_train.worker.validation_beats`` adds a beat per validation batch
+(``validate``) and one as each save begins (``checkpoint``). A write is a small
 JSON renamed into place without fsync (three small renames per update, counted in its test):
 whole for a reader, never durable (a heartbeat only matters while the job runs). It also arms faulthandler: SIGUSR1 writes the rank's Python stacks (all threads) to
 ``rank-<r>.stacks``, even while blocked in a collective. With ``hpc_train.worker.compute_time``
@@ -33,6 +35,7 @@ from hpc_train.contract import (
     STARTUP,
     STOPPING,
     TRAIN,
+    VALIDATE,
     Beat,
     node_name,
 )
@@ -89,6 +92,14 @@ class Heartbeat:
     def completed(self, update: int) -> None:
         """Update ``update`` is done and the ranks agreed on it; validate-and-save follows."""
         self.stepped(update)
+        self._write(CHECKPOINT)
+
+    def validating(self) -> None:
+        """Validation began, or one of its batches is done (phase ``validate``)."""
+        self._write(VALIDATE)
+
+    def saving(self) -> None:
+        """A checkpoint save begins (phase ``checkpoint``): its allowance counts from now."""
         self._write(CHECKPOINT)
 
     def compute(self, seconds: float) -> None:

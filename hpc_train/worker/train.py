@@ -12,8 +12,9 @@ It runs fairseq's own training entry with the few fixes this stack needs:
 - the data position converted when a resume changes the width, so that each sample of an epoch
   is trained once, and the ``--audit-samples`` record of it (``hpc_train.worker.data_position``);
 - save on notice: SIGUSR2 → all ranks save at the same update and stop (``hpc_train.worker.preemption``);
-- a heartbeat every update for the launcher's hang watchdog, and SIGUSR1 → Python stacks
-  (``hpc_train.worker.heartbeat``);
+- a heartbeat every update for the launcher's hang watchdog, one per validation batch and one as
+  each save begins, and SIGUSR1 → Python stacks (``hpc_train.worker.heartbeat``,
+  ``hpc_train.worker.validation_beats``);
 - on GPUs: the process bound to LOCAL_RANK's GPU before NCCL starts (bound to it), the group torn
   down at exit, bf16 without fairseq's implied ``--tpu``, ``--optimizer fused_adamw`` registered;
 - fairseq's timestamped log format on stdout, and its known warnings silenced one by one.
@@ -42,6 +43,7 @@ from hpc_train.worker import (
     local_tier,
     preemption,
     save_interval,
+    validation_beats,
 )
 from hpc_train.worker.heartbeat import Heartbeat
 
@@ -204,6 +206,7 @@ def install_extensions(
     # 5. the heartbeat and each update's own compute time (hang and straggler watchers)
     heartbeat = heartbeat_of(worker, rank)
     compute_time.install(heartbeat.compute if heartbeat else None)
+    validation_beats.install(heartbeat)  # validation's batches and each save beat on their own
     # 6. save on notice: every rank agrees each update; after 4, its save flushes the writer
     preemption.install_save_on_notice(
         stop_marker(worker, run),
