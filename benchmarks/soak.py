@@ -42,6 +42,11 @@ again by ``slurm/local/cluster.sh up`` when it was killed, then ``scontrol updat
 state=resume``) ``--replace-s`` after it was first seen so. A node still allocated to a job
 (DRAINING: a node an in-job restart left out) is not touched, as clustermgtd does not.
 
+**A requeue's hold**: Slurm holds a requeued job for AuthInfo's ``cred_expire`` before it may
+start again; ParallelCluster sets 70 s, the tests' local cluster 10 s. ``make bench-soak`` runs
+on the local cluster restarted at 70 s; the result records the hold it ran under
+(``settings.requeue_hold_s``, from the controller).
+
 Figures (keys of the JSON), per way under ``ways.<name>``:
 - ``updates_reached``: the highest update logged within the budget;
 - ``clean_s_per_update``: from the run's own uninterrupted stretch, first update to the first
@@ -112,6 +117,10 @@ SCHEDULE: tuple[tuple[float, str], ...] = (
     (910, "nodes_taken"),
 )  # fmt: skip
 # failures after which the allocation still stands: the ones a way may recover from inside it
+# ParallelCluster's slurm.conf (aws-parallelcluster-cookbook, slurm.conf.erb): AuthInfo=
+# cred_expire=70, so a requeued job waits 70 s in Reason=BeginTime; make bench-soak brings the
+# local cluster up with it (slurm/local/cluster.sh, HPC_TRAIN_CLUSTER_CRED_EXPIRE)
+PCLUSTER_CRED_EXPIRE_S = 70.0
 INSIDE_ALLOCATION = ("crash", "hang", "lost_node", "slow")
 MAX_STEP_S = 1.0  # a step longer than this is a stall or a restart, not clean training
 TRAINING_NOW_S = 2.0  # an update logged this recently: the run trains (a failure may land)
@@ -588,6 +597,9 @@ def cleanup(jobs: Jobs, way: Way | None) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started, load_before = time.time(), os.getloadavg()
+    args.requeue_hold_s = slurm.requeue_hold_s()  # what every requeue below waits, at least
+    say(f"a requeued job is held {args.requeue_hold_s:.0f} s (cred_expire; ParallelCluster: "
+        f"{PCLUSTER_CRED_EXPIRE_S:.0f} s)")  # fmt: skip
     ways: dict[str, Any] = {}
     makers: list[tuple[str, Callable[[Jobs], Way]]] = [
         ("in_job", lambda jobs: toolkit_way(
@@ -705,6 +717,7 @@ def summarize(
                      "taken_s": args.taken_s, "taken_nodes": 3, "max_update": args.max_update,
                      "slow_factor": args.slow_factor, "slow_s": args.slow_s,
                      "replace_s": args.replace_s, "inside_allocation": list(INSIDE_ALLOCATION),
+                     "requeue_hold_s": getattr(args, "requeue_hold_s", None),
                      "nodes": 2, "preset": "tiny", "toolkit_options": list(TOOLKIT)},
         **provenance(started, (load[0], load[1], load[2]), machine()),
     }  # fmt: skip
@@ -716,7 +729,10 @@ def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     def per(key: str, spec: str = ".2f") -> str:
         return ", ".join(f"{n} {fmt(w.get(key), spec)}" for n, w in ways.items())
 
+    hold = result["settings"].get("requeue_hold_s")
     return [
+        ("a requeue's hold (cred_expire, s)", fmt(hold, "g"),
+         f"ParallelCluster {PCLUSTER_CRED_EXPIRE_S:g}"),
         ("goodput (of ideal)", per("goodput"), f"in_job >= {GOAL_IDEAL}"),
         ("updates reached", per("updates_reached", "d"), ""),
         ("ideal s/update (toolkit ways, pooled)", fmt(result.get("ideal_s_per_update"), ".4f"),

@@ -245,6 +245,29 @@ def grace_time_s(partition: str | None) -> float | None:
     return float(info.get("GraceTime", "0") or 0)
 
 
+# Slurm's default AuthInfo cred_expire (slurm.conf(5)); ParallelCluster's slurm.conf sets 70
+DEFAULT_CRED_EXPIRE_S = 120.0
+
+
+def cred_expire_of(config: str) -> float:
+    """AuthInfo's ``cred_expire`` in ``scontrol show config``'s text; Slurm's default without it."""
+    for line in config.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() != "AuthInfo":
+            continue
+        for item in value.strip().split(","):
+            name, _, seconds = item.partition("=")
+            if name.strip() == "cred_expire" and seconds.strip().isdigit():
+                return float(seconds)
+    return DEFAULT_CRED_EXPIRE_S
+
+
+def requeue_hold_s() -> float:
+    """How long Slurm holds a requeued batch job before it may start again (``Reason=BeginTime``):
+    the credential lifetime, AuthInfo's ``cred_expire``, of the cluster at hand."""
+    return cred_expire_of(run(["scontrol", "show", "config"]))
+
+
 def hostnames(nodelist: str) -> list[str]:
     """Expand a Slurm node list (``n[1-3]``) into host names."""
     return run(["scontrol", "show", "hostnames", nodelist]).split()

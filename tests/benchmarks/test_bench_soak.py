@@ -164,3 +164,19 @@ def test_steady_steps_leave_out_restarts_stalls_and_a_slow_nodes_window():
     t0 = ups[0][0]
     slow = [(t0 + 4.0, t0 + 4.25)]  # the throttle: the steps that began inside it are left out
     assert [round(x, 3) for x in soak.steady_steps(ups, slow)] == [0.1, 0.2, 0.7]
+
+
+def test_the_result_says_the_requeue_hold_it_ran_under_beside_parallelclusters(monkeypatch):
+    """A soak on the tests' cluster (10 s) must not pass for one at ParallelCluster's 70 s.
+    (The machine's description, which asks Slurm for its version, is a constant here.)"""
+    import argparse
+
+    monkeypatch.setattr(soak, "machine", lambda: {"cpus": 2})
+    args = argparse.Namespace(budget_s=1200, scale=1.0, hold_s=10, taken_s=30,
+                              max_update=100000, slow_factor=0.5, slow_s=150, replace_s=60,
+                              requeue_hold_s=10.0)  # fmt: skip
+    result = soak.summarize({}, args, 0.0, (0.0, 0.0, 0.0))
+    assert result["settings"]["requeue_hold_s"] == 10.0
+    (row,) = [r for r in soak.summary_rows(result) if r[0].startswith("a requeue's hold")]
+    assert row[1:] == ("10", "ParallelCluster 70")
+    assert soak.PCLUSTER_CRED_EXPIRE_S == 70

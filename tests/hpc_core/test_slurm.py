@@ -29,6 +29,20 @@ def test_real_cluster_answers_and_expands_hostnames(slurm_cluster):
     assert slurm.job_state("999999999").state == "GONE"
 
 
+def test_the_requeue_hold_is_authinfos_cred_expire_else_slurms_default():
+    local = "AuthType = auth/munge\nAuthInfo = socket=/x/munge.socket,cred_expire=10\n"
+    assert slurm.cred_expire_of(local) == 10
+    assert slurm.cred_expire_of("AuthInfo = cred_expire=70\n") == 70  # ParallelCluster's
+    assert slurm.cred_expire_of("AuthInfo = (null)\nAuthType = auth/munge\n") == 120
+    assert slurm.cred_expire_of("") == slurm.DEFAULT_CRED_EXPIRE_S == 120
+
+
+@pytest.mark.slurm
+def test_the_local_clusters_requeue_hold_is_read_from_its_controller(slurm_cluster):
+    """cluster.sh's default (10 s; tests stay quick), as the running slurmctld reports it."""
+    assert slurm.requeue_hold_s() == 10
+
+
 @pytest.mark.slurm
 def test_partition_nodes_reads_every_node_and_its_state_in_one_query(slurm_cluster):
     """What task 0 asks before a requeue (``restart_policy.requeue_blocked``), on real Slurm:

@@ -74,6 +74,10 @@ def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slur
 
         again = sh("up", env=env)
         assert again.returncode == 0 and pids(state) == started  # nothing started twice
+        # another requeue hold asked of a running cluster: said, nothing restarted
+        other = sh("up", env={**env, "HPC_TRAIN_CLUSTER_CRED_EXPIRE": "70"})
+        assert other.returncode == 1 and pids(state) == started
+        assert "cred_expire=70 (cred_expire=10): run" in other.stderr
 
         job_env = {**env, "SLURM_CONF": str(conf)}
         out = subprocess.run(
