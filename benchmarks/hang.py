@@ -160,8 +160,8 @@ def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     detect_goal = f"<= {1 + poll / allowance:.2f} (T + {poll:g} s poll)" if allowance else ""
     return [
         (f"T, the allowance applied (s), phase {hang['phase']}", fmt(allowance, "g"),
-         f"train: max({settings['factor']:g} x slowest update, {settings['floor_s']:g} s); "
-         f"save/validation: {settings['save_timeout_s']:g} s"),
+         f"train, validate: max({settings['factor']:g} x slowest update, "
+         f"{settings['floor_s']:g} s); a save: {settings['save_timeout_s']:g} s"),
         ("SIGSTOP -> hang declared (s)", fmt(hang["detect_s"]), ""),
         ("  as a multiple of T", fmt(hang["detect_over_T"]), detect_goal),
         ("SIGSTOP -> requeue issued (s)", fmt(hang["requeue_s"]), ""),
