@@ -431,9 +431,14 @@ class Replacer:
         self._thread.join(timeout=120)
 
     def _loop(self) -> None:
+        said: set[str] = set()
         while not self._stop.wait(REPLACE_POLL_S):
-            with contextlib.suppress(slurm.SlurmError, OSError, subprocess.SubprocessError):
+            try:
                 self.step()
+            except (slurm.SlurmError, OSError, subprocess.SubprocessError) as err:
+                if str(err) not in said:  # each distinct failure once: a silent stand-in for
+                    said.add(str(err))  # clustermgtd that replaces nothing skews every way
+                    say(f"the stand-in for clustermgtd failed: {err}")
 
     def step(self) -> list[str]:
         due = replace_due(node_states(), self._seen, time.time(), self.after_s)
@@ -451,7 +456,10 @@ def node_states() -> dict[str, str]:
 
 def bring_back(node: str) -> None:
     """The node's slurmd started again where it was killed (idempotent ``up``), then resumed."""
-    subprocess.run(["bash", str(CLUSTER_SH), "up"], capture_output=True, timeout=180, check=True)
+    up = subprocess.run(["bash", str(CLUSTER_SH), "up"], capture_output=True, text=True,
+                        timeout=180)  # fmt: skip
+    if up.returncode != 0:
+        raise subprocess.SubprocessError(f"cluster.sh up: {slurm.last_line(up.stderr)}")
     with contextlib.suppress(slurm.SlurmError):  # back by itself already (ReturnToService=2)
         slurm.resume(node)
 

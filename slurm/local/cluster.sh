@@ -18,7 +18,8 @@ prefix=${HPC_TRAIN_CLUSTER_NODE_PREFIX:-n}
 ctld_port=${HPC_TRAIN_CLUSTER_PORT:-16817}
 # How long a requeued job is held (Reason=BeginTime) before it may start again: Slurm holds it
 # for AuthInfo's cred_expire. 10 s here keeps the tests quick; Slurm's default is 120 s and
-# ParallelCluster's slurm.conf sets 70 s (make bench-soak runs at 70).
+# ParallelCluster's slurm.conf sets 70 s (make bench-soak runs at 70). Set while the cluster runs
+# with another hold, `up` refuses; unset, `up` keeps the running cluster's.
 cred_expire=${HPC_TRAIN_CLUSTER_CRED_EXPIRE:-10}
 [[ "$cred_expire" =~ ^[0-9]+$ ]] || { echo "HPC_TRAIN_CLUSTER_CRED_EXPIRE: not a number of seconds: $cred_expire" >&2; exit 2; }
 conf=$dir/etc/slurm.conf
@@ -206,7 +207,7 @@ cmd_up() {
   export SLURM_CONF=$conf
   if ! pid_alive "$(pid_of "$dir/run/slurmctld.pid")"; then
     write_config
-  elif ! grep -q "cred_expire=$cred_expire\$" "$conf"; then
+  elif [ -n "${HPC_TRAIN_CLUSTER_CRED_EXPIRE:-}" ] && ! grep -q "cred_expire=$cred_expire\$" "$conf"; then
     die "the cluster is up with another requeue hold than cred_expire=$cred_expire ($(grep -o 'cred_expire=[0-9]*' "$conf")): run '$0 down' first"
   fi
   write_oci_conf

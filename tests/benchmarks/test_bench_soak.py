@@ -180,3 +180,24 @@ def test_the_result_says_the_requeue_hold_it_ran_under_beside_parallelclusters(m
     (row,) = [r for r in soak.summary_rows(result) if r[0].startswith("a requeue's hold")]
     assert row[1:] == ("10", "ParallelCluster 70")
     assert soak.PCLUSTER_CRED_EXPIRE_S == 70
+
+
+def test_the_stand_in_for_clustermgtd_says_why_it_cannot_replace_a_node(monkeypatch, capsys):
+    """Seen in a soak (2026-11-26): `cluster.sh up` refused (another requeue hold), the error was
+    swallowed and no node came back all run. Now each distinct failure is said once. (Slurm's
+    node states and the restart are fakes here: the test is about the thread's reporting.)"""
+    import subprocess as sp
+    import time
+
+    monkeypatch.setattr(soak, "REPLACE_POLL_S", 0.01)
+    monkeypatch.setattr(soak, "node_states", lambda: {"n2": "drain"})
+
+    def refused(node):
+        raise sp.SubprocessError("cluster.sh up: error: the cluster is up with another hold")
+
+    monkeypatch.setattr(soak, "bring_back", refused)
+    with soak.Replacer(0.0) as replacer:
+        time.sleep(0.3)
+    out = capsys.readouterr().out
+    assert out.count("the stand-in for clustermgtd failed: cluster.sh up: error: the cluster") == 1
+    assert replacer.replaced == []
