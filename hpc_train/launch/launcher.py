@@ -708,8 +708,9 @@ class Launcher:
             return None
         evict = spec.evict_stragglers and restart_policy.may_requeue(spent, spec.max_restarts)
         return straggler_monitor.watch(
-            spec.run_dir, start, spec.straggler_limits, evict, not spec.no_drain, self.note, log
-        )
+            spec.run_dir, start, start_key(start)[0], spec.straggler_limits, evict,
+            not spec.no_drain, self.note, log,
+        )  # fmt: skip
 
     def _blame_lost(self, start: Start, previous_end: str) -> str:
         """Task 0, after a start Slurm ended by itself: blame the nodes it lost (NODE_FAIL);

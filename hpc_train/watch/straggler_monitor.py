@@ -51,8 +51,13 @@ class Watch:
         note: Callable[..., Any],
         log: Callable[[str], None],
         clock: Callable[[], float] = time.time,
+        key: str | None = None,
     ) -> None:
+        """``key``: the start's key in the run directory (``launch.starts.start_key``: the job
+        id, ``<job>.<round>`` for an in-job restart), which names its heartbeats; the ledger and
+        the blame keep the job id."""
         self.run, self.job_id, self.restart, self.hosts = run, job_id, restart, list(hosts)
+        self.key = key or job_id
         self.limits, self.evict, self.drain = limits, evict, drain
         self.note, self.log, self.clock = note, log, clock
         self.samples: list[stragglers.Sample] = []
@@ -75,7 +80,7 @@ class Watch:
         """Every node's compute time now: its slowest rank's recent median."""
         compute = {}
         for host in self.hosts:
-            beats = read_beats(self.run.heartbeats(self.job_id, self.restart, host))
+            beats = read_beats(self.run.heartbeats(self.key, self.restart, host))
             times = [b.compute_s for b in beats if b.compute_s]
             if times:
                 compute[host] = max(times)
@@ -104,7 +109,7 @@ class Watch:
             self.run, self.job_id, self.restart, found.node, why, self.drain, self.note, self.log
         )
         self.evicted = Suspect(found.node, None, f"straggler: {found.describe()}")
-        ranks = read_beats(self.run.heartbeats(self.job_id, self.restart, node_name()))
+        ranks = read_beats(self.run.heartbeats(self.key, self.restart, node_name()))
         for beat in ranks:  # one rank's notice is every rank's (they all-reduce it)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(beat.pid, signal.SIGUSR2)
@@ -142,6 +147,7 @@ class Start(Protocol):
 def watch(
     run: RunDir,
     start: Start,
+    key: str,
     limits: StragglerLimits,
     evict: bool,
     drain: bool,
@@ -150,9 +156,11 @@ def watch(
 ) -> Watch | None:
     """Task 0's straggler thread for this start; None on other tasks or on one node. ``evict``:
     ``--evict-stragglers`` with a restart left to resume without the node (the launcher asks
-    ``restart_policy.may_requeue``); otherwise naming it is all."""
+    ``restart_policy.may_requeue``); otherwise naming it is all. ``key``: the start's key in the
+    run directory (an in-job round's heartbeats are its own: before, round 1 on read round 0's,
+    stale, and never found a straggler)."""
     if start.task != 0 or len(start.hosts) < 2:
         return None
     return Watch(
-        run, start.job_id, start.restart, start.hosts, limits, evict, drain, note, log
+        run, start.job_id, start.restart, start.hosts, limits, evict, drain, note, log, key=key
     ).start()

@@ -592,7 +592,7 @@ def test_straggler_eviction_asks_the_one_budget_with_in_job_restarts_in_it(
     spec = dataclasses.replace(spec_in(tmp_path, max_restarts=1), evict_stragglers=True)
     asked: list[bool] = []
     monkeypatch.setattr(launcher_module.straggler_monitor, "watch",
-                        lambda run, start, limits, evict, *rest: asked.append(evict))  # fmt: skip
+                        lambda run, start, key, limits, evict, *rest: asked.append(evict))  # fmt: skip
     FakeTorchrun(spec, 0).run(start(), gpus=0)
     assert asked == [False]
 
