@@ -38,7 +38,7 @@ for: the benchmark kills/stops/throttles them itself, on the node, through ``sru
 **Nodes replaced** (``Replacer``, the same for the three ways): on ParallelCluster clustermgtd
 replaces a node that is DOWN, or DRAINED with no job left on it; the local cluster has no
 clustermgtd, so the benchmark stands in for it: such a node is brought back (its slurmd started
-again by ``slurm/local/cluster.sh up`` when it was killed, then ``scontrol update
+again by ``slurm/local/cluster.sh node-up`` when it was killed, then ``scontrol update
 state=resume``) ``--replace-s`` after it was first seen so. A node still allocated to a job
 (DRAINING: a node an in-job restart left out) is not touched, as clustermgtd does not.
 
@@ -412,7 +412,7 @@ def inject(kind: str, way: Way, args: argparse.Namespace, jobs: Jobs) -> dict[st
 class Replacer:
     """Stands in for ParallelCluster's clustermgtd on the local cluster (``replace_due``): a
     thread that brings back a node DOWN, or DRAINED with no job on it, ``after_s`` after it was
-    first seen so - its slurmd started again where it was killed (``cluster.sh up``), then
+    first seen so - its slurmd started again where it was killed (``cluster.sh node-up``), then
     resumed. ``replaced``: (node, time) of each."""
 
     def __init__(self, after_s: float) -> None:
@@ -455,11 +455,12 @@ def node_states() -> dict[str, str]:
 
 
 def bring_back(node: str) -> None:
-    """The node's slurmd started again where it was killed (idempotent ``up``), then resumed."""
-    up = subprocess.run(["bash", str(CLUSTER_SH), "up"], capture_output=True, text=True,
-                        timeout=180)  # fmt: skip
+    """The node's slurmd started again where it was killed (``cluster.sh node-up``: that node
+    alone; ``up`` would resume every node, a drained one not due yet too), then resumed."""
+    up = subprocess.run(["bash", str(CLUSTER_SH), "node-up", node], capture_output=True,
+                        text=True, timeout=60)  # fmt: skip
     if up.returncode != 0:
-        raise subprocess.SubprocessError(f"cluster.sh up: {slurm.last_line(up.stderr)}")
+        raise subprocess.SubprocessError(f"cluster.sh node-up: {slurm.last_line(up.stderr)}")
     with contextlib.suppress(slurm.SlurmError):  # back by itself already (ReturnToService=2)
         slurm.resume(node)
 

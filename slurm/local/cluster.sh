@@ -3,7 +3,7 @@
 # own UTS namespace so `hostname` inside a job prints the node name), a private munged, and two
 # partitions over the same nodes: `low` (default, preemptible with requeue) and `high`.
 #
-#   cluster.sh up | down | status | conf
+#   cluster.sh up | down | status | conf | node-up NODE
 #
 # All state (config, spool, logs, pid files, munge key and socket) lives in $HPC_TRAIN_CLUSTER_DIR
 # (default: <repo>/.local/cluster). `up` and `down` are idempotent; `down` stops only the daemons
@@ -30,7 +30,10 @@ die() { log "error: $*"; exit 1; }
 
 node_names() { local i; for ((i = 1; i <= nodes; i++)); do printf '%s%d\n' "$prefix" "$i"; done; }
 
-pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# alive, and not a zombie (a killed daemon whose parent does not reap it still answers kill -0)
+pid_alive() {
+  [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null && ! grep -qs '^State:[[:space:]]*Z' "/proc/$1/status"
+}
 pid_of() { if [ -s "$1" ]; then cat "$1"; fi; }
 
 write_config() {
@@ -163,15 +166,35 @@ start_ctld() {
   log "slurmctld started on port $ctld_port"
 }
 
+start_node() { # name: its slurmd, unless running
+  local name=$1
+  pid_alive "$(pid_of "$dir/run/slurmd-$name.pid")" && return 0
+  mkdir -p "$dir/spool/$name"
+  # Own UTS namespace: the node's processes see `hostname` = node name.
+  # shellcheck disable=SC2016  # $1/$2 expand in the inner shell
+  unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$name" "$conf"
+}
+
 start_nodes() {
   local name
-  while read -r name; do
-    pid_alive "$(pid_of "$dir/run/slurmd-$name.pid")" && continue
-    mkdir -p "$dir/spool/$name"
-    # Own UTS namespace: the node's processes see `hostname` = node name.
-    # shellcheck disable=SC2016  # $1/$2 expand in the inner shell
-    unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$name" "$conf"
-  done < <(node_names)
+  while read -r name; do start_node "$name"; done < <(node_names)
+}
+
+# One node's slurmd started again (one killed to emulate a lost node), the other nodes and
+# their states untouched: unlike `up`, it resumes nothing.
+cmd_node_up() {
+  local name=${1:-}
+  node_names | grep -qx -- "$name" || die "node-up: no node '$name' here ($(node_names | paste -sd ' '))"
+  pid_alive "$(pid_of "$dir/run/slurmctld.pid")" || die "node-up: the cluster is down: run '$0 up'"
+  close_inherited_fds
+  export SLURM_CONF=$conf
+  start_node "$name"
+  local deadline=$((SECONDS + 15))
+  until pid_alive "$(pid_of "$dir/run/slurmd-$name.pid")"; do # slurmd writes it once detached
+    ((SECONDS < deadline)) || die "node-up: $name's slurmd did not start; see $dir/log/slurmd-$name.log"
+    sleep 0.2
+  done
+  log "node-up: $name's slurmd running"
 }
 
 wait_ready() {
@@ -275,6 +298,7 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
+  node-up) cmd_node_up "${2:-}" ;;
   conf) echo "$conf" ;;
-  *) echo "usage: $0 up|down|status|conf" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|conf|node-up NODE" >&2; exit 2 ;;
 esac

@@ -78,6 +78,20 @@ def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slur
         other = sh("up", env={**env, "HPC_TRAIN_CLUSTER_CRED_EXPIRE": "70"})
         assert other.returncode == 1 and pids(state) == started
         assert "cred_expire=70 (cred_expire=10): run" in other.stderr
+        # node-up: one killed slurmd started again, the rest untouched (bench-soak's clustermgtd
+        # stand-in; `up` would also resume every drained node)
+        killed = state / "run" / "slurmd-t2.pid"
+        os.kill(started[killed.name], 9)
+        back = sh("node-up", "t2", env=env)
+        assert back.returncode == 0, back.stderr
+        now = pids(state)
+        assert alive(now[killed.name]) and now[killed.name] != started[killed.name]
+        assert {k: v for k, v in now.items() if k != killed.name} == {
+            k: v for k, v in started.items() if k != killed.name
+        }
+        started = now
+        bogus = sh("node-up", "t9", env=env)
+        assert bogus.returncode == 1 and "no node 't9' here (t1 t2)" in bogus.stderr
 
         job_env = {**env, "SLURM_CONF": str(conf)}
         out = subprocess.run(
