@@ -115,7 +115,7 @@ bench-hang: install cluster-up demo-data
 bench-grow: install cluster-up demo-data
 	$(PY) -m benchmarks.grow --data $(STATE)/data/demo-bin --out benchmarks/results/grow.json
 
-# Soak benchmark (issue 19), not a test: ~65 min; one failure schedule (a preemption, a rank
+# Soak benchmark (issue 19), not a test: ~45 min; one failure schedule (a preemption, a rank
 # killed, a hang, a lost node, a slow node, nodes taken and given back) over 20 min of wall three
 # ways: bare sbatch+torchrun+fairseq-train, the toolkit with requeues only, the toolkit in-job with
 # a spare; goodput, failure -> resumed update. SOAK_BUDGET_S=300 SOAK_SCALE=0.25: a quick look.
