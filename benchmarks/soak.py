@@ -117,10 +117,6 @@ SCHEDULE: tuple[tuple[float, str], ...] = (
     (910, "nodes_taken"),
 )  # fmt: skip
 # failures after which the allocation still stands: the ones a way may recover from inside it
-# ParallelCluster's slurm.conf (aws-parallelcluster-cookbook, slurm.conf.erb): AuthInfo=
-# cred_expire=70, so a requeued job waits 70 s in Reason=BeginTime; make bench-soak brings the
-# local cluster up with it (slurm/local/cluster.sh, HPC_TRAIN_CLUSTER_CRED_EXPIRE)
-PCLUSTER_CRED_EXPIRE_S = 70.0
 INSIDE_ALLOCATION = ("crash", "hang", "lost_node", "slow")
 MAX_STEP_S = 1.0  # a step longer than this is a stall or a restart, not clean training
 TRAINING_NOW_S = 2.0  # an update logged this recently: the run trains (a failure may land)
@@ -608,7 +604,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started, load_before = time.time(), os.getloadavg()
     args.requeue_hold_s = slurm.requeue_hold_s()  # what every requeue below waits, at least
     say(f"a requeued job is held {args.requeue_hold_s:.0f} s (cred_expire; ParallelCluster: "
-        f"{PCLUSTER_CRED_EXPIRE_S:.0f} s)")  # fmt: skip
+        f"{slurm.PCLUSTER_CRED_EXPIRE_S:.0f} s)")  # fmt: skip
     ways: dict[str, Any] = {}
     makers: list[tuple[str, Callable[[Jobs], Way]]] = [
         ("in_job", lambda jobs: toolkit_way(
@@ -741,7 +737,7 @@ def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     hold = result["settings"].get("requeue_hold_s")
     return [
         ("a requeue's hold (cred_expire, s)", fmt(hold, "g"),
-         f"ParallelCluster {PCLUSTER_CRED_EXPIRE_S:g}"),
+         f"ParallelCluster {slurm.PCLUSTER_CRED_EXPIRE_S:g}"),
         ("goodput (of ideal)", per("goodput"), f"in_job >= {GOAL_IDEAL}"),
         ("updates reached", per("updates_reached", "d"), ""),
         ("ideal s/update (toolkit ways, pooled)", fmt(result.get("ideal_s_per_update"), ".4f"),

@@ -245,8 +245,10 @@ def grace_time_s(partition: str | None) -> float | None:
     return float(info.get("GraceTime", "0") or 0)
 
 
-# Slurm's default AuthInfo cred_expire (slurm.conf(5)); ParallelCluster's slurm.conf sets 70
+# AuthInfo's cred_expire, which a requeued job waits out: Slurm's default (slurm.conf(5)), and
+# ParallelCluster's (aws-parallelcluster-cookbook, slurm.conf.erb: AuthInfo=cred_expire=70)
 DEFAULT_CRED_EXPIRE_S = 120.0
+PCLUSTER_CRED_EXPIRE_S = 70.0
 
 
 def cred_expire_of(config: str) -> float:

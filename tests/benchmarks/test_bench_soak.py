@@ -179,7 +179,7 @@ def test_the_result_says_the_requeue_hold_it_ran_under_beside_parallelclusters(m
     assert result["settings"]["requeue_hold_s"] == 10.0
     (row,) = [r for r in soak.summary_rows(result) if r[0].startswith("a requeue's hold")]
     assert row[1:] == ("10", "ParallelCluster 70")
-    assert soak.PCLUSTER_CRED_EXPIRE_S == 70
+    assert soak.slurm.PCLUSTER_CRED_EXPIRE_S == 70
 
 
 def test_the_stand_in_for_clustermgtd_says_why_it_cannot_replace_a_node(monkeypatch, capsys):
