@@ -38,8 +38,9 @@ for: the benchmark kills/stops/throttles them itself, on the node, through ``sru
 **Nodes replaced** (``Replacer``, the same for the three ways): on ParallelCluster clustermgtd
 replaces a node that is DOWN, or DRAINED with no job left on it; the local cluster has no
 clustermgtd, so the benchmark stands in for it: such a node is brought back (its slurmd started
-again by ``slurm/local/cluster.sh node-up`` when it was killed, then ``scontrol update
-state=resume``) ``--replace-s`` after it was first seen so. A node still allocated to a job
+again by ``slurm/local/cluster.sh node-up`` when it was killed, given a new NodeAddr as a new
+instance gets a new IP, then ``scontrol update state=resume``) ``--replace-s`` after it was
+first seen so: a new machine under the old name, which a quarantine does not hold. A node still allocated to a job
 (DRAINING: a node an in-job restart left out) is not touched, as clustermgtd does not.
 
 **A requeue's hold**: Slurm holds a requeued job for AuthInfo's ``cred_expire`` before it may
@@ -445,6 +446,12 @@ class Replacer:
         return due
 
 
+# A replaced node is a new machine: clustermgtd sets NodeAddr to the new instance's IP
+# (hpc_core.slurm.machine), and the quarantine holds machines, not names. Here each replacement
+# gets the next loopback address; its slurmd listens on all of them (the port is the node's).
+NEW_ADDRESSES = (f"127.0.0.{i}" for i in itertools.count(11))
+
+
 def node_states() -> dict[str, str]:
     out = slurm.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False)
     return dict(ln.split() for ln in out.splitlines() if ln.strip())  # a node per partition
@@ -452,11 +459,13 @@ def node_states() -> dict[str, str]:
 
 def bring_back(node: str) -> None:
     """The node's slurmd started again where it was killed (``cluster.sh node-up``: that node
-    alone; ``up`` would resume every node, a drained one not due yet too), then resumed."""
+    alone; ``up`` would resume every node, a drained one not due yet too), at a new address
+    (``NEW_ADDRESSES``), then resumed."""
     up = subprocess.run(["bash", str(CLUSTER_SH), "node-up", node], capture_output=True,
                         text=True, timeout=60)  # fmt: skip
     if up.returncode != 0:
         raise subprocess.SubprocessError(f"cluster.sh node-up: {slurm.last_line(up.stderr)}")
+    slurm.run(["scontrol", "update", f"nodename={node}", f"nodeaddr={next(NEW_ADDRESSES)}"])
     with contextlib.suppress(slurm.SlurmError):  # back by itself already (ReturnToService=2)
         slurm.resume(node)
 

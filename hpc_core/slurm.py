@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hpc_core.slurm_conf import DEFAULT_CONFS
@@ -223,6 +223,24 @@ def job_info(job_id: str | int) -> dict[str, str] | None:
 def node_info(node: str) -> dict[str, str]:
     out = run(["scontrol", "show", "node", "-o", node])
     return parse_record(out.strip())
+
+
+def machine(info: Mapping[str, str]) -> str:
+    """The machine behind a node's name, from its ``scontrol show node`` record: its NodeAddr,
+    with the InstanceId where Slurm reports one (23.02+, set by whoever launches instances).
+    ParallelCluster's clustermgtd sets NodeAddr to an instance's private IP when it launches one
+    and back to the node's name when it powers one down (aws-parallelcluster-node,
+    ``slurm_commands.update_nodes``/``reset_nodes``): a node replaced is a new address under the
+    same name. (A private IP freed by a terminated instance may be given to a later one: that
+    machine is then taken for the old one, the strict side.)"""
+    addr = info.get("NodeAddr", "")
+    instance = info.get("InstanceId", "")
+    return f"{addr} {instance}" if instance not in ("", "(null)", "N/A") else addr
+
+
+def node_machine(node: str) -> str:
+    """``machine`` of ``node`` now (one ``scontrol show node``)."""
+    return machine(node_info(node))
 
 
 def partition_info(partition: str | None) -> dict[str, str]:

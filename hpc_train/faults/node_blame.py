@@ -4,8 +4,8 @@ Who is blamed comes from elsewhere: a hang's suspect (``hpc_train.watch.hang_mon
 GPUs (``hpc_train.launch.geometry``), a straggler (``hpc_train.watch.straggler_monitor``), the node of a crash
 (``crash_suspect`` below), a node Slurm lost (``lost_nodes``). What follows is the same for all:
 
-- the ledger's ``blamed`` event (node, why, drained);
-- the quarantine list (``hpc_train.faults.quarantine``): twice within a day and the node stays out;
+- the ledger's ``blamed`` event (node, its machine, why, drained);
+- the quarantine list (``hpc_train.faults.quarantine``): a machine blamed twice within a day stays out;
 - ``scontrol update State=DRAIN Reason="hpc-train: …"`` unless ``--no-drain`` (a quarantined
   node's reason says so);
 - the requeued job's ``ExcNodeList`` (Slurm accepts it once the job is pending again).
@@ -37,18 +37,27 @@ def blame(
     run: RunDir, job: str, restart: int, node: str, why: str, drain: bool, note: Note, log: Log,
     **data: Any,
 ) -> None:  # fmt: skip
-    """Record ``node``'s blame, update the quarantine list, drain it (``drain``)."""
-    pending = ledger.Event("blamed", time.time(), job, restart, {"node": node, "why": why})
-    entries = quarantine.update(run, also=[pending])
+    """Record ``node``'s blame against its machine, update the quarantine list, drain it
+    (``drain``)."""
+    try:
+        machine = slurm.node_machine(node)
+    except slurm.SlurmError as err:
+        machine = ""  # counted with the name's other unknown ones (quarantine.machine_of)
+        log(f"cannot tell {node}'s machine ({err}): the blame counts against the name")
+    info = {"node": node, "why": why, "machine": machine}
+    entries = quarantine.update(run, also=[ledger.Event("blamed", time.time(), job, restart, info)])
     drained = False
     if drain:
         try:
-            slurm.drain(node, quarantine.drain_reason(node, why, entries))
+            slurm.drain(node, quarantine.drain_reason(node, why, entries, machine))
             drained = True
         except slurm.SlurmError as err:
             log(f"could not drain {node}: {err}")
-    note("blamed", node=node, why=why, drained=drained, **data)
-    held = " (quarantined: blamed twice within a day)" if node in {e.node for e in entries} else ""
+    note("blamed", node=node, why=why, drained=drained, machine=machine, **data)
+    quarantined = quarantine.holds(entries, node, machine)
+    held = (
+        f" (quarantined: machine {machine or '?'} blamed twice within a day)" if quarantined else ""
+    )
     log(f"blamed {node}: {why}{'; drained' if drained else ''}{held}")
 
 

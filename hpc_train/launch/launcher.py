@@ -620,8 +620,10 @@ class Launcher:
             states = slurm.partition_nodes(spec.partition)
             replaced = restart_policy.nodes_replaced(spec.nodes_replaced, states)
             blamed = restart_policy.excluded_by_name(leave_out, replaced, not spec.no_drain)
-            # a quarantined node stays out by name, replaced or not (faults.quarantine)
-            by_name = sorted(set(blamed) | set(quarantine.nodes(spec.run_dir)))
+            held = restart_policy.quarantined_by_name(
+                quarantine.nodes(spec.run_dir), states, replaced
+            )  # fmt: skip
+            by_name = sorted(set(blamed) | set(held))
             excluded = self._excluded() | set(by_name)
         except slurm.SlurmError as err:
             log(f"cannot tell whether the requeued job can start ({err}): requeueing")

@@ -191,6 +191,16 @@ def excluded_by_name(blamed: Sequence[str], replaced: bool, drained: bool) -> li
     return [] if replaced and drained else list(blamed)
 
 
+def quarantined_by_name(
+    held: Sequence[str], states: Mapping[str, str], replaced: bool
+) -> list[str]:
+    """The quarantined nodes (``held``: each still on the machine it quarantined) a requeue
+    keeps out by name: every one, unless the cluster replaces drained nodes and the node is not
+    usable now (drained, down; ``states`` from sinfo). Then that keeps it out until its
+    replacement, a machine the quarantine does not hold, which the job may use (pure)."""
+    return [n for n in held if not (replaced and not node_usable(states.get(n, "")))]
+
+
 def requeue_blocked(
     states: Mapping[str, str], excluded: Collection[str], min_nodes: int, replaced: bool
 ) -> tuple[Decision | None, str]:

@@ -47,7 +47,7 @@ def node_notes(events: Sequence[ledger.Event]) -> list[NodeNote]:
         return e.kind == "blamed" and str(e.get("why", "")).startswith("straggler")
 
     evicted = {(e.job, e.restart, e.get("node")) for e in events if eviction(e)}
-    held = {q.node for q in quarantine.decide(events)}
+    held = {(q.node, q.machine) for q in quarantine.decide(events)}
     out = []
     for e in events:
         node = str(e.get("node") or "")
@@ -62,7 +62,8 @@ def node_notes(events: Sequence[ledger.Event]) -> list[NodeNote]:
             out.append(
                 NodeNote(
                     node, "blamed", str(e.get("why", "")), e.job, e.restart + 1,
-                    drained=bool(e.get("drained")), quarantined=node in held,
+                    drained=bool(e.get("drained")),
+                    quarantined=(node, quarantine.machine_of(e)) in held,
                 )
             )  # fmt: skip
     return out

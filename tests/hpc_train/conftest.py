@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpc_core import slurm
-from hpc_train.faults import node_blame
+from hpc_train.faults import node_blame, quarantine
 from hpc_train.job import container
 from hpc_train.launch import launcher
 
@@ -48,6 +48,9 @@ class FakeSlurm:
     def node_info(self, node: str) -> dict[str, str]:
         return self.nodes.get(node, {"State": "IDLE"})
 
+    def node_machine(self, node: str) -> str:
+        return slurm.machine(self.node_info(node))
+
     def partition_nodes(self, partition: str | None) -> dict[str, str]:
         return dict(self.partition)
 
@@ -70,6 +73,7 @@ def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     fake = FakeSlurm()
     monkeypatch.setattr(launcher, "slurm", fake)
     monkeypatch.setattr(node_blame, "slurm", fake)
+    monkeypatch.setattr(quarantine, "slurm", fake)
     monkeypatch.setattr(launcher, "REQUEUE_GRACE_S", 0.0)
     monkeypatch.setattr(launcher, "endpoint_to_watch", lambda: None)
     return fake

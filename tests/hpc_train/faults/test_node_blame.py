@@ -93,6 +93,26 @@ def test_blamed_twice_the_node_is_quarantined_and_its_drain_reason_says_so(tmp_p
     )
 
 
+def test_a_name_blamed_on_two_machines_is_not_quarantined(tmp_path, fake_slurm):
+    """Where clustermgtd replaces a drained node, the name's next machine has another address:
+    a blame of each is one blame of each machine (``hpc_core.slurm.machine``), recorded in the
+    ledger; the drain reason and the log do not say quarantined."""
+    run, said = RunDir(tmp_path), []
+
+    def note(kind: str, **data: object) -> None:
+        ledger.record(run.ledger, kind, "9", 0, **data)
+
+    fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.5"}
+    node_blame.blame(run, "9", 0, "n2", "crash", True, note, said.append)
+    fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.9"}  # replaced
+    node_blame.blame(run, "9", 1, "n2", "lost", True, note, said.append)
+    assert [d[1] for d in fake_slurm.drained] == ["hpc-train: crash", "hpc-train: lost"]
+    assert quarantine.nodes(run) == [] and "quarantined" not in said[1]
+    assert [e.get("machine") for e in ledger.read(run.ledger)] == ["10.0.1.5", "10.0.1.9"]
+    node_blame.blame(run, "9", 2, "n2", "hang", True, note, said.append)  # the new one again
+    assert "quarantined: machine 10.0.1.9" in said[2] and quarantine.nodes(run) == ["n2"]
+
+
 def test_a_node_slurm_lost_is_named_with_its_state(monkeypatch):
     states = {
         "n1": {"State": "ALLOCATED"},

@@ -383,6 +383,24 @@ def test_where_nodes_are_replaced_a_short_requeue_waits_and_excludes_no_name(tmp
     assert blocked.get("waiting") is True
 
 
+def test_a_quarantined_node_drained_where_nodes_are_replaced_is_not_excluded_by_name(
+    tmp_path, fake_slurm
+):
+    """The same, with the quarantined n3 drained: its drain keeps it out until clustermgtd
+    replaces it, and the replacement is another machine the quarantine does not hold
+    (``faults.quarantine``), so the requeue names no node: by name it would be out of the
+    job for good (the 2026-11-26 soak's extra requeue came from a name held so)."""
+    fake_slurm.partition = {"n1": "idle", "n2": "idle", "n3": "drained"}
+    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
+                   nodes_replaced="yes")  # fmt: skip
+    for restart in (7, 8):
+        ledger.record(RunDir(tmp_path).ledger, "blamed", "40", restart, node="n3", why="hang")
+    quarantine.update(RunDir(tmp_path))
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        FakeTorchrun(spec, 1).run(start(), gpus=0)
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
+
+
 class FailsOnce(FakeTorchrun):
     """torchrun replaced by ``python -c``: exits 1 in the first round, 0 after (a transient
     crash); the nodes of each round it was started on are kept in ``rounds``."""
