@@ -267,25 +267,51 @@ def grace_time_s(partition: str | None) -> float | None:
 # ParallelCluster's (aws-parallelcluster-cookbook, slurm.conf.erb: AuthInfo=cred_expire=70)
 DEFAULT_CRED_EXPIRE_S = 120.0
 PCLUSTER_CRED_EXPIRE_S = 70.0
+# Slurm 25.11 added SchedulerParameters=requeue_delay= (CHANGELOG/slurm-25.11.md): the hold of a
+# requeued job apart from the credentials' lifetime (job_mgr.c: begin_time = now + delay + 1)
+REQUEUE_DELAY_SINCE = (25, 11)
+
+
+def config_option(config: str, key: str, name: str) -> str | None:
+    """``name``'s value in the comma-separated setting ``key`` of ``scontrol show config``'s text
+    (``AuthInfo = socket=/x,cred_expire=10``: ``cred_expire`` is ``10``); None where unset."""
+    for line in config.splitlines():
+        found, _, value = line.partition("=")
+        if found.strip() != key:
+            continue
+        for item in value.strip().split(","):
+            option, _, setting = item.partition("=")
+            if option.strip() == name:
+                return setting.strip()
+    return None
+
+
+def version_of(config: str) -> tuple[int, int]:
+    """(major, minor) of ``scontrol show config``'s ``SLURM_VERSION`` ((0, 0) where unreadable)."""
+    found = re.search(r"^SLURM_VERSION\s*=\s*(\d+)\.(\d+)", config, re.MULTILINE)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
 def cred_expire_of(config: str) -> float:
     """AuthInfo's ``cred_expire`` in ``scontrol show config``'s text; Slurm's default without it."""
-    for line in config.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() != "AuthInfo":
-            continue
-        for item in value.strip().split(","):
-            name, _, seconds = item.partition("=")
-            if name.strip() == "cred_expire" and seconds.strip().isdigit():
-                return float(seconds)
-    return DEFAULT_CRED_EXPIRE_S
+    seconds = config_option(config, "AuthInfo", "cred_expire")
+    return float(seconds) if seconds and seconds.isdigit() else DEFAULT_CRED_EXPIRE_S
+
+
+def requeue_hold_of(config: str) -> float:
+    """How long a requeued batch job is held (``Reason=BeginTime``), from ``scontrol show
+    config``'s text: SchedulerParameters' ``requeue_delay`` where this Slurm honours it (25.11+;
+    an older one ignores the option: the version is read, never assumed), else AuthInfo's
+    ``cred_expire``."""
+    delay = config_option(config, "SchedulerParameters", "requeue_delay")
+    if delay and delay.isdigit() and version_of(config) >= REQUEUE_DELAY_SINCE:
+        return float(delay)
+    return cred_expire_of(config)
 
 
 def requeue_hold_s() -> float:
-    """How long Slurm holds a requeued batch job before it may start again (``Reason=BeginTime``):
-    the credential lifetime, AuthInfo's ``cred_expire``, of the cluster at hand."""
-    return cred_expire_of(run(["scontrol", "show", "config"]))
+    """``requeue_hold_of`` the cluster at hand (one ``scontrol show config``)."""
+    return requeue_hold_of(run(["scontrol", "show", "config"]))
 
 
 def hostnames(nodelist: str) -> list[str]:

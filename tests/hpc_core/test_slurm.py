@@ -37,6 +37,19 @@ def test_the_requeue_hold_is_authinfos_cred_expire_else_slurms_default():
     assert slurm.cred_expire_of("") == slurm.DEFAULT_CRED_EXPIRE_S == 120
 
 
+def test_the_requeue_hold_is_requeue_delay_where_the_slurm_honours_it():
+    """Slurm 25.11 (ParallelCluster 3.16) holds a requeued job for SchedulerParameters'
+    requeue_delay where set; 22.05 (this machine's) ignores the option, so the version is read."""
+    pcluster = "SLURM_VERSION = 25.11.2\nAuthInfo = cred_expire=70\n"
+    delayed = pcluster + "SchedulerParameters = nohold_on_prolog_fail,requeue_delay=10\n"
+    assert slurm.requeue_hold_of(delayed) == 10
+    assert slurm.requeue_hold_of(pcluster) == 70  # no requeue_delay: the credentials' lifetime
+    older = delayed.replace("25.11.2", "24.11.6")
+    assert slurm.requeue_hold_of(older) == 70  # set, but not honoured before 25.11
+    assert slurm.requeue_hold_of(delayed.replace("SLURM_VERSION = 25.11.2\n", "")) == 70
+    assert slurm.version_of("SLURM_VERSION = 22.05.8\n") == (22, 5)
+
+
 @pytest.mark.slurm
 def test_the_local_clusters_requeue_hold_is_read_from_its_controller(slurm_cluster):
     """cluster.sh's default (10 s; tests stay quick), as the running slurmctld reports it."""

@@ -63,6 +63,20 @@ def test_headline_config_has_what_the_issue_asks() -> None:
         ]
 
 
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_a_requeue_is_held_10_s_on_slurm_25_11_not_parallelclusters_70(name: str) -> None:
+    """Every shipped cluster sets SchedulerParameters=requeue_delay=10: on ParallelCluster 3.16
+    (Slurm 25.11, its slurm.conf AuthInfo=cred_expire=70) a requeue is held 10 s, on an older
+    Slurm still 70 s; without the setting 70 s (``hpc_core.slurm.requeue_hold_of`` decides)."""
+    from hpc_train.cluster import requeue_hold
+
+    config = load(name)
+    assert requeue_hold.of_config(config) == 10
+    assert requeue_hold.of_config(config, slurm_version="24.11") == 70
+    del config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]
+    assert requeue_hold.of_config(config) == 70
+
+
 def test_node_type_and_code_reach_the_nodes_as_part_b_expects() -> None:
     """The interface with the bootstrap (issue 17): node type in Args, source on the head only."""
     c = load("p3dn.yaml")
