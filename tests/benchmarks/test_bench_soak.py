@@ -178,7 +178,7 @@ def test_the_result_says_the_requeue_hold_it_ran_under_beside_parallelclusters(m
     result = soak.summarize({}, args, 0.0, (0.0, 0.0, 0.0))
     assert result["settings"]["requeue_hold_s"] == 10.0
     (row,) = [r for r in soak.summary_rows(result) if r[0].startswith("a requeue's hold")]
-    assert row[1:] == ("10", "ParallelCluster 70")
+    assert row[1:] == ("10", "ParallelCluster 70; shipped configs 10 (Slurm 25.11)")
     assert soak.slurm.PCLUSTER_CRED_EXPIRE_S == 70
 
 
