@@ -121,14 +121,16 @@ bench-grow: install cluster-up demo-data
 # a spare; goodput, failure -> resumed update. SOAK_BUDGET_S=300 SOAK_SCALE=0.25: a quick look.
 # The local cluster is restarted for it with a requeue hold of SOAK_CRED_EXPIRE s and stopped
 # after: 10, a cluster made from pcluster_configs/ on ParallelCluster 3.16 (requeue_delay=10);
-# 70, ParallelCluster's default (cred_expire=70), with SOAK_OUT=benchmarks/results/soak-hold70.json.
+# 70, ParallelCluster's default (cred_expire=70), with SOAK_OUT=benchmarks/results/soak-hold70.json;
+# and with Slurm's scheduling intervals, which ParallelCluster keeps (the tests' cluster: 2 s).
 SOAK_BUDGET_S ?= 1200
 SOAK_SCALE ?= 1
 SOAK_CRED_EXPIRE ?= 10
 SOAK_OUT ?= benchmarks/results/soak.json
 bench-soak: install install-system demo-data
 	bash slurm/local/cluster.sh down
-	HPC_TRAIN_CLUSTER_CRED_EXPIRE=$(SOAK_CRED_EXPIRE) bash slurm/local/cluster.sh up
+	HPC_TRAIN_CLUSTER_CRED_EXPIRE=$(SOAK_CRED_EXPIRE) HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS= \
+	  bash slurm/local/cluster.sh up
 	rc=0; $(PY) -m benchmarks.soak --data $(STATE)/data/demo-bin --budget-s $(SOAK_BUDGET_S) \
 	  --scale $(SOAK_SCALE) --taken-s 30 --out $(SOAK_OUT) || rc=$$?; \
 	bash slurm/local/cluster.sh down; exit $$rc

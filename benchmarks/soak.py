@@ -619,8 +619,12 @@ def cleanup(jobs: Jobs, way: Way | None) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started, load_before = time.time(), os.getloadavg()
-    args.requeue_hold_s = slurm.requeue_hold_s()  # what every requeue below waits, at least
-    say(f"a requeued job is held {args.requeue_hold_s:.0f} s ({hold_reference()})")
+    config = slurm.show_config()
+    args.requeue_hold_s = slurm.requeue_hold_of(config)  # what every requeue below waits, at least
+    # and then the next scheduling pass: ParallelCluster keeps Slurm's defaults, (null) here
+    args.scheduler_parameters = slurm.config_value(config, "SchedulerParameters")
+    say(f"a requeued job is held {args.requeue_hold_s:.0f} s ({hold_reference()}); "
+        f"SchedulerParameters {args.scheduler_parameters} (ParallelCluster: Slurm's defaults)")  # fmt: skip
     ways: dict[str, Any] = {}
     makers: list[tuple[str, Callable[[Jobs], Way]]] = [
         ("in_job", lambda jobs: toolkit_way(
@@ -739,6 +743,7 @@ def summarize(
                      "slow_factor": args.slow_factor, "slow_s": args.slow_s,
                      "replace_s": args.replace_s, "inside_allocation": list(INSIDE_ALLOCATION),
                      "requeue_hold_s": getattr(args, "requeue_hold_s", None),
+                     "scheduler_parameters": getattr(args, "scheduler_parameters", None),
                      "nodes": 2, "preset": "tiny", "toolkit_options": list(TOOLKIT)},
         **provenance(started, (load[0], load[1], load[2]), machine()),
     }  # fmt: skip
@@ -761,6 +766,8 @@ def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     hold = result["settings"].get("requeue_hold_s")
     return [
         ("a requeue's hold (s)", fmt(hold, "g"), hold_reference()),
+        ("SchedulerParameters", str(result["settings"].get("scheduler_parameters")),
+         "ParallelCluster: Slurm's defaults ((null): every 60 s, backfill every 30 s)"),
         ("goodput (of ideal)", per("goodput"), f"in_job >= {GOAL_IDEAL}"),
         ("updates reached", per("updates_reached", "d"), ""),
         ("ideal s/update (toolkit ways, pooled)", fmt(result.get("ideal_s_per_update"), ".4f"),

@@ -272,17 +272,23 @@ PCLUSTER_CRED_EXPIRE_S = 70.0
 REQUEUE_DELAY_SINCE = (25, 11)
 
 
+def config_value(config: str, key: str) -> str | None:
+    """``key``'s value in ``scontrol show config``'s text (``(null)`` where Slurm shows it so);
+    None where the key is not shown."""
+    for line in config.splitlines():
+        found, _, value = line.partition("=")
+        if found.strip() == key:
+            return value.strip()
+    return None
+
+
 def config_option(config: str, key: str, name: str) -> str | None:
     """``name``'s value in the comma-separated setting ``key`` of ``scontrol show config``'s text
     (``AuthInfo = socket=/x,cred_expire=10``: ``cred_expire`` is ``10``); None where unset."""
-    for line in config.splitlines():
-        found, _, value = line.partition("=")
-        if found.strip() != key:
-            continue
-        for item in value.strip().split(","):
-            option, _, setting = item.partition("=")
-            if option.strip() == name:
-                return setting.strip()
+    for item in (config_value(config, key) or "").split(","):
+        option, _, setting = item.partition("=")
+        if option.strip() == name:
+            return setting.strip()
     return None
 
 
@@ -309,9 +315,14 @@ def requeue_hold_of(config: str) -> float:
     return cred_expire_of(config)
 
 
+def show_config() -> str:
+    """``scontrol show config``'s text: the running controller's settings."""
+    return run(["scontrol", "show", "config"])
+
+
 def requeue_hold_s() -> float:
     """``requeue_hold_of`` the cluster at hand (one ``scontrol show config``)."""
-    return requeue_hold_of(run(["scontrol", "show", "config"]))
+    return requeue_hold_of(show_config())
 
 
 def hostnames(nodelist: str) -> list[str]:

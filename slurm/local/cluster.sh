@@ -22,6 +22,12 @@ ctld_port=${HPC_TRAIN_CLUSTER_PORT:-16817}
 # with another hold, `up` refuses; unset, `up` keeps the running cluster's.
 cred_expire=${HPC_TRAIN_CLUSTER_CRED_EXPIRE:-10}
 [[ "$cred_expire" =~ ^[0-9]+$ ]] || { echo "HPC_TRAIN_CLUSTER_CRED_EXPIRE: not a number of seconds: $cred_expire" >&2; exit 2; }
+# How often Slurm looks for a job to start: every 2 s here, so that the tests' jobs start at
+# once. Empty: Slurm's defaults (the main scheduler every 60 s, backfill every 30 s), which
+# ParallelCluster keeps; a requeued job whose hold has passed waits for the next pass.
+# Set while the cluster runs with others, `up` refuses, as for the hold.
+sched_params=${HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS-bf_interval=2,sched_interval=2}
+[[ "$sched_params" =~ ^[a-z_=0-9,]*$ ]] || { echo "HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS: not a Slurm option list: $sched_params" >&2; exit 2; }
 conf=$dir/etc/slurm.conf
 hosts_tag="# hpc-train local cluster $dir"
 
@@ -67,7 +73,7 @@ write_config() {
     echo "SelectType=select/cons_tres"
     echo "SelectTypeParameters=CR_Core_Memory"
     echo "DefMemPerCPU=500"
-    echo "SchedulerParameters=bf_interval=2,sched_interval=2"
+    [ -z "$sched_params" ] || echo "SchedulerParameters=$sched_params"
     echo "ReturnToService=2"
     echo "KillWait=10"
     # A node whose slurmd stops answering is DOWN after 20 s and its --requeue jobs are requeued.
@@ -223,6 +229,8 @@ close_inherited_fds() {
   done
 }
 
+running_sched_params() { sed -n 's/^SchedulerParameters=//p' "$conf"; }
+
 cmd_up() {
   command -v slurmctld >/dev/null || die "Slurm is not installed: run 'make install-system'"
   close_inherited_fds
@@ -232,6 +240,8 @@ cmd_up() {
     write_config
   elif [ -n "${HPC_TRAIN_CLUSTER_CRED_EXPIRE:-}" ] && ! grep -q "cred_expire=$cred_expire\$" "$conf"; then
     die "the cluster is up with another requeue hold than cred_expire=$cred_expire ($(grep -o 'cred_expire=[0-9]*' "$conf")): run '$0 down' first"
+  elif [ -n "${HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS+set}" ] && [ "$(running_sched_params)" != "$sched_params" ]; then
+    die "the cluster is up with SchedulerParameters '$(running_sched_params)', not '$sched_params': run '$0 down' first"
   fi
   write_oci_conf
   hosts_add

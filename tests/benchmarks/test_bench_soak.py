@@ -167,18 +167,24 @@ def test_steady_steps_leave_out_restarts_stalls_and_a_slow_nodes_window():
 
 
 def test_the_result_says_the_requeue_hold_it_ran_under_beside_parallelclusters(monkeypatch):
-    """A soak on the tests' cluster (10 s) must not pass for one at ParallelCluster's 70 s.
+    """A soak on the tests' cluster (10 s hold, a scheduling pass every 2 s) must not pass for
+    one on ParallelCluster (70 s, or 10 s with the shipped configs; Slurm's scheduling defaults).
     (The machine's description, which asks Slurm for its version, is a constant here.)"""
     import argparse
 
     monkeypatch.setattr(soak, "machine", lambda: {"cpus": 2})
     args = argparse.Namespace(budget_s=1200, scale=1.0, hold_s=10, taken_s=30,
                               max_update=100000, slow_factor=0.5, slow_s=150, replace_s=60,
-                              requeue_hold_s=10.0)  # fmt: skip
+                              requeue_hold_s=10.0,
+                              scheduler_parameters="bf_interval=2,sched_interval=2")  # fmt: skip
     result = soak.summarize({}, args, 0.0, (0.0, 0.0, 0.0))
     assert result["settings"]["requeue_hold_s"] == 10.0
-    (row,) = [r for r in soak.summary_rows(result) if r[0].startswith("a requeue's hold")]
-    assert row[1:] == ("10", "ParallelCluster 70; shipped configs 10 (Slurm 25.11)")
+    rows = {r[0]: r[1:] for r in soak.summary_rows(result)}
+    assert rows["a requeue's hold (s)"] == (
+        "10",
+        "ParallelCluster 70; shipped configs 10 (Slurm 25.11)",
+    )
+    assert rows["SchedulerParameters"][0] == "bf_interval=2,sched_interval=2"
     assert soak.slurm.PCLUSTER_CRED_EXPIRE_S == 70
 
 

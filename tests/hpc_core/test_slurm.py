@@ -48,6 +48,10 @@ def test_the_requeue_hold_is_requeue_delay_where_the_slurm_honours_it():
     assert slurm.requeue_hold_of(older) == 70  # set, but not honoured before 25.11
     assert slurm.requeue_hold_of(delayed.replace("SLURM_VERSION = 25.11.2\n", "")) == 70
     assert slurm.version_of("SLURM_VERSION = 22.05.8\n") == (22, 5)
+    assert slurm.config_value(delayed, "SchedulerParameters") == (
+        "nohold_on_prolog_fail,requeue_delay=10"
+    )
+    assert slurm.config_value(delayed, "SlurmctldPort") is None
 
 
 @pytest.mark.slurm

@@ -78,6 +78,10 @@ def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slur
         other = sh("up", env={**env, "HPC_TRAIN_CLUSTER_CRED_EXPIRE": "70"})
         assert other.returncode == 1 and pids(state) == started
         assert "cred_expire=70 (cred_expire=10): run" in other.stderr
+        # Slurm's scheduling defaults (ParallelCluster's) asked of it: the same
+        slow = sh("up", env={**env, "HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS": ""})
+        assert slow.returncode == 1 and pids(state) == started
+        assert "SchedulerParameters 'bf_interval=2,sched_interval=2', not ''" in slow.stderr
         # node-up: one killed slurmd started again, the rest untouched (bench-soak's clustermgtd
         # stand-in; `up` would also resume every drained node)
         killed = state / "run" / "slurmd-t2.pid"
