@@ -246,6 +246,20 @@ def write_stop(path: Path, marker: StopMarker) -> None:
     atomic_write(path, json.dumps(asdict(marker)))
 
 
+def round_key(job: str, round_: int) -> str:
+    """What names the files of round ``round_`` of a job's start: the job id, with ``.<round>``
+    for an in-job restart (``41.1``), so no round reads another's files."""
+    return job if round_ == 0 else f"{job}.{round_}"
+
+
+def last_round(events: Sequence[Any], job: str, restart: int) -> int:
+    """The last round of ``job``'s start ``restart``: each in-job restart the launcher made is a
+    ledger ``restarted`` event with its round (``events``: ``hpc_core.ledger.read``'s)."""
+    rounds = [int(e.get("round") or 0) for e in events
+              if e.kind == "restarted" and (e.job, e.restart) == (job, restart)]  # fmt: skip
+    return max(rounds, default=0)
+
+
 def read_stop(run: RunDir, job: str, restart: int) -> StopMarker | None:
     path = run.stop_marker(job, restart)
     return StopMarker(**json.loads(path.read_text())) if path.exists() else None

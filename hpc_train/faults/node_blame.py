@@ -21,7 +21,7 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
-from hpc_train.contract import read_beats, read_stop
+from hpc_train.contract import last_round, read_beats, read_stop, round_key
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.failures import INFRASTRUCTURE, Failure
@@ -121,12 +121,17 @@ def crash_evidence(run: RunDir, job: str, restart: int, hosts: Sequence[str]) ->
 
 
 def unrecorded_end(run: RunDir, job: str, restart: int) -> list[str]:
-    """The nodes of the start before ``restart`` if it ended without a word from the toolkit (no
-    save on notice, no stop task 0 recorded): Slurm ended and requeued it itself (NODE_FAIL, an
-    administrator's requeue). Empty otherwise."""
-    if restart == 0 or read_stop(run, job, restart - 1) is not None:
+    """The nodes of the start before ``restart`` if its last round ended without a word from the
+    toolkit (no save on notice, no stop task 0 recorded): Slurm ended and requeued it itself
+    (NODE_FAIL, an administrator's requeue). Empty otherwise."""
+    if restart == 0:
         return []
     events = [e for e in ledger.read(run.ledger) if (e.job, e.restart) == (job, restart - 1)]
+    last = last_round(events, job, restart - 1)
+    if read_stop(run, round_key(job, last), restart - 1) is not None:
+        return []
+    rounds = [i for i, e in enumerate(events) if e.kind == "restarted"]
+    events = events[rounds[-1] + 1 :] if rounds else events  # the last round's own
     if any(e.kind in ("stopped", "blamed") for e in events):
         return []  # task 0 said how it ended (and blamed whom it could)
     started = [e.get("nodes") or [] for e in events if e.kind == "started"]

@@ -17,10 +17,12 @@ from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import (
     NodeReport,
     StartDecision,
+    last_round,
     node_name,
     read_decision,
     read_node_reports,
     read_stop,
+    round_key,
     write_decision,
     write_node_report,
 )
@@ -74,11 +76,12 @@ def refill(
 
 
 def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
-    """Why the previous run of this job ended, for the log."""
+    """Why the previous run of this job ended (its last round), for the log."""
     if restart == 0:
         return "first start"
-    marker = read_stop(run, job_id, restart - 1)
     events = ledger.read(run.ledger)
+    last = round_key(job_id, last_round(events, job_id, restart - 1))
+    marker = read_stop(run, last, restart - 1)
     grown = [e for e in events if e.kind == "grown" and (e.job, e.restart) == (job_id, restart - 1)]
     if grown and marker is not None:
         width = f"grown from {grown[-1].get('from')} to {grown[-1].get('to')} node(s)"
@@ -144,5 +147,4 @@ def batch_plan_of(spec: JobSpec, decision: StartDecision) -> BatchPlan:
 def start_key(start: Start) -> tuple[str, int]:
     """(key, restart): what names this start's files in the run directory: the job id, with
     ``.<round>`` for an in-job restart (``41.1``), so no round reads another's files."""
-    key = start.job_id if start.round == 0 else f"{start.job_id}.{start.round}"
-    return key, start.restart
+    return round_key(start.job_id, start.round), start.restart

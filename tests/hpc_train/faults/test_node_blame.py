@@ -204,6 +204,24 @@ def test_after_slurm_requeued_by_itself_task_0_blames_the_node_it_lost(tmp_path,
     assert node_blame.unrecorded_end(run, "41", 2) == []
 
 
+def test_a_last_in_job_round_slurm_ended_is_unrecorded_though_an_earlier_round_stopped(
+    tmp_path,
+):
+    """Round 0 of start 1 stopped (a crash task 0 recorded) and the launcher restarted in the
+    job on n1, n3; round 1 then ended with no word (NODE_FAIL): its nodes are the ones to look
+    at, not nothing because round 0 had said how it ended."""
+    from hpc_train.contract import StopMarker, write_stop
+
+    run = RunDir(tmp_path)
+    ledger.record(run.ledger, "started", "41", 1, nodes=["n1", "n2"])
+    ledger.record(run.ledger, "stopped", "41", 1, cause="crash")
+    ledger.record(run.ledger, "restarted", "41", 1, round=1, members=["n1", "n3"])
+    ledger.record(run.ledger, "started", "41", 1, nodes=["n1", "n3"])
+    assert node_blame.unrecorded_end(run, "41", 2) == ["n1", "n3"]
+    write_stop(run.stop_marker("41.1", 1), StopMarker(90, "SIGUSR2"))  # round 1 saved on notice
+    assert node_blame.unrecorded_end(run, "41", 2) == []
+
+
 class PeerWitness(launcher.Launcher):
     """torchrun replaced by rank 0 on n1, which beats at update 7, reports only that its peer
     went away (gloo: connection closed) and exits 1; n2's launcher (the test writes its records)

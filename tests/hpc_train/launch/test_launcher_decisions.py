@@ -288,6 +288,17 @@ def test_the_next_start_says_why_the_previous_one_stopped(tmp_path):
     assert starts.previous_stop(run, "41", 2) == "saved on notice (SIGUSR2) at update 7"
 
 
+def test_the_next_start_says_how_the_last_in_job_round_stopped_not_the_first(tmp_path):
+    """Seen in a soak (2026-11-26): a straggler's eviction stopped round 0 of start 3 on notice
+    at update 12646, round 1 saved on a preemption's notice at 15287, and start 4 said "saved on
+    notice at update 12646" (round 0's marker). The last round's own marker is read."""
+    run = RunDir(tmp_path)
+    write_stop(run.stop_marker("41", 3), StopMarker(12646, None))
+    ledger.record(run.ledger, "restarted", "41", 3, round=1, why="straggler")
+    write_stop(run.stop_marker("41.1", 3), StopMarker(15287, "SIGUSR2"))
+    assert starts.previous_stop(run, "41", 4) == "saved on notice (SIGUSR2) at update 15287"
+
+
 def test_the_same_user_error_in_two_starts_in_a_row_stops_the_run(tmp_path, fake_slurm):
     """The workers' reports (hpc_train.faults.failures) written as a crashing rank would."""
     run = RunDir(tmp_path)
