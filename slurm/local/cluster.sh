@@ -16,10 +16,10 @@ dir=${HPC_TRAIN_CLUSTER_DIR:-$repo/.local/cluster}
 nodes=${HPC_TRAIN_CLUSTER_NODES:-4}
 prefix=${HPC_TRAIN_CLUSTER_NODE_PREFIX:-n}
 ctld_port=${HPC_TRAIN_CLUSTER_PORT:-16817}
-# How long a requeued job is held (Reason=BeginTime) before it may start again: Slurm holds it
-# for AuthInfo's cred_expire. 10 s here keeps the tests quick; Slurm's default is 120 s and
-# ParallelCluster's slurm.conf sets 70 s (make bench-soak runs at 70). Set while the cluster runs
-# with another hold, `up` refuses; unset, `up` keeps the running cluster's.
+# How long a requeued job is held (Reason=BeginTime) before it may start again: Slurm 22.05 holds
+# it for AuthInfo's cred_expire. 10 s here, the hold of the shipped clusters (requeue_delay=10 on
+# Slurm 25.11); Slurm's default is 120 s and ParallelCluster's slurm.conf sets 70 s. Set while the
+# cluster runs with another hold, `up` refuses; unset, `up` keeps the running cluster's.
 cred_expire=${HPC_TRAIN_CLUSTER_CRED_EXPIRE:-10}
 [[ "$cred_expire" =~ ^[0-9]+$ ]] || { echo "HPC_TRAIN_CLUSTER_CRED_EXPIRE: not a number of seconds: $cred_expire" >&2; exit 2; }
 # How often Slurm looks for a job to start: every 2 s here, so that the tests' jobs start at
