@@ -40,8 +40,9 @@ replaces a node that is DOWN, or DRAINED with no job left on it; the local clust
 clustermgtd, so the benchmark stands in for it: such a node is brought back (its slurmd started
 again by ``slurm/local/cluster.sh node-up`` when it was killed, given a new NodeAddr as a new
 instance gets a new IP, then ``scontrol update state=resume``) ``--replace-s`` after it was
-first seen so: a new machine under the old name, which a quarantine does not hold. A node still allocated to a job
-(DRAINING: a node an in-job restart left out) is not touched, as clustermgtd does not.
+first seen so: a new machine under the old name, which a quarantine does not hold. A node still
+allocated to a job (DRAINING: a node an in-job restart left out) is not touched, as clustermgtd
+does not.
 
 **A requeue's hold**: Slurm holds a requeued job before it may start again: for
 SchedulerParameters' ``requeue_delay`` on Slurm 25.11+, else for AuthInfo's ``cred_expire``.

@@ -198,7 +198,7 @@ def quarantined_by_name(
     keeps out by name: every one, unless the cluster replaces drained nodes and the node is not
     usable now (drained, down; ``states`` from sinfo). Then that keeps it out until its
     replacement, a machine the quarantine does not hold, which the job may use (pure)."""
-    return [n for n in held if not (replaced and not node_usable(states.get(n, "")))]
+    return [n for n in held if excluded_by_name([n], replaced, not node_usable(states.get(n, "")))]
 
 
 def requeue_blocked(
