@@ -16,6 +16,7 @@ by the one process that saw it happen:
     requeued      the launcher, task 0   by (task 0 after a crash, submitit after a notice)
     requeue_blocked the launcher, task 0 why (too few usable nodes: which, and why), waiting
     restarted     the launcher, task 0   in the allocation: why, members, left_out, round
+    released      the launcher, task 0   node (a node left out, given back from the job)
     grown         the launcher, task 0   from, to (nodes), why (idle nodes Slurm would start now)
     finished      the launcher, task 0   why; reached, last_progress
 
@@ -48,6 +49,7 @@ EVENTS = (
     "requeued",
     "requeue_blocked",
     "restarted",
+    "released",
     "grown",
     "finished",
 )

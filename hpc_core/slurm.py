@@ -59,15 +59,22 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def run(args: Sequence[str], timeout: float = 30.0, check: bool = True) -> str:
+def run(
+    args: Sequence[str],
+    timeout: float = 30.0,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> str:
     """Run a Slurm client command; return stdout.
 
     Raises SlurmUnreachable when the controller does not answer, SlurmError with Slurm's own
     last line when it refuses (``check=False``: return stdout whatever the exit status).
+    ``env``: the client's environment (default: this process's).
     """
     cmd = [_binary(args[0]), *args[1:]]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                              env=None if env is None else dict(env))  # fmt: skip
     except subprocess.TimeoutExpired as err:
         raise SlurmUnreachable(f"`{' '.join(args)}` timed out after {timeout:.0f} s") from err
     if proc.returncode < 0:
@@ -147,6 +154,31 @@ def drain(node: str, reason: str) -> None:
 
 def resume(node: str) -> None:
     run(["scontrol", "update", f"nodename={node}", "state=resume"])
+
+
+def release(job_id: str | int, node: str) -> bool:
+    """Give ``node`` back from the running job ``job_id``: the job shrinks to its other nodes
+    (``scontrol update JobId= NodeList=``, which a job's own user may do). Slurm kills the job's
+    processes still on the node (a step started ``--no-kill`` goes on without it; one that was
+    not is ended whole), so release a node only once its tasks have ended. The node then holds
+    no job: drained, it is DRAINED, which ParallelCluster's clustermgtd replaces. A requeue of
+    the job asks for its nodes as submitted again (checked on 22.05: 2-3, shrunk to 2, requeued,
+    started on 3). Never the batch host: that would end the job. Returns whether it was
+    released (False: the job is not running, or the node is not in it or is its batch host).
+
+    scontrol writes ``slurm_job_<id>_resize.sh`` and ``.csh`` into its working directory when
+    it runs inside a job (``SLURM_JOBID`` set, ``update_job.c``): run without the job's
+    variables, it writes none."""
+    info = job_info(job_id)
+    if info is None or info.get("JobState") != "RUNNING":
+        return False
+    nodes = hostnames(info.get("NodeList", ""))
+    if node not in nodes or node == info.get("BatchHost") or len(nodes) < 2:
+        return False
+    keep = ",".join(n for n in nodes if n != node)
+    outside = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")}
+    run(["scontrol", "update", f"JobId={job_id}", f"NodeList={keep}"], env=outside)
+    return True
 
 
 NOT_PENDING_MARK = "no longer pending"

@@ -66,7 +66,7 @@ from hpc_train.contract import (
 from hpc_train.faults import agent_exit, failures, node_blame, quarantine
 from hpc_train.job import command_lines
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
-from hpc_train.launch import notify, restart_policy
+from hpc_train.launch import notify, release, restart_policy
 from hpc_train.launch.restart_policy import Action
 from hpc_train.launch.spot import SpotWatcher, endpoint_to_watch
 from hpc_train.launch.starts import (
@@ -401,6 +401,9 @@ class Launcher:
         why = f"{outcome.cause}: {detail}"
         verdict = RoundVerdict(RESTART_IN_JOB, why, members, standby)
         write_verdict(run, *start_key(start), verdict)
+        # each node left out goes back to Slurm once its task has ended (a watcher thread)
+        release.start(run, start_key(start), start.job_id,
+                      {start.hosts.index(n): n for n in left_out}, log, self.note)  # fmt: skip
         spare_in = members[len(healthy) :]
         self.note("restarted", why=why, members=members, left_out=left_out, round=start.round + 1,
                   **({"spare_in": spare_in, "spares": standby} if start.standby else {}))  # fmt: skip

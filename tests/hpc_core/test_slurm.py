@@ -1,8 +1,11 @@
 import os
+import time
+from pathlib import Path
 
 import pytest
 
 from hpc_core import slurm
+from hpc_core.wait import FAST, wait_until
 
 
 def test_parse_record_joins_values_with_spaces():
@@ -74,6 +77,54 @@ def test_partition_nodes_reads_every_node_and_its_state_in_one_query(slurm_clust
         slurm.resume("n4")
     back = slurm.partition_nodes(None)["n4"]  # "idle", or "idle*" while slurmd re-registers
     assert slurm.node_usable(back) and "drain" not in back, back
+
+
+RELEASE_JOB = """#!/bin/bash
+#SBATCH --nodes=2-3
+#SBATCH --no-kill
+#SBATCH --requeue
+#SBATCH --output={out}/job-%j.out
+srun --no-kill bash -c 'if [ "$SLURM_NODEID" = 2 ]; then touch {out}/left-${{SLURM_RESTART_COUNT:-0}}; exit 0; fi
+until [ -e {out}/end ]; do sleep 0.5; done'
+"""
+
+
+@pytest.mark.slurm
+def test_release_gives_a_node_back_from_a_running_job_its_step_goes_on(slurm_cluster, tmp_path):
+    """On real Slurm: a job of 2-3 nodes whose step (``srun --no-kill``) ended its third task;
+    ``release`` takes that node out of the running job (idle again, the batch host never),
+    the step goes on and the job ends COMPLETED (no task killed, srun exits 0). Requeued, the
+    job asks for its nodes as submitted: it starts on 3 again."""
+    deadline = time.monotonic() + 120
+    while slurm.idle_nodes("low") < 3 and time.monotonic() < deadline:
+        time.sleep(1)
+    script = tmp_path / "job.sh"
+    script.write_text(RELEASE_JOB.format(out=tmp_path))
+    job = slurm.sbatch(["--partition", "low", str(script)])
+    try:
+        running = slurm.wait_for_job(job, lambda s: s.state == "RUNNING", timeout=60)
+        nodes = slurm.hostnames(running.nodes)
+        assert len(nodes) == 3, nodes
+        wait_until(lambda: (tmp_path / "left-0").exists(), "task 2's end", 30, FAST)
+        time.sleep(2)  # its process exits
+        batch_host = (slurm.job_info(job) or {})["BatchHost"]
+        assert slurm.release(job, batch_host) is False
+        assert slurm.release(job, nodes[2]) is True
+        after = slurm.job_info(job) or {}
+        assert slurm.hostnames(after["NodeList"]) == nodes[:2], after
+        assert "IDLE" in slurm.node_info(nodes[2])["State"]
+        assert slurm.release(job, nodes[2]) is False  # not in the job any more
+        slurm.requeue(job)
+        again = slurm.wait_for_job(job, lambda s: s.state == "RUNNING" and s.restarts == 1,
+                                   timeout=90)  # fmt: skip
+        assert len(slurm.hostnames(again.nodes)) == 3, again
+        (tmp_path / "end").touch()
+        final = slurm.wait_for_job(job, timeout=60)
+        assert final.state == "COMPLETED", (final, list(tmp_path.glob("job-*.out")))
+        assert not list(Path.cwd().glob(f"slurm_job_{job}_resize.*"))
+    finally:
+        (tmp_path / "end").touch()
+        slurm.cancel(job, check=False)
 
 
 def test_exclude_retries_until_the_requeued_job_is_pending_and_keeps_earlier_exclusions(

@@ -12,7 +12,7 @@ import pytest
 from hpc_core import slurm
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.job import container
-from hpc_train.launch import launcher
+from hpc_train.launch import launcher, release
 
 
 class FakeSlurm:
@@ -29,6 +29,7 @@ class FakeSlurm:
         self.signals: list[tuple[str, str]] = []  # scancel --signal
         self.cancelled: list[str] = []
         self.nodes: dict[str, dict[str, str]] = {}  # scontrol show node, by name (else IDLE)
+        self.released: list[tuple[str, str]] = []  # (job, node) given back from a running job
         # sinfo -N of the job's partition: four idle nodes unless a test says otherwise
         self.partition: dict[str, str] = {f"n{i}": "idle" for i in range(1, 5)}
 
@@ -64,6 +65,10 @@ class FakeSlurm:
     def signal(self, job_id: str, name: str = "USR2") -> None:
         self.signals.append((job_id, name))
 
+    def release(self, job_id: str, node: str) -> bool:
+        self.released.append((job_id, node))
+        return True
+
     def cancel(self, job_id: str) -> None:
         self.cancelled.append(job_id)
 
@@ -74,6 +79,8 @@ def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     monkeypatch.setattr(launcher, "slurm", fake)
     monkeypatch.setattr(node_blame, "slurm", fake)
     monkeypatch.setattr(quarantine, "slurm", fake)
+    monkeypatch.setattr(release, "slurm", fake)
+    monkeypatch.setattr(release, "EXIT_GRACE_S", 0.0)
     monkeypatch.setattr(launcher, "REQUEUE_GRACE_S", 0.0)
     monkeypatch.setattr(launcher, "endpoint_to_watch", lambda: None)
     return fake

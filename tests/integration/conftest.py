@@ -49,8 +49,9 @@ class Runs:
         return rehearsal.wait_for_update(RunDir(save), update, timeout)
 
     @staticmethod
-    def wait_for(what: str, predicate, timeout: float = 300) -> None:
-        wait_until(predicate, what, timeout=timeout, backoff=STEADY)
+    def wait_for(what: str, predicate, timeout: float = 300):
+        """``predicate``'s first true answer."""
+        return wait_until(predicate, what, timeout=timeout, backoff=STEADY)
 
     @staticmethod
     def wait_idle_nodes(count: int, timeout: float = 300) -> None:

@@ -25,7 +25,9 @@ IN_JOB = (
 
 def _recovered_in_job(runs, name: str, interrupt) -> None:
     runs.wait_idle_nodes(2)
-    max_update = 300  # the interrupt lands mid-run on a loaded machine too (~25 updates/s)
+    # the interrupt lands mid-run on a loaded machine too (~25 updates/s), and training outlasts
+    # the release of the node left out (its task's end, then EXIT_GRACE_S)
+    max_update = 600
     job, save = runs.submit(name, max_update, nodes="1-2", fairseq=PER_UPDATE, extra_cli=IN_JOB)
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     assert len(nodes) == 2, nodes
@@ -34,6 +36,7 @@ def _recovered_in_job(runs, name: str, interrupt) -> None:
     try:
         hit = time.monotonic()
         interrupt(job, victim)
+        released = _released(runs, save, job, victim)
         final = runs.wait_done(job)
         took = time.monotonic() - hit
         info = slurm.node_info(victim)
@@ -46,6 +49,7 @@ def _recovered_in_job(runs, name: str, interrupt) -> None:
     assert restarted.get("left_out") == [victim] and restarted.get("members") == [nodes[0]]
     assert not [e for e in events if e.kind == "requeued"]
     assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: "), info
+    assert released < [e for e in events if e.kind == "finished"][-1].time
     starts = [e for e in events if e.kind == "started"]
     assert [s.get("nodes") for s in starts] == [nodes, [nodes[0]]]
     assert starts[1].get("previous", "").startswith("in-job restart after ")
@@ -55,6 +59,24 @@ def _recovered_in_job(runs, name: str, interrupt) -> None:
     assert sum(g.parts.values()) == pytest.approx(g.wall_s) and g.restarts == 1
     assert g.in_job_restart_s > 0  # the hand-over inside the allocation, not queue
     assert took < 240, took
+
+
+def _released(runs, save: str, job: str, victim: str) -> float:
+    """Wait for task 0 to give ``victim`` (left out, drained) back while the job trains on:
+    out of the job's nodes, drained and holding no job (what clustermgtd replaces). Returns
+    the ledger's time of it."""
+
+    def event():
+        found = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "released"]
+        return found[-1] if found else None
+
+    said = runs.wait_for(f"{victim} released from job {job}", event, 180)
+    assert said.get("node") == victim
+    state = slurm.job_state(job)
+    assert state.state == "RUNNING" and victim not in slurm.hostnames(state.nodes), state
+    node = slurm.node_info(victim)["State"]
+    assert "DRAIN" in node and "ALLOC" not in node and "MIX" not in node, node
+    return said.time
 
 
 def test_a_killed_nodes_ranks_are_recovered_in_the_allocation(runs):
@@ -72,7 +94,7 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     are killed: task 0 blames and drains it and restarts in the allocation on the healthy node
     and the spare: two nodes again, the same update_freq, Slurm's Restarts 0."""
     runs.wait_idle_nodes(3)
-    max_update = 300
+    max_update = 600  # training outlasts the release of the node left out
     job, save = runs.submit("injob-spare", max_update, nodes="2", fairseq=PER_UPDATE,
                             extra_cli=("--spares", "1", *IN_JOB[1:]))  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
@@ -83,6 +105,7 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     victim = nodes[1]
     try:
         chaos.kill_node(job, victim, stop_slurmd=False)
+        _released(runs, save, job, victim)
         final = runs.wait_done(job)
         info = slurm.node_info(victim)
     finally:

@@ -15,6 +15,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import StartDecision, StopMarker, read_stop, write_decision, write_stop
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.job.spec import JobSpec
@@ -507,7 +508,7 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
 ):
     """--nodes 2 --spares 1 on n1-n3: n1, n2 train, n3 stands by. n2's torchrun is killed and
     n2 blamed: task 0 restarts in the job on n1 and n3 (two nodes again, no requeue), records
-    the swap, and releases nobody: the spare is used."""
+    the swap, and gives n2 back to Slurm once its task has ended."""
     from hpc_train.contract import RESTART_IN_JOB, NodeReport, read_verdict, write_node_report
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
@@ -531,6 +532,9 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     assert restarted.get("spare_in") == ["n3"] and restarted.get("left_out") == ["n2"]
     assert [e.get("spares") for e in events if e.kind == "started"] == [["n3"], None]
     assert [e.get("world") for e in events if e.kind == "started"] == [2, 2]
+    # n2, left out, goes back to Slurm (task 0's release thread): replaced before a requeue
+    wait_until(lambda: fake_slurm.released, "n2's release", timeout=10, backoff=FAST)
+    assert fake_slurm.released == [("41", "n2")]
 
 
 def test_a_hot_spare_waits_joins_the_round_that_takes_it_and_ends_when_the_run_does(

@@ -1,0 +1,104 @@
+"""Task 0, after an in-job restart: release the nodes it left out to Slurm (a watcher thread).
+
+A node left out of an in-job restart (blamed: drained, unless ``--no-drain``) would stay in the
+job's allocation, idle and billed, until the job ends: on ParallelCluster clustermgtd replaces
+only a drained node that holds no job, so its replacement would come only after the job's next
+requeue, and that requeue would start without it. Once the node's task has ended (its
+launcher's last beat for the round says ``ENDED``), task 0 shrinks the job without it
+(``hpc_core.slurm.release``): the drained node holds no job, is replaced, and the next start of
+the job finds it. A task still running when the node is released would be killed, and the
+step's ``srun`` would exit 137 at the end (the job FAILED after training finished): so a node
+whose task never says it ended is not released, and the batch host never is.
+
+A node lost whole (NODE_FAIL) needs none of this: the job runs ``--no-kill``, and Slurm has
+already taken the node out of it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from hpc_core import slurm
+from hpc_core.rundir import RunDir
+from hpc_core.wait import Backoff, wait_until
+from hpc_train.contract import ENDED, read_launcher_beat
+
+ENDED_WAIT_S = 120.0  # for a left-out launcher's last beat: it only has to read task 0's word
+EXIT_GRACE_S = 10.0  # from that beat to its process's exit (submitit writes its result)
+POLL = Backoff(1.0, 1.5, 5.0)
+
+
+def task_ended(run: RunDir, key: tuple[str, int], task: int) -> bool:
+    beat = read_launcher_beat(run, *key, task)
+    return beat is not None and beat.phase == ENDED
+
+
+def gone(run: RunDir, key: tuple[str, int], task: int, job_id: str, node: str) -> bool:
+    """Has the left-out node's task ended (or Slurm taken the node out of the job already)?"""
+    return task_ended(run, key, task) or not in_job(job_id, node)
+
+
+def in_job(job_id: str, node: str) -> bool:
+    """Is ``node`` still in the running job (True when Slurm cannot say: wait on)?"""
+    try:
+        info = slurm.job_info(job_id)
+        if info is None or info.get("JobState") != "RUNNING":
+            return False
+        return node in slurm.hostnames(info.get("NodeList", ""))
+    except slurm.SlurmError:
+        return True
+
+
+def release_when_ended(
+    run: RunDir,
+    key: tuple[str, int],
+    job_id: str,
+    left_out: Mapping[int, str],
+    log: Callable[[str], None],
+    note: Callable[..., Any],
+) -> None:
+    """Release each node of ``left_out`` (its task in the round ``key`` -> node) from the job
+    once its task has ended; say each release (log, ledger ``released``) and each node kept."""
+    for task, node in left_out.items():
+        try:
+            ended = wait_until(partial(gone, run, key, task, job_id, node),
+                               f"the end of {node}'s task", ENDED_WAIT_S, POLL)  # fmt: skip
+        except TimeoutError:
+            ended = False
+        if not ended:
+            log(f"{node} left out, not released: its task did not end in {ENDED_WAIT_S:.0f} s")
+            continue
+        time.sleep(EXIT_GRACE_S)
+        try:
+            released = slurm.release(job_id, node)
+        except slurm.SlurmError as err:
+            log(f"{node} left out, not released: {err}")
+            continue
+        if released:
+            log(f"released {node} from job {job_id}: its replacement can serve the next start")
+            note("released", node=node)
+        elif in_job(job_id, node):
+            log(f"{node} left out, not released: it runs the job's batch script")
+
+
+def start(
+    run: RunDir,
+    key: tuple[str, int],
+    job_id: str,
+    left_out: Mapping[int, str],
+    log: Callable[[str], None],
+    note: Callable[..., Any],
+) -> threading.Thread | None:
+    """``release_when_ended`` in a daemon thread (the restart does not wait for it)."""
+    if not left_out:
+        return None
+    thread = threading.Thread(
+        target=release_when_ended, args=(run, key, job_id, dict(left_out), log, note),
+        name="release-left-out", daemon=True,
+    )  # fmt: skip
+    thread.start()
+    return thread
