@@ -11,7 +11,7 @@ STATE   := .local
 export HPC_TRAIN_CLUSTER_DIR ?= $(CURDIR)/$(STATE)/cluster
 export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 
-.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import clean
+.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-gpu-restart bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
@@ -21,7 +21,7 @@ help:
 	@echo "make local-image   build the local cluster's container image (submit --container .local/images/hpc-train)"
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
-	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-ckpt, bench-hang, bench-grow, bench-soak (JSON in benchmarks/results/)"
+	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-hang, bench-grow, bench-soak (JSON in benchmarks/results/)"
 
 install: install-system install-python
 
@@ -81,7 +81,7 @@ lint: install-python
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
 
 # Every benchmark (figures, never timed tests): results as JSON under benchmarks/results/.
-bench: bench-preempt bench-data bench-gpu bench-ckpt bench-hang bench-grow bench-soak bench-import
+bench: bench-preempt bench-data bench-gpu bench-gpu-restart bench-ckpt bench-hang bench-grow bench-soak bench-import
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
 bench-preempt: install cluster-up demo-data
@@ -96,6 +96,13 @@ bench-data: install-python
 # fairseq on one GPU (~13 min on an H100); says so and exits 0 where no GPU is visible.
 bench-gpu: install-python demo-data
 	$(PY) -m benchmarks.gpu --data $(STATE)/data/demo-bin --out benchmarks/results/gpu.json
+
+# In-job restart on one GPU (issue 19), not a test: roberta-base, cold start -> first update, a
+# rank SIGKILLed -> torchrun's exit, torchrun restarted -> loaded checkpoint -> first resumed
+# update, twice (a few minutes on one GPU); says so and exits 0 where no GPU is visible.
+bench-gpu-restart: install-python demo-data
+	$(PY) -m benchmarks.gpu_restart --startup-parts --data $(STATE)/data/demo-bin \
+	  --out benchmarks/results/gpu-restart.json
 
 # Checkpoint-cost benchmark (issue 11), not a test: ~3.5 min on 2 cores; RoBERTa-base dims on the
 # CPU, training time per 100 updates with no saves, sync saves and async saves (ratio).

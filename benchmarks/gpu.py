@@ -153,6 +153,19 @@ def toolkit_spec(
     )
 
 
+def toolkit_argv(
+    spec: JobSpec, python: str, gpu: bool = True, job_id: str = "4242", after: tuple[str, ...] = ()
+) -> list[str]:
+    """The toolkit's worker on one device (GPU, or with ``gpu`` False one CPU rank, gloo) as the
+    launcher starts it: torchrun (run as ``python -m torch.distributed.run``) with
+    ``command_lines.fairseq_args``; ``job_id`` picks the rendezvous port (the launcher's round
+    key, ``41.1`` for an in-job restart); ``after``: the launcher's resume arguments
+    (``worker.checkpoints.Resume.fairseq_args``)."""
+    args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=gpu)
+    argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", job_id, [*args, *after])
+    return [python, "-m", "torch.distributed.run", *argv[1:]]
+
+
 def run_argvs(preset: str, data: Path, work: Path, python: str) -> dict[str, list[str]]:
     """The command line of each run (``RUNS``), save dirs ``work/<preset>-<run>``."""
     lengths = LENGTHS[preset]
@@ -166,10 +179,7 @@ def run_argvs(preset: str, data: Path, work: Path, python: str) -> dict[str, lis
         return [python, "-m", "fairseq_cli.train", *argv]
 
     def toolkit(name: str, **kw: Any) -> list[str]:
-        spec = toolkit_spec(preset, data, save(name), lengths, **kw)
-        args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=True)
-        argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", "4242", args)
-        return [python, "-m", "torch.distributed.run", *argv[1:]]
+        return toolkit_argv(toolkit_spec(preset, data, save(name), lengths, **kw), python)
 
     same = {"precision": "fp16", "per_gpu": per_gpu, "extra": ("--optimizer", "adam")}
     return {

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import RunDir
+from hpc_train.job import command_lines
 
 
 def build_corpus(src: Path, dest: Path, repeat: int) -> Path:
@@ -63,7 +64,7 @@ def run_one(name: str, argv: list[str], save_dir: Path, log: Path) -> dict[str, 
     """Run ``argv`` (a fresh ``save_dir``, output to ``log``) with nvidia-smi sampling beside it;
     RuntimeError when it fails."""
     shutil.rmtree(save_dir, ignore_errors=True)
-    print(f"[bench-gpu] {name}: {argv.shell(argv)}", flush=True)
+    print(f"[bench-gpu] {name}: {command_lines.shell(argv)}", flush=True)
     smi = SmiSampler()
     started = time.monotonic()
     with log.open("w") as out:
