@@ -74,6 +74,9 @@ Figures (keys of the JSON), per way under ``ways.<name>``:
   set beside the figures the benchmark measured from outside;
 - ``alive_at_end``: the Slurm job was RUNNING or PENDING (not dead) when the budget ended;
 - ``ledger``: the toolkit runs' ledger events (kind, time, data), for the record.
+Top-level ``requeue_waits`` (toolkit ways, ``requeue_waits``): each requeue to the next start,
+``waited_s`` and ``beyond_hold_s`` (the hold subtracted): where a requeue's cost goes besides the
+hold, a preemptor's or taker's hold on the nodes, the next scheduling pass and the launch.
 Top-level ratios from this one run (the machine is shared and noisy): ``goodput_ratio_in_job_
 over_bare``, ``resume_ratio_in_job_over_requeue`` (mean failure -> first resumed update, over
 every failure both ways resumed from) and ``resume_ratio_inside_allocation`` (the same over the
@@ -662,9 +665,12 @@ def reanalyze(path: Path) -> dict[str, Any]:
     ways, settings = result["ways"], result["settings"]
     ideal = apply_ideal(ways, settings["budget_s"], settings["slow_s"])
     goodput = {name: w["goodput"] for name, w in ways.items()}
+    hold = settings.get("requeue_hold_s")
+    waits = {name: requeue_waits(w["ledger"], hold) for name, w in ways.items() if w.get("ledger")}
     return {
         **result, "goodput": goodput, "ideal_s_per_update": ideal,
         "goodput_ratio_in_job_over_bare": ratio(goodput.get("in_job"), goodput.get("bare")),
+        "requeue_waits": waits,
     }  # fmt: skip
 
 
@@ -711,6 +717,33 @@ def mean_resume(way: dict[str, Any] | None, kinds: Collection[str] | None = None
     return statistics.mean(values) if values else None
 
 
+def requeue_waits(rows: Sequence[Mapping[str, Any]], hold_s: float | None) -> list[dict[str, Any]]:
+    """Each requeue of a way's ledger (``rows``: kind, time, data) to its next start: ``waited_s``
+    from task 0's ``requeued`` to the next ``started`` (its decision made), and ``beyond_hold_s``
+    that less the hold: a preemptor's or a taker's hold on the nodes, the wait for Slurm's next
+    scheduling pass (the main one every 60 s, backfill every 30 s by default) and the job's
+    launch. ``after``: the cause of the stop before it."""
+    out: list[dict[str, Any]] = []
+    cause = None
+    for i, row in enumerate(rows):
+        if row["kind"] == "stopped":
+            cause = row.get("cause")
+        if row["kind"] != "requeued":
+            continue
+        nxt = next((r for r in rows[i + 1 :] if r["kind"] == "started"), None)
+        if nxt is None:
+            continue
+        waited = nxt["time"] - row["time"]
+        beyond = None if hold_s is None else round(waited - hold_s, 1)
+        out.append({"after": cause, "waited_s": round(waited, 1), "beyond_hold_s": beyond})
+    return out
+
+
+def mean_wait(waits: Sequence[Mapping[str, Any]]) -> float | None:
+    values = [w["waited_s"] for w in waits]
+    return round(statistics.mean(values), 1) if values else None
+
+
 def notice_recomputed(way: dict[str, Any] | None) -> int | None:
     values = [f["updates_recomputed"] for f in (way or {}).get("failures", [])
               if f["kind"] in NOTICE_FAILURES and f["updates_recomputed"] is not None]  # fmt: skip
@@ -723,6 +756,7 @@ def summarize(
     def goodput(name: str) -> float | None:
         return ways.get(name, {}).get("goodput")
 
+    hold = getattr(args, "requeue_hold_s", None)
     return {
         "goodput": {name: w["goodput"] for name, w in ways.items()},
         "goodput_ratio_in_job_over_bare": ratio(goodput("in_job"), goodput("bare")),
@@ -735,6 +769,8 @@ def summarize(
             mean_resume(ways.get("in_job"), INSIDE_ALLOCATION),
             mean_resume(ways.get("requeue"), INSIDE_ALLOCATION)),
         "notice_updates_recomputed_in_job": notice_recomputed(ways.get("in_job")),
+        "requeue_waits": {name: requeue_waits(w.get("ledger") or [], hold)
+                          for name, w in ways.items() if w.get("ledger")},
         "ways": ways,
         "goals": {"in_job_goodput_min": GOAL_IDEAL, "in_job_over_bare_min": GOAL_VS_BARE,
                   "resume_ratio_max": GOAL_RESUME_RATIO, "notice_updates_recomputed": 0},
@@ -784,6 +820,10 @@ def summary_rows(result: dict[str, Any]) -> list[tuple[str, str, str]]:
          fmt(result["resume_ratio_inside_allocation"]), f"<= {GOAL_RESUME_RATIO}"),
         ("updates recomputed after notices, in_job",
          fmt(result["notice_updates_recomputed_in_job"], "g"), "0"),
+        ("requeued -> next start, mean (s)",
+         ", ".join(f"{n} {fmt(mean_wait(w), '.1f')} ({len(w)})"
+                   for n, w in result.get("requeue_waits", {}).items()),
+         "the hold, a taker's hold on the nodes, the next scheduling pass, the launch"),
         ("alive at the end", ", ".join(f"{n} {w['alive_at_end']}" for n, w in ways.items()), ""),
     ]  # fmt: skip
 

@@ -207,3 +207,30 @@ def test_the_stand_in_for_clustermgtd_says_why_it_cannot_replace_a_node(monkeypa
     out = capsys.readouterr().out
     assert out.count("the stand-in for clustermgtd failed: cluster.sh up: error: the cluster") == 1
     assert replacer.replaced == []
+
+
+def test_requeue_waits_go_from_each_requeue_to_the_next_start_less_the_hold():
+    """Where a requeue's time goes: requeued at 100, started at 135 with a 10 s hold: 25 s
+    beyond it (a scheduling pass, the launch); an in-job restart is no requeue; a requeue with
+    no start after it (the budget ended) is not counted."""
+    rows = [
+        {"kind": "started", "time": 0.0},
+        {"kind": "stopped", "time": 99.9, "cause": "notice"},
+        {"kind": "requeued", "time": 100.0},
+        {"kind": "started", "time": 135.0},
+        {"kind": "stopped", "time": 200.0, "cause": "crash"},
+        {"kind": "restarted", "time": 200.1},
+        {"kind": "started", "time": 203.0},
+        {"kind": "stopped", "time": 300.0, "cause": "hang"},
+        {"kind": "requeued", "time": 300.5},
+        {"kind": "started", "time": 320.5},
+        {"kind": "stopped", "time": 400.0, "cause": "notice"},
+        {"kind": "requeued", "time": 400.0},
+    ]
+    waits = soak.requeue_waits(rows, 10.0)
+    assert waits == [
+        {"after": "notice", "waited_s": 35.0, "beyond_hold_s": 25.0},
+        {"after": "hang", "waited_s": 20.0, "beyond_hold_s": 10.0},
+    ]
+    assert soak.mean_wait(waits) == 27.5 and soak.mean_wait([]) is None
+    assert soak.requeue_waits(rows, None)[0]["beyond_hold_s"] is None
