@@ -402,8 +402,8 @@ class Launcher:
         verdict = RoundVerdict(RESTART_IN_JOB, why, members, standby)
         write_verdict(run, *start_key(start), verdict)
         # each node left out goes back to Slurm once its task has ended (a watcher thread)
-        release.start(run, start_key(start), start.job_id,
-                      {start.hosts.index(n): n for n in left_out}, log, self.note)  # fmt: skip
+        tasks = {start.hosts.index(n): n for n in left_out}
+        release.start(release.LeftOut(run, start_key(start), start.job_id, tasks), log, self.note)
         spare_in = members[len(healthy) :]
         self.note("restarted", why=why, members=members, left_out=left_out, round=start.round + 1,
                   **({"spare_in": spare_in, "spares": standby} if start.standby else {}))  # fmt: skip

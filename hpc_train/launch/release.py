@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -53,17 +54,22 @@ def in_job(job_id: str, node: str) -> bool:
         return True
 
 
-def release_when_ended(
-    run: RunDir,
-    key: tuple[str, int],
-    job_id: str,
-    left_out: Mapping[int, str],
-    log: Callable[[str], None],
-    note: Callable[..., Any],
-) -> None:
-    """Release each node of ``left_out`` (its task in the round ``key`` -> node) from the job
-    once its task has ended; say each release (log, ledger ``released``) and each node kept."""
-    for task, node in left_out.items():
+@dataclass(frozen=True)
+class LeftOut:
+    """The nodes an in-job restart left out: ``nodes`` (each one's task in the round ``key``
+    -> node) of job ``job_id``, whose run directory is ``run``."""
+
+    run: RunDir
+    key: tuple[str, int]
+    job_id: str
+    nodes: Mapping[int, str]
+
+
+def release_when_ended(left: LeftOut, log: Callable[[str], None], note: Callable[..., Any]) -> None:
+    """Release each node left out from the job once its task has ended; say each release (log,
+    ledger ``released``) and each node kept."""
+    run, key, job_id = left.run, left.key, left.job_id
+    for task, node in left.nodes.items():
         try:
             ended = wait_until(partial(gone, run, key, task, job_id, node),
                                f"the end of {node}'s task", ENDED_WAIT_S, POLL)  # fmt: skip
@@ -86,18 +92,13 @@ def release_when_ended(
 
 
 def start(
-    run: RunDir,
-    key: tuple[str, int],
-    job_id: str,
-    left_out: Mapping[int, str],
-    log: Callable[[str], None],
-    note: Callable[..., Any],
+    left: LeftOut, log: Callable[[str], None], note: Callable[..., Any]
 ) -> threading.Thread | None:
     """``release_when_ended`` in a daemon thread (the restart does not wait for it)."""
-    if not left_out:
+    if not left.nodes:
         return None
     thread = threading.Thread(
-        target=release_when_ended, args=(run, key, job_id, dict(left_out), log, note),
+        target=release_when_ended, args=(left, log, note),
         name="release-left-out", daemon=True,
     )  # fmt: skip
     thread.start()

@@ -45,6 +45,11 @@ def fake(monkeypatch) -> JobSlurm:
     return job
 
 
+def left(run: RunDir, nodes: dict[int, str]) -> release.LeftOut:
+    """The nodes left out of round 0 of job 41."""
+    return release.LeftOut(run, ("41", 0), "41", nodes)
+
+
 def beat(run: RunDir, task: int, node: str, phase: str) -> None:
     write_launcher_beat(run, "41", 0, LauncherBeat(task, node, 1, 0.0, phase))
 
@@ -53,7 +58,7 @@ def test_a_left_out_node_whose_task_ended_is_released_and_recorded(tmp_path, fak
     run, said = RunDir(tmp_path), []
     beat(run, 1, "n2", ENDED)
     note = lambda kind, **data: ledger.record(run.ledger, kind, "41", 0, **data)  # noqa: E731
-    release.release_when_ended(run, ("41", 0), "41", {1: "n2"}, said.append, note)
+    release.release_when_ended(left(run, {1: "n2"}), said.append, note)
     assert fake.released == ["n2"] and fake.nodes == ["n1", "n3"]
     (event,) = [e for e in ledger.read(run.ledger) if e.kind == "released"]
     assert event.get("node") == "n2" and "released n2" in said[0]
@@ -64,7 +69,7 @@ def test_a_task_that_never_ends_keeps_its_node_its_kill_would_fail_the_job(tmp_p
     step's srun would exit 137 at the end, so the node stays in the job."""
     run, said = RunDir(tmp_path), []
     beat(run, 1, "n2", WAITING)
-    release.release_when_ended(run, ("41", 0), "41", {1: "n2"}, said.append, lambda *a, **k: 0)
+    release.release_when_ended(left(run, {1: "n2"}), said.append, lambda *a, **k: 0)
     assert fake.released == [] and fake.nodes == ["n1", "n2", "n3"]
     assert "not released" in said[0]
 
@@ -73,13 +78,13 @@ def test_a_node_slurm_already_took_out_is_not_waited_for_nor_recorded(tmp_path, 
     """A node lost whole (NODE_FAIL under --no-kill): Slurm shrank the job itself."""
     run, said, notes = RunDir(tmp_path), [], []
     fake.nodes.remove("n3")
-    release.release_when_ended(run, ("41", 0), "41", {2: "n3"}, said.append,
+    release.release_when_ended(left(run, {2: "n3"}), said.append,
                                lambda kind, **d: notes.append(kind))  # fmt: skip
     assert fake.released == [] and notes == [] and said == []
 
 
 def test_nothing_left_out_starts_no_thread(tmp_path, fake):
-    assert release.start(RunDir(tmp_path), ("41", 0), "41", {}, print, print) is None
+    assert release.start(left(RunDir(tmp_path), {}), print, print) is None
 
 
 def test_slurm_release_shrinks_the_running_job_without_its_environment(monkeypatch):
