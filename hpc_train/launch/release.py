@@ -40,14 +40,17 @@ def task_ended(run: RunDir, key: tuple[str, int], task: int) -> bool:
 
 def gone(run: RunDir, key: tuple[str, int], task: int, job_id: str, node: str) -> bool:
     """Has the left-out node's task ended (or Slurm taken the node out of the job already)?"""
-    return task_ended(run, key, task) or not in_job(job_id, node)
+    return task_ended(run, key, task) or not in_job(job_id, node, key[1])
 
 
-def in_job(job_id: str, node: str) -> bool:
-    """Is ``node`` still in the running job (True when Slurm cannot say: wait on)?"""
+def in_job(job_id: str, node: str, restart: int) -> bool:
+    """Is ``node`` still in the job's running start number ``restart`` (Slurm's Restarts; a
+    later start of the job is another allocation)? True when Slurm cannot say: wait on."""
     try:
         info = slurm.job_info(job_id)
         if info is None or info.get("JobState") != "RUNNING":
+            return False
+        if info.get("Restarts", "0") != str(restart):
             return False
         return node in slurm.hostnames(info.get("NodeList", ""))
     except slurm.SlurmError:
@@ -79,6 +82,8 @@ def release_when_ended(left: LeftOut, log: Callable[[str], None], note: Callable
             log(f"{node} left out, not released: its task did not end in {ENDED_WAIT_S:.0f} s")
             continue
         time.sleep(EXIT_GRACE_S)
+        if not in_job(job_id, node, key[1]):
+            continue  # Slurm took it out, or the job was requeued meanwhile: not this start's
         try:
             released = slurm.release(job_id, node)
         except slurm.SlurmError as err:
@@ -87,7 +92,7 @@ def release_when_ended(left: LeftOut, log: Callable[[str], None], note: Callable
         if released:
             log(f"released {node} from job {job_id}: its replacement can serve the next start")
             note("released", node=node)
-        elif in_job(job_id, node):
+        else:
             log(f"{node} left out, not released: it runs the job's batch script")
 
 

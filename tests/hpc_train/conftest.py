@@ -57,7 +57,10 @@ class FakeSlurm:
 
     def job_info(self, job_id: str) -> dict[str, str] | None:
         excluded = [n for job, nodes in self.excluded if job == job_id for n in nodes]
-        return {"JobId": job_id, "ExcNodeList": ",".join(excluded) or "(null)"}
+        held = [n for n in self.partition if (job_id, n) not in self.released]
+        return {"JobId": job_id, "ExcNodeList": ",".join(excluded) or "(null)",
+                "JobState": self.state, "Restarts": str(self.restarts),
+                "NodeList": ",".join(held)}  # fmt: skip
 
     def hostnames(self, nodelist: str) -> list[str]:
         return nodelist.split(",")  # the fake writes plain lists (Slurm expands n[1-2])

@@ -16,7 +16,16 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
-from hpc_train.contract import StartDecision, StopMarker, read_stop, write_decision, write_stop
+from hpc_train.contract import (
+    ENDED,
+    LauncherBeat,
+    StartDecision,
+    StopMarker,
+    read_stop,
+    write_decision,
+    write_launcher_beat,
+    write_stop,
+)
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher as launcher_module
@@ -532,8 +541,10 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     assert restarted.get("spare_in") == ["n3"] and restarted.get("left_out") == ["n2"]
     assert [e.get("spares") for e in events if e.kind == "started"] == [["n3"], None]
     assert [e.get("world") for e in events if e.kind == "started"] == [2, 2]
-    # n2, left out, goes back to Slurm (task 0's release thread): replaced before a requeue
-    wait_until(lambda: fake_slurm.released, "n2's release", timeout=10, backoff=FAST)
+    # n2, left out, goes back to Slurm once its task has ended (task 0's release thread)
+    assert fake_slurm.released == []  # its launcher has not said so
+    write_launcher_beat(run, "41", 0, LauncherBeat(1, "n2", 1, 0.0, ENDED))
+    wait_until(lambda: fake_slurm.released or None, "n2's release", timeout=10, backoff=FAST)
     assert fake_slurm.released == [("41", "n2")]
 
 

@@ -18,11 +18,12 @@ class JobSlurm:
     SlurmError = slurm.SlurmError
 
     def __init__(self, nodes: list[str], state: str = "RUNNING") -> None:
-        self.nodes, self.state = list(nodes), state
+        self.nodes, self.state, self.restarts = list(nodes), state, 0
         self.released: list[str] = []
 
     def job_info(self, job_id: str) -> dict[str, str]:
-        return {"JobId": job_id, "JobState": self.state, "NodeList": ",".join(self.nodes)}
+        return {"JobId": job_id, "JobState": self.state, "NodeList": ",".join(self.nodes),
+                "Restarts": str(self.restarts)}  # fmt: skip
 
     def hostnames(self, nodelist: str) -> list[str]:
         return nodelist.split(",") if nodelist else []
@@ -107,3 +108,14 @@ def test_slurm_release_shrinks_the_running_job_without_its_environment(monkeypat
     assert slurm.release("41", "n4") is False  # not in the job
     info["JobState"] = "PENDING"
     assert slurm.release("41", "n2") is False and len(calls) == 1
+
+
+def test_a_node_of_a_later_start_is_never_released(tmp_path, fake):
+    """The job was requeued (Restarts 1) while the release waited: n2 may be in the new
+    allocation, which is not the start that left it out."""
+    run, said, notes = RunDir(tmp_path), [], []
+    beat(run, 1, "n2", ENDED)
+    fake.restarts = 1
+    release.release_when_ended(left(run, {1: "n2"}), said.append,
+                               lambda kind, **d: notes.append(kind))  # fmt: skip
+    assert fake.released == [] and notes == [] and fake.nodes == ["n1", "n2", "n3"]
