@@ -60,6 +60,7 @@ from hpc_train.watch.hangs import RankReport, Suspect
 
 POLL_S = 2.0  # how often each launcher reads its ranks' heartbeats
 STACK_WAIT_S = 5.0  # for the ranks' faulthandler output after SIGUSR1
+SETTLE_S = 0.5  # a dump still growing between two looks this far apart is not complete yet
 REPORT_WAIT_S = 20.0  # for the other nodes' reports
 KILL_WAIT_S = 15.0  # for torchrun's exit after SIGTERM, before SIGKILL
 STUCK = "stuck agent"  # _check's answer when torchrun outlived its ranks (not a hang)
@@ -113,11 +114,27 @@ def dump_stacks(beats: Sequence[Beat], directory: Path, incident: Path) -> dict[
         wait_until(lambda: all(g or r in stopped for r, g in grown().items()) or None,
                    "the ranks' stacks", STACK_WAIT_S, FAST)  # fmt: skip
     gave = grown()
+    _settle([stacks_file(directory, b.rank) for b in beats if gave[b.rank]])
     for b in beats:
         if gave[b.rank]:
             text = stacks_file(directory, b.rank).read_bytes()[before[b.rank] :]
             atomic_write(incident_stacks(incident, b.rank), text)
     return gave
+
+
+def _settle(paths: Sequence[Path], timeout: float | None = None) -> None:
+    """Wait until none of ``paths`` grows between two looks ``SETTLE_S`` apart (at most
+    ``STACK_WAIT_S``). faulthandler writes a dump line by line: copied as soon as its file had
+    grown, a stack was cut after its first line (seen in a hang on the loaded CI machine:
+    "Thread 0x... (most recent call first):" and no frame)."""
+    deadline = time.monotonic() + (STACK_WAIT_S if timeout is None else timeout)
+    sizes = [_size(p) for p in paths]
+    while paths and time.monotonic() < deadline:
+        time.sleep(SETTLE_S)
+        now = [_size(p) for p in paths]
+        if now == sizes:
+            return
+        sizes = now
 
 
 STOPPED_STATES = ("T", "t")  # /proc/PID/stat: stopped by a signal, or by a tracer

@@ -144,3 +144,40 @@ def test_a_stopped_rank_is_not_waited_for_its_stacks(tmp_path, monkeypatch):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_stack_written_line_by_line_is_copied_whole(tmp_path):
+    """A real process answers the stacks signal as faulthandler does, a line at a time, here
+    with 0.3 s between its header and its frame (a rank descheduled mid-dump on a loaded
+    machine): ``dump_stacks`` copies the whole dump, not the header alone (seen in CI)."""
+    import subprocess
+    import sys
+    import time
+
+    from hpc_train.contract import STACKS_SIGNAL
+    from hpc_train.watch import hang_monitor
+
+    code = (
+        "import signal, sys, time\n"
+        "f = open(sys.argv[1], 'a')\n"
+        "def dump(signum, frame):\n"
+        "    f.write('Thread 0x1 (most recent call first):\\n'); f.flush()\n"
+        "    time.sleep(0.3)\n"
+        "    f.write('  File \"train.py\", line 7 in step\\n\\n'); f.flush()\n"
+        f"signal.signal({int(STACKS_SIGNAL)}, dump)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    path = hang_monitor.stacks_file(tmp_path, 0)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        beats = [Beat(0, "n1", proc.pid, 7, time.time())]
+        gave = hang_monitor.dump_stacks(beats, tmp_path, tmp_path / "incident")
+        assert gave == {0: True}
+        copied = hang_monitor.incident_stacks(tmp_path / "incident", 0).read_text()
+        assert 'File "train.py", line 7 in step' in copied, copied
+    finally:
+        proc.kill()
+        proc.wait()
