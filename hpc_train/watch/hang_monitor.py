@@ -122,19 +122,23 @@ def dump_stacks(beats: Sequence[Beat], directory: Path, incident: Path) -> dict[
     return gave
 
 
-def _settle(paths: Sequence[Path], timeout: float | None = None) -> None:
+def _settle(paths: Sequence[Path]) -> None:
     """Wait until none of ``paths`` grows between two looks ``SETTLE_S`` apart (at most
     ``STACK_WAIT_S``). faulthandler writes a dump line by line: copied as soon as its file had
     grown, a stack was cut after its first line (seen in a hang on the loaded CI machine:
     "Thread 0x... (most recent call first):" and no frame)."""
-    deadline = time.monotonic() + (STACK_WAIT_S if timeout is None else timeout)
-    sizes = [_size(p) for p in paths]
-    while paths and time.monotonic() < deadline:
-        time.sleep(SETTLE_S)
+    sizes: list[int] | None = None  # the first look only records
+
+    def settled() -> bool | None:
+        nonlocal sizes
         now = [_size(p) for p in paths]
-        if now == sizes:
-            return
-        sizes = now
+        same, sizes = now == sizes, now
+        return same or None
+
+    if paths:
+        with contextlib.suppress(TimeoutError):
+            wait_until(settled, "the ranks' stacks written whole", STACK_WAIT_S,
+                       Backoff(SETTLE_S, 1.0, SETTLE_S))  # fmt: skip
 
 
 STOPPED_STATES = ("T", "t")  # /proc/PID/stat: stopped by a signal, or by a tracer
