@@ -71,7 +71,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from benchmarks import gpu, gpu_measure
+from benchmarks import gpu, gpu_measure, report
 from benchmarks.report import table, write_json
 from hpc_core import instances
 from hpc_core.rundir import RunDir
@@ -113,6 +113,11 @@ PLANS = {
         "roberta-base", gpu.Lengths(256, 200, 1), save_every=40, kill_after=15, repeat=250
     ),
     "cpu": Plan("tiny", gpu.Lengths(16, 400, 1), save_every=50, kill_after=20, repeat=5),
+}
+# --smoke: the same sequence (a cold start, two crashes and restarts), a save every 4 updates
+SMOKE_PLANS = {
+    "cuda": dataclasses.replace(PLANS["cuda"], save_every=4, kill_after=2),
+    "cpu": dataclasses.replace(PLANS["cpu"], save_every=4, kill_after=2),
 }
 
 
@@ -366,7 +371,7 @@ class Bench:
                 started.exited()
 
     def settings(self) -> dict[str, Any]:
-        plan = command_lines.batch_plan(self.spec, 1, self.use_gpu)
+        plan = self.spec.batch_plan(1, self.use_gpu)
         return {
             "save_every": self.plan.save_every,
             "kill_after": self.plan.kill_after,
@@ -567,7 +572,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             write_json(args.out, {"gpu": False, "date": dt.date.today().isoformat()})
         return 0
-    plan = PLANS["cuda" if use_gpu else "cpu"]
+    plan = (SMOKE_PLANS if args.smoke else PLANS)["cuda" if use_gpu else "cpu"]
     work = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
@@ -575,6 +580,7 @@ def run(args: argparse.Namespace) -> int:
         "device": "cuda" if use_gpu else "cpu",
         "environment": gpu_measure.environment() if use_gpu else cpu_environment(),
         "preset": plan.preset,
+        "smoke": args.smoke,
     }
     data = gpu_measure.build_corpus(args.data, work / f"corpus-{plan.preset}-x{plan.repeat}",
                                     plan.repeat)  # fmt: skip
@@ -632,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--startup-parts", action="store_true",
                    help="then time a start-up's parts in fresh processes: imports, the "
                         "device's context, the checkpoint's torch.load (with and without mmap)")  # fmt: skip
-    args = p.parse_args(argv)
+    args = report.parse(p, argv, "gpu-restart", {})
     if not (args.data / "dict.txt").is_file():
         p.error(f"--data {args.data}: not a binarized corpus (make demo-data)")
     return run(args)

@@ -1,8 +1,9 @@
 """Command lines of a run: the torchrun launch and the fairseq training arguments. Pure.
 
-The launcher calls these on every (re)start with the world it actually got, so the global batch
-stays fixed through ``--update-freq`` whatever the node count; ``--dry-run`` calls them with the
-largest world the job may get.
+Every node builds them on every (re)start from the batch plan task 0 decided for the world it
+actually got (``JobSpec.batch_plan``, carried in ``contract.StartDecision``), so the global batch
+stays fixed through ``--update-freq`` whatever the node count; ``--dry-run`` builds them from
+``validate``'s plan for the largest world the job may get.
 """
 
 from __future__ import annotations
@@ -41,16 +42,10 @@ def torchrun_argv(
     ]
 
 
-def batch_plan(spec: JobSpec, world_size: int, gpu: bool) -> batch.BatchPlan:
-    """The batch plan of ``spec`` on ``world_size`` ranks (the global batch kept by
-    ``--update-freq``); ValueError if it cannot be kept (smaller than one step of this world)."""
-    per_device = spec.device_batch(gpu, world_size)
-    return batch.plan(spec.sequences_per_update, per_device, world_size)
-
-
 def fairseq_args(spec: JobSpec, world_size: int, gpu: bool) -> tuple[list[str], batch.BatchPlan]:
-    """fairseq-train arguments for ``spec`` on ``world_size`` ranks, and their batch plan."""
-    plan = batch_plan(spec, world_size, gpu)
+    """fairseq-train arguments for ``spec`` on ``world_size`` ranks, and their batch plan
+    (``JobSpec.batch_plan``)."""
+    plan = spec.batch_plan(world_size, gpu)
     return fairseq_argv(spec, plan, gpu), plan
 
 

@@ -27,6 +27,11 @@ class Preset:
     log_interval: int
     arch_args: tuple[str, ...] = field(default=())
 
+    def updates(self, asked: int | None) -> int:
+        """Updates to train: ``--max-update`` when given, else this preset's (submit's spec
+        and ``hpc-train plan`` both ask here)."""
+        return self.max_update if asked is None else asked
+
     def describe(self) -> str:
         """One line for ``--help``: the model (with its overrides: tiny is a shrunk base) and
         the recipe's batch."""

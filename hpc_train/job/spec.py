@@ -229,8 +229,7 @@ class JobSpec:
     save_interval: str = option(
         "--save-interval", "updates between periodic saves: N, `preset`, or `auto` (Daly's "
         "interval from this run's measured save and update times and --mtbf-hours, see "
-        "hpc_train/worker/save_interval.py)", default="preset", parse=parse_save_interval,
-        metavar="N|preset|auto",
+        "hpc_train/worker/save_interval.py)", default="preset", metavar="N|preset|auto",
     )  # fmt: skip
     mtbf_hours: float = option(
         "--mtbf-hours", "one node's mean time between failures (spot reclaims included) for "
@@ -336,6 +335,11 @@ class JobSpec:
     )  # fmt: skip
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
+    def __post_init__(self) -> None:
+        # --save-interval is parsed here, once per spec however it was built (the CLI, a
+        # benchmark, dataclasses.replace): everyone after reads the canonical value
+        object.__setattr__(self, "save_interval", parse_save_interval(self.save_interval))
+
     @property
     def recipe(self) -> presets.Preset:
         return presets.get(self.preset)
@@ -346,7 +350,7 @@ class JobSpec:
 
     @property
     def updates(self) -> int:
-        return self.max_update if self.max_update is not None else self.recipe.max_update
+        return self.recipe.updates(self.max_update)
 
     @property
     def save_interval_updates(self) -> int:
@@ -408,7 +412,7 @@ class JobSpec:
         may have (``--nodes`` MAX): the same at every width of an elastic run, so a resume at
         another width stays sample-exact (``worker.data_position``); narrower starts take more
         steps per update instead."""
-        widest = max(world_size, self.nodes_max * self.ranks_per_node(gpu))
+        widest = max(world_size, self.largest_world(gpu))
         return devices.batch_per_device(
             self.preset,
             self.instance_type if gpu else None,
@@ -417,6 +421,17 @@ class JobSpec:
             widest,
             self.batch_per_device,
         )
+
+    def batch_plan(self, world_size: int, gpu: bool) -> batch.BatchPlan:
+        """The batch plan on ``world_size`` ranks, the one place it is derived (task 0 at each
+        start, ``validate`` for the largest world): the global batch kept by ``--update-freq``;
+        ValueError if it cannot be kept (smaller than one step of this world)."""
+        per_device = self.device_batch(gpu, world_size)
+        return batch.plan(self.sequences_per_update, per_device, world_size)
+
+    def largest_world(self, gpu: bool) -> int:
+        """Ranks at ``--nodes`` MAX: the world ``--dry-run`` shows and ``validate`` checks."""
+        return self.nodes_max * self.ranks_per_node(gpu)
 
     @property
     def gpu_precision(self) -> str:
@@ -531,7 +546,6 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
         raise SpecError("--straggler-threshold and --straggler-window must be > 0")
     if spec.mtbf_hours <= 0:
         raise SpecError(f"--mtbf-hours {spec.mtbf_hours:g}: must be > 0")
-    parse_save_interval(spec.save_interval)
     if spec.local_save_dir is not None and spec.sync_save:
         raise SpecError("--local-save-dir needs async saves: drop --sync-save")
     if spec.batch_per_device is not None and spec.batch_per_device < 1:
@@ -540,9 +554,8 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
     if spec.gpus_per_node and problem:
         raise SpecError(problem)
     gpu = spec.gpus_per_node > 0
-    world = spec.nodes_max * spec.ranks_per_node(gpu)
     try:
-        plan = batch.plan(spec.sequences_per_update, spec.device_batch(gpu, world), world)
+        plan = spec.batch_plan(spec.largest_world(gpu), gpu)
     except ValueError as err:
         raise SpecError(f"--global-batch: {err}") from None
     check_container(spec, check_paths)

@@ -27,7 +27,6 @@ from hpc_train.contract import (
     write_node_report,
 )
 from hpc_train.faults import quarantine
-from hpc_train.job import command_lines
 from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import geometry, restart_policy
@@ -121,7 +120,7 @@ def decide_start(
                                  refused=shape.refused, bad_nodes=list(shape.bad_nodes))  # fmt: skip
         write_decision(run, job_id, restart, decision)
         return decision
-    plan = command_lines.batch_plan(spec, shape.nodes * shape.ranks_per_node, shape.use_gpu)
+    plan = spec.batch_plan(shape.nodes * shape.ranks_per_node, shape.use_gpu)
     resume = checkpoints.choose_resume(run.root)
     log(f"resume: {resume.reason}")
     if resume.moved_aside:

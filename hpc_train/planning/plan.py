@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         listed.on_demand if args.on_demand_price is None else args.on_demand_price,
         listed.spot if args.spot_price is None else args.spot_price,
     )
-    updates = args.updates if args.updates is not None else presets.get(args.preset).max_update
+    updates = presets.get(args.preset).updates(args.updates)
     throughput, throughput_from = throughput_for(args.instance_type, args.throughput_mbs)
     try:
         nbytes = costs.preset_checkpoint_bytes(args.preset)

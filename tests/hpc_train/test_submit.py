@@ -293,19 +293,25 @@ def test_submit_validates_once_and_reuses_its_plan(tmp_path, monkeypatch, capsys
     is the one the dry run prints: the batch plan is never derived a second time."""
     from types import SimpleNamespace
 
-    from hpc_train.job import command_lines
-
     checks: list[bool] = []
+    validating: list[bool] = []
+    owner = JobSpec.batch_plan  # the one place the plan is derived
 
     def counting(spec, check_paths=True):
         checks.append(check_paths)
-        return validate(spec, check_paths)
+        validating.append(True)
+        try:
+            return validate(spec, check_paths)
+        finally:
+            validating.pop()
 
-    def derived_again(*args, **kwargs):
-        raise AssertionError("the batch plan derived again after validate()")
+    def derived_again(spec, world_size, gpu):
+        if not validating:
+            raise AssertionError("the batch plan derived again after validate()")
+        return owner(spec, world_size, gpu)
 
     monkeypatch.setattr(submit, "validate", counting)
-    monkeypatch.setattr(command_lines, "batch_plan", derived_again)
+    monkeypatch.setattr(JobSpec, "batch_plan", derived_again)
     monkeypatch.setattr(submit, "grace_time_s", lambda partition, dry_run=False: None)
     assert submit.main(DRY_LARGE) == 0
     assert checks == [False] and "--update-freq 4" in capsys.readouterr().out

@@ -75,3 +75,46 @@ def test_save_dir_under_a_file_is_not_writable(tmp_path):
 def test_dry_run_validation_skips_paths(tmp_path):
     spec = JobSpec("roberta-large", tmp_path / "D", tmp_path / "S", 2, 2, 8)
     assert validate(spec, check_paths=False).update_freq == 4  # 2048 / (32 per V100 x 16)
+
+
+def test_save_interval_is_parsed_once_when_the_spec_is_built(tmp_path, monkeypatch):
+    """Issue 31: the CLI parsed --save-interval and validate() parsed it again; now the spec
+    parses it once as it is built, and validate() and the readers take the canonical value."""
+    import argparse
+
+    from hpc_train.job import options
+    from hpc_train.job import spec as spec_mod
+
+    parsed: list[str] = []
+    real = spec_mod.parse_save_interval
+
+    def counting(text: str) -> str:
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(spec_mod, "parse_save_interval", counting)
+    parser = argparse.ArgumentParser()
+    options.add_options(parser)
+    args = parser.parse_args(["--preset", "tiny", "--data", str(tmp_path), "--save-dir",
+                              str(tmp_path / "s"), "--gpus-per-node", "0", "--save-interval", "AUTO"])  # fmt: skip
+    spec = options.spec_from_options(args)
+    assert parsed == ["AUTO"] and spec.save_interval == "auto"
+    validate(spec, check_paths=False)
+    assert parsed == ["AUTO"]  # validate() does not parse it again
+    with pytest.raises(SpecError, match="--save-interval 'often'"):
+        JobSpec("tiny", tmp_path, tmp_path, save_interval="often")  # built by hand: still checked
+
+
+def test_max_update_falls_back_to_the_presets_in_one_place(tmp_path):
+    from hpc_train.job import presets
+
+    tiny = presets.get("tiny")
+    assert JobSpec("tiny", tmp_path, tmp_path).updates == tiny.updates(None) == tiny.max_update
+    assert JobSpec("tiny", tmp_path, tmp_path, max_update=7).updates == tiny.updates(7) == 7
+
+
+def test_the_dry_runs_plan_is_the_largest_worlds(tmp_path):
+    spec = JobSpec("tiny", tmp_path, tmp_path, 1, 4, 0, global_batch=64)
+    assert spec.largest_world(gpu=False) == 4
+    assert validate(spec, check_paths=False) == spec.batch_plan(4, gpu=False)
+    assert spec.batch_plan(1, gpu=False).update_freq == 4 * spec.batch_plan(4, False).update_freq

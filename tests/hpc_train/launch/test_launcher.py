@@ -43,7 +43,7 @@ def test_no_gpu_falls_back_to_one_cpu_rank_per_node_and_keeps_the_global_batch(t
 
 def test_a_restart_on_fewer_nodes_raises_update_freq():
     spec = JobSpec("tiny", Path("/d"), Path("/s"), 1, 4, 0, global_batch=32)
-    freqs = [command_lines.batch_plan(spec, n, gpu=False).update_freq for n in (1, 2, 4)]
+    freqs = [spec.batch_plan(n, gpu=False).update_freq for n in (1, 2, 4)]
     assert freqs == [4, 2, 1]
 
 
