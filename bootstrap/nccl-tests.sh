@@ -7,10 +7,16 @@
 # that pip installed with torch in the Python environment, so the tests measure the NCCL that
 # training uses. With Amazon's Open MPI (/opt/amazon/openmpi) the build is MPI-enabled
 # (one rank per GPU across nodes); without it each process drives all GPUs of one node.
-# Note: CUDA 13 toolkits no longer compile for V100 (sm_70); p3dn needs a CUDA 12 toolkit.
+# Chosen by the node's GPU (nvidia-smi --query-gpu=compute_cap): CUDA 13, the image's toolkit,
+# no longer compiles for compute capability below 7.5 (Volta's sm_70: the p3dn's V100), so there
+# the tests are built for exactly that GPU with a CUDA 12.6 compiler of their own
+# (cuda12-toolchain.sh, checksum-pinned in cuda12-sm70.lock) into nccl-tests/<version>-sm_<cc>,
+# and the binary must hold sm_<cc> code (cuobjdump). Every other node (7.5 and up, or no GPU, e.g.
+# the head node) builds with CUDA_HOME into nccl-tests/<version>, as before.
 #
 #   BOOTSTRAP_NCCL_TESTS_VERSION / _SHA256 / _URL   pin [2.17.6, its GitHub archive]
-#   CUDA_HOME                                       [/usr/local/cuda]
+#   CUDA_HOME                                       [/usr/local/cuda; $PREFIX/cuda-12.6.3 below 7.5]
+#   BOOTSTRAP_COMPUTE_CAP                           [nvidia-smi's answer, e.g. 7.0]
 #   BOOTSTRAP_NCCL_HOME, BOOTSTRAP_MPI_HOME         [detected]
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -22,11 +28,29 @@ url="${BOOTSTRAP_NCCL_TESTS_URL:-https://github.com/NVIDIA/nccl-tests/archive/v$
 dest="$BOOTSTRAP_PREFIX/nccl-tests/$version"
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 
+# compute_cap: the first GPU's compute capability ("7.0"), or nothing without a GPU.
+compute_cap() {
+    local cap="${BOOTSTRAP_COMPUTE_CAP:-}"
+    [[ -n "$cap" ]] || cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)" || true
+    cap="${cap//[[:space:]]/}"
+    [[ -z "$cap" || "$cap" =~ ^[0-9]+\.[0-9]$ ]] || die "nvidia-smi: unexpected compute capability '$cap'"
+    printf '%s\n' "$cap"
+}
+
+cap="$(compute_cap)"
+sm=""
+if [[ -n "$cap" ]] && ((${cap%.*} * 10 + ${cap#*.} < 75)); then
+    sm="${cap/./}" # 7.0 -> 70
+    dest="$BOOTSTRAP_PREFIX/nccl-tests/$version-sm_$sm"
+    cuda_home="$BOOTSTRAP_PREFIX/cuda-12.6.3"
+    log "compute capability $cap: CUDA 13 has no sm_$sm, building with CUDA 12.6 in $cuda_home"
+fi
+
 if [[ -f "$dest/.complete" ]]; then
     already_done "nccl-tests $version in $dest"
     exit 0
 fi
-if [[ ! -x "$cuda_home/bin/nvcc" ]]; then
+if [[ -z "$sm" && ! -x "$cuda_home/bin/nvcc" ]]; then
     skip "nccl-tests: no CUDA toolkit on this node ($cuda_home/bin/nvcc not found)"
     exit 0
 fi
@@ -57,6 +81,7 @@ if [[ -f "$dest/.complete" ]]; then
     already_done "nccl-tests $version (built by another node)"
     exit 0
 fi
+[[ -z "$sm" ]] || run "$(dirname "${BASH_SOURCE[0]}")/cuda12-toolchain.sh" "$cuda_home"
 nccl_home="$(find_nccl)" || { skip "nccl-tests: no NCCL headers and library found"; exit 0; }
 tarball="$BOOTSTRAP_PREFIX/downloads/nccl-tests-$version.tar.gz"
 fetch_verified "$url" "$sha256" "$tarball"
@@ -65,6 +90,7 @@ rm -rf "$dest"
 mkdir -p "$dest"
 run tar -xzf "$tarball" -C "$dest" --strip-components=1 --no-same-owner
 make_args=(CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home")
+[[ -z "$sm" ]] || make_args+=(NVCC_GENCODE="-gencode=arch=compute_$sm,code=sm_$sm")
 mpi_home="${BOOTSTRAP_MPI_HOME:-/opt/amazon/openmpi}"
 if [[ -x "$mpi_home/bin/mpicc" ]]; then
     make_args+=(MPI=1 MPI_HOME="$mpi_home")
@@ -73,6 +99,10 @@ else
 fi
 run make -C "$dest" -j "$(nproc)" "${make_args[@]}"
 [[ -x "$dest/build/all_reduce_perf" ]] || die "build finished without $dest/build/all_reduce_perf"
+if [[ -n "$sm" ]] && ! "$cuda_home/bin/cuobjdump" --list-elf "$dest/build/all_reduce_perf" |
+    grep -q "\.sm_$sm\."; then
+    die "$dest/build/all_reduce_perf holds no sm_$sm code (cuobjdump --list-elf)"
+fi
 printf 'nccl-tests %s\nNCCL_HOME=%s\nrun with: LD_LIBRARY_PATH=%s/lib\n' "$version" "$nccl_home" \
     "$nccl_home" >"$dest/.complete"
 log "nccl-tests $version built: $dest/build (NCCL from $nccl_home)"
