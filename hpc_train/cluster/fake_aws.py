@@ -24,7 +24,16 @@ by moto, in memory:
     (DescribePlacementGroups, DescribeCapacityReservations) with AWS's error for a name or id the
     account does not hold.
   Existence checks therefore pass for what the config names: FakeAccount.not_checked lists each
-  such thing by name, and `validate` prints it ("not checked offline: ...").
+  such thing by name, and `validate` prints it ("not checked offline: ...");
+- what the account is like beyond the config (is a subnet private?) can be stated
+  (AccountFacts: `validate --private-subnet`); each stated fact is listed as assumed;
+- a call the fake account cannot answer as AWS would is a Gap, never a verdict: one moto does
+  not implement ("Not yet implemented", NotImplementedError, or moto failing inside), or one about
+  a kind of resource the account holds none of (security groups, IAM roles, secrets, KMS keys,
+  EBS volumes and snapshots, FSx and EFS file systems: only your account holds them). The call
+  fails with a ClientError saying so (pcluster handles it as any AWS error) and is recorded in
+  FakeAccount.gaps; `validate` drops the verdict of the validator that made it and says
+  "not checked offline" with the validator and the call.
 
 Everything is undone on exit (environment, moto state, ParallelCluster's cached clients).
 """
@@ -34,6 +43,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import json
+import logging
 import os
 import re
 import socket
@@ -61,11 +71,82 @@ _DESCRIPTION_TAIL = (
     "nvidia-{nvidia}, cuda-12.8"
 )
 OFFICIAL_NVIDIA = "595.71.05"  # an official 3.16 AMI's open-module driver (3.16.3 release notes)
-CUSTOM_NVIDIA = "570.172.08"  # the driver pcluster_configs/images/p3dn-closed-driver.yaml pins
+CUSTOM_NVIDIA = "580.126.20"  # the driver pcluster_configs/images/p3dn-closed-driver.yaml pins
 
 
 class NetworkAttempt(OSError):
     """Something tried to reach the network while AWS was faked (an OSError, as offline)."""
+
+
+GAP_CODE = "NotCheckedOffline"  # the error code of a call the fake account could not answer
+
+# Describe calls about kinds of resource the fake account never holds: an error from them says
+# nothing about your account, only that the fake one has none.
+_NEVER_HELD: dict[tuple[str, str], str] = {
+    ("ec2", "DescribeSecurityGroups"): "security groups",
+    ("ec2", "DescribeVolumes"): "EBS volumes",
+    ("ec2", "DescribeSnapshots"): "EBS snapshots",
+    ("iam", "GetRole"): "IAM roles",
+    ("iam", "GetInstanceProfile"): "IAM instance profiles",
+    ("secretsmanager", "DescribeSecret"): "secrets",
+    ("kms", "DescribeKey"): "KMS keys",
+    ("fsx", "DescribeFileSystems"): "FSx file systems",
+    ("fsx", "DescribeVolumes"): "FSx volumes",
+    ("fsx", "DescribeStorageVirtualMachines"): "FSx storage virtual machines",
+    ("efs", "DescribeFileSystems"): "EFS file systems",
+    ("efs", "DescribeMountTargets"): "EFS mount targets",
+    ("resource-groups", "GetGroupConfiguration"): "resource groups",
+    ("resource-groups", "ListGroupResources"): "resource groups",
+}
+
+
+@dataclass(frozen=True)
+class Gap:
+    """An AWS call the fake account could not answer as AWS would."""
+
+    service: str
+    operation: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.service} {self.operation}: {self.why}"
+
+
+class BadFact(ValueError):
+    """A stated account fact the config gives no meaning to (a subnet it does not name)."""
+
+
+@dataclass(frozen=True)
+class AccountFacts:
+    """What the caller states about the account, beyond the config; each is assumed, by name.
+
+    By default the head node's subnet assigns public IPs and every other subnet does not (the
+    templates' layout). `private_subnets` / `public_subnets` say otherwise for a subnet.
+    """
+
+    private_subnets: frozenset[str] = frozenset()
+    public_subnets: frozenset[str] = frozenset()
+
+    def check(self, refs: References) -> None:
+        """BadFact where a stated subnet is not in the config, or stated both ways."""
+        both = self.private_subnets & self.public_subnets
+        if both:
+            raise BadFact(f"subnet {sorted(both)[0]} is stated both private and public")
+        for subnet in sorted(self.private_subnets | self.public_subnets):
+            if subnet not in refs.subnets:
+                raise BadFact(f"subnet {subnet} is not named in the config")
+
+    def is_public(self, subnet: str, refs: References) -> bool:
+        if subnet in self.private_subnets or subnet in self.public_subnets:
+            return subnet in self.public_subnets
+        return subnet == refs.head_subnet
+
+    def assumed(self) -> list[str]:
+        """The stated facts, one line each (`validate` prints them as assumed)."""
+        return [
+            *(f"subnet {s} does not assign public IPs (--private-subnet)" for s in sorted(self.private_subnets)),
+            *(f"subnet {s} assigns public IPs (--public-subnet)" for s in sorted(self.public_subnets)),
+        ]
 
 
 @dataclass
@@ -84,6 +165,8 @@ class FakeAccount:
     capacity_reservations: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # network attempts the guard stopped
     not_checked: list[str] = field(default_factory=list)  # what only your real account can say
+    gaps: list[Gap] = field(default_factory=list)  # calls the fake account could not answer
+    assumed: list[str] = field(default_factory=list)  # facts the caller stated (AccountFacts)
 
 
 @dataclass(frozen=True)
@@ -119,6 +202,9 @@ def references(config: Mapping[str, Any]) -> References:
         if value.startswith("s3://"):
             bucket, _, obj = value[len("s3://") :].partition("/")
             s3.append((bucket, obj))
+    custom_bucket = config.get("CustomS3Bucket")  # pcluster's own bucket for the cluster's files
+    if isinstance(custom_bucket, str):
+        s3.append((custom_bucket, ""))
     for access in _find_key(config, "S3Access"):
         for item in access if isinstance(access, list) else []:
             named = _mapping(item).get("BucketName")
@@ -204,14 +290,19 @@ def _official_ami_users(config: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 @contextmanager
-def fake_aws_account(config: Mapping[str, Any]) -> Iterator[FakeAccount]:
-    """Run the body against a moto AWS account pre-filled with what `config` refers to."""
+def fake_aws_account(
+    config: Mapping[str, Any], facts: AccountFacts = AccountFacts()
+) -> Iterator[FakeAccount]:
+    """Run the body against a moto AWS account pre-filled with what `config` refers to, and as
+    `facts` state (BadFact, before anything is faked, where they name what the config does not)."""
     import moto  # the `aws` extra; imported here so the rest of hpc_train never needs it
     from pcluster.aws.aws_api import AWSApi
     from pcluster.aws.common import Cache
 
     refs = references(config)
+    facts.check(refs)
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="hpc-train-moto-") as tmp:
+        stack.enter_context(_quiet_logging())
         amis = _fake_official_amis(refs.os)  # moto loads these as Amazon's
         amis_path = Path(tmp) / "amis.json"
         amis_path.write_text(json.dumps(amis))
@@ -240,11 +331,12 @@ def fake_aws_account(config: Mapping[str, Any]) -> Iterator[FakeAccount]:
         AWSApi.reset()
         Cache.clear_all()
         try:
-            _populate(refs, account)
+            _populate(refs, account, facts)
             account.amis = [a["ami_id"] for a in amis]
             account.custom_amis = list(refs.custom_amis)
             account.refused = refused
-            account.not_checked = not_checked_offline(refs)
+            account.not_checked = not_checked_offline(refs, facts)
+            account.assumed = facts.assumed()
             yield account
         finally:
             AWSApi.reset()
@@ -283,14 +375,22 @@ def _fake_env(region: str, amis_path: Path) -> dict[str, str]:
     }
 
 
-def not_checked_offline(refs: References) -> list[str]:
+def not_checked_offline(refs: References, facts: AccountFacts = AccountFacts()) -> list[str]:
     """What the fake account holds because the config names it: only your account can say."""
     lines = [f"subnet {s} exists" for s in refs.subnets]
-    if refs.head_subnet:
-        lines.append(
-            f"subnet {refs.head_subnet} assigns public IPs (assumed: it is the head node's) and "
-            "the others do not (assumed: private, with a NAT gateway)"
-        )
+    stated = facts.private_subnets | facts.public_subnets
+    for subnet in refs.subnets:
+        if subnet in stated:
+            continue  # listed as assumed (AccountFacts.assumed)
+        if facts.is_public(subnet, refs):
+            lines.append(
+                f"subnet {subnet} assigns public IPs (assumed: it is the head node's; "
+                "--private-subnet says otherwise)"
+            )
+        else:
+            lines.append(
+                f"subnet {subnet} does not assign public IPs (assumed: private, with a NAT gateway)"
+            )
     lines += [f"key pair {k} exists" for k in refs.key_pairs]
     lines += [
         f"s3://{b}/{k} exists" if k else f"bucket {b} exists and is yours"
@@ -433,7 +533,7 @@ def _fake_official_amis(os_name: str) -> list[dict[str, Any]]:
     ]
 
 
-def _populate(refs: References, account: FakeAccount) -> FakeAccount:
+def _populate(refs: References, account: FakeAccount, facts: AccountFacts) -> FakeAccount:
     import boto3
 
     ec2 = boto3.client("ec2", region_name=refs.region)
@@ -447,7 +547,7 @@ def _populate(refs: References, account: FakeAccount) -> FakeAccount:
                 VpcId=vpc, CidrBlock=f"10.0.{index * 16}.0/20", AvailabilityZone=f"{refs.region}a"
             )
         account.subnets.append(subnet_id)
-        if subnet_id == refs.head_subnet:  # a public subnet, as the templates ask for it
+        if facts.is_public(subnet_id, refs):  # the head node's, as the templates ask for it
             ec2.modify_subnet_attribute(SubnetId=subnet_id, MapPublicIpOnLaunch={"Value": True})
             account.public_subnets.append(subnet_id)
     _register_custom_amis(refs)
@@ -562,13 +662,59 @@ def _unimplemented_calls_faked(account: FakeAccount, refs: References) -> Iterat
     real = BaseClient._make_api_call
 
     def make_api_call(client: Any, operation_name: str, api_params: Mapping[str, Any]) -> Any:
-        fake = fakes.get((client.meta.service_model.service_name, operation_name))
-        if fake is None:
+        service = client.meta.service_model.service_name
+        fake = fakes.get((service, operation_name))
+        if fake is not None:
+            return fake(api_params)
+        try:
             return real(client, operation_name, api_params)
-        return fake(api_params)
+        except Exception as err:
+            gap = _gap_of(service, operation_name, err)
+            if gap is None:
+                raise
+            account.gaps.append(gap)
+            raise ClientError(
+                {"Error": {"Code": GAP_CODE, "Message": f"not checked offline: {gap}"}},
+                operation_name,
+            ) from None
 
     with mock.patch.object(BaseClient, "_make_api_call", make_api_call):
         yield
+
+
+def _gap_of(service: str, operation: str, err: Exception) -> Gap | None:
+    """The Gap an error from moto is, or None for an answer AWS could give (its error codes)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(err, BotoCoreError):  # botocore's own (a bad parameter): AWS's too
+        return None
+    if isinstance(err, ClientError):
+        error = err.response.get("Error", {})
+        if error.get("Message") == "Not yet implemented":  # moto's answer to an unknown action
+            return Gap(service, operation, "moto does not implement it")
+        kind = _NEVER_HELD.get((service, operation))
+        if kind is None:
+            return None
+        return Gap(
+            service,
+            operation,
+            f"the fake account holds no {kind} ({error.get('Code')}): only yours can answer",
+        )
+    if isinstance(err, NotImplementedError):
+        return Gap(service, operation, "moto does not implement it")
+    return Gap(service, operation, f"moto failed answering it ({type(err).__name__})")
+
+
+@contextmanager
+def _quiet_logging() -> Iterator[None]:
+    """pcluster logs every failed AWS call (and `logging.warning`s on the root logger): under the
+    fake account those are the fake's, and what matters is in the report. Restored on exit."""
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(before)
 
 
 @contextmanager
@@ -594,7 +740,9 @@ def _no_network(refused: list[str]) -> Iterator[None]:
     def check(sock: socket.socket, address: Any) -> None:
         if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
             refused.append(str(address[0]))
-            raise NetworkAttempt(f"network access to {address[0]!r} refused while AWS is faked")
+            raise NetworkAttempt(
+                f"not checked offline: network access to {address[0]!r} refused while AWS is faked"
+            )
 
     def connect(sock: socket.socket, address: Any) -> None:
         check(sock, address)
@@ -607,7 +755,9 @@ def _no_network(refused: list[str]) -> Iterator[None]:
     def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
         if host is not None and not _is_loopback(host):
             refused.append(str(host))
-            raise NetworkAttempt(f"name look-up of {host!r} refused while AWS is faked")
+            raise NetworkAttempt(
+                f"not checked offline: name look-up of {host!r} refused while AWS is faked"
+            )
         return real_getaddrinfo(host, *args, **kwargs)
 
     with (
