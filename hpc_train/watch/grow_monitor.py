@@ -11,18 +11,20 @@ not attempted.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Collection
 
 from hpc_core import slurm
 from hpc_train.watch import grows
+from hpc_train.watch.watcher import Watcher
 
 POLL_S = 10.0
 START_SLACK_S = 60.0  # "starts now": Slurm's estimate at most this far ahead
 
 
-class GrowWatch:
+class GrowWatch(Watcher[int | None]):
+    """Task 0's grow-back thread (see the module docstring)."""
+
     def __init__(
         self,
         partition: str | None,
@@ -34,30 +36,25 @@ class GrowWatch:
         on_grow: Callable[[int, str], None],
         log: Callable[[str], None],
     ) -> None:
+        super().__init__("grow-watch", POLL_S)
         self.partition, self.hosts, self.nodes_max = partition, list(hosts), nodes_max
         self.settle = grows.Settle(settle_s)
         self.excluded, self.end_time, self.on_grow, self.log = excluded, end_time, on_grow, log
         self.grown: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="grow-watch", daemon=True)
 
-    def start(self) -> GrowWatch:
-        self._thread.start()
-        return self
+    def join_s(self) -> float:
+        return POLL_S + 35
 
-    def stop(self) -> int | None:
-        """End the thread; the width it asked to grow to, if it did."""
-        self._stop.set()
-        self._thread.join(timeout=POLL_S + 35)
+    def result(self) -> int | None:
+        """After ``stop()``: the width it asked to grow to, if it did."""
         return self.grown
 
-    def _watch(self) -> None:
-        while not self._stop.wait(POLL_S):
-            try:
-                if self.poll(time.time()):
-                    return
-            except slurm.SlurmError as err:
-                self.log(f"grow: Slurm did not answer ({err}); trying again")
+    def tick(self) -> bool:
+        try:
+            return self.poll(time.time())
+        except slurm.SlurmError as err:
+            self.log(f"grow: Slurm did not answer ({err}); trying again")
+            return False
 
     def poll(self, now: float) -> bool:
         """One look; True once it has asked to grow."""

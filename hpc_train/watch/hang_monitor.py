@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -57,6 +56,7 @@ from hpc_train.contract import STACKS_SIGNAL, Beat, read_beats
 from hpc_train.job.limits import HangLimits
 from hpc_train.watch import hangs
 from hpc_train.watch.hangs import RankReport, Suspect
+from hpc_train.watch.watcher import Watcher
 
 POLL_S = 2.0  # how often each launcher reads its ranks' heartbeats
 STACK_WAIT_S = 5.0  # for the ranks' faulthandler output after SIGUSR1
@@ -217,8 +217,10 @@ def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
     return len(incident_reports(incident))
 
 
-class Monitor:
+class Monitor(Watcher[str | None]):
     """Watches this node's ranks while torchrun runs (see the module docstring)."""
+
+    first_wait = False  # a hang declared by another node is seen at once
 
     def __init__(
         self,
@@ -233,6 +235,7 @@ class Monitor:
         exited: Callable[[], bool],
         log: Callable[[str], None],
     ) -> None:
+        super().__init__("hang-watchdog", POLL_S)
         self.directory = run.heartbeats(job_id, restart, node)
         self.incident = run.incident(job_id, restart)
         self.node, self.ranks, self.nodes, self.limits = node, ranks, nodes, limits
@@ -240,27 +243,17 @@ class Monitor:
         self.hang: str | None = None
         self.stuck: str | None = None  # torchrun outlived its ranks by the allowance: killed
         self._ranks_gone_at: float | None = None
-        self._stop = threading.Event()
         self._started = time.time()
-        self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
 
-    def start(self) -> Monitor:
-        self._thread.start()
-        return self
+    def join_s(self) -> float:
+        return STACK_WAIT_S + REPORT_WAIT_S + FLIGHT_RECORDER_WAIT_S
 
-    def stop(self) -> str | None:
-        """torchrun has exited: end the thread; the hang it acted on, or one another node
+    def result(self) -> str | None:
+        """After ``stop()`` (torchrun has exited): the hang it acted on, or one another node
         declared (this node's ranks may have died of it first)."""
-        self._stop.set()
-        self._thread.join(timeout=STACK_WAIT_S + REPORT_WAIT_S + FLIGHT_RECORDER_WAIT_S)
         return self.hang or declared(self.incident)
 
-    def _nap(self, seconds: float) -> None:
-        self._stop.wait(seconds)  # torchrun's exit wakes the thread at once
-
-    def _check(self) -> str | bool | None:
-        if self._stop.is_set():
-            return True
+    def _check(self) -> str | None:
         elsewhere = declared(self.incident)
         if elsewhere is not None:
             return elsewhere
@@ -291,23 +284,22 @@ class Monitor:
         )
         return True
 
-    def _watch(self) -> None:
-        poll = Backoff(POLL_S, 1.0, POLL_S)
-        why = wait_until(self._check, "a hang", None, poll, sleep=self._nap)
-        if why is True:
-            return
+    def tick(self) -> bool | None:
+        why = self._check()
+        if why is None:
+            return None
         if why == STUCK:  # the agent outlived its ranks: end it, the ranks' work stands
             self.log(f"stuck agent: {self.stuck}: killing it")
             _kill(self.torchrun_pid, signal.SIGKILL)
             _kill(self.torchrun_pid, signal.SIGCONT)
-            return
-        assert isinstance(why, str)
+            return True
         self.hang = why
         try:
             self.respond(why)
         except Exception as err:  # never leave torchrun running on a hang
             self.log(f"hang: collecting evidence failed ({type(err).__name__}: {err})")
         self.stop_ranks()
+        return True
 
     def respond(self, why: str) -> None:
         self.log(f"hang: {why}: saving this node's stacks in {self.incident}")

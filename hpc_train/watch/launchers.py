@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from hpc_core.rundir import RunDir
 from hpc_train.contract import (
@@ -31,6 +31,7 @@ from hpc_train.contract import (
     read_launcher_beat,
     write_launcher_beat,
 )
+from hpc_train.watch.watcher import Watcher
 
 PULSE_S = 5.0  # a launcher beats this often
 MIN_ALLOWANCE_S = 30.0  # six beats missed at the least: a busy machine delays a beat, not six
@@ -83,7 +84,7 @@ def silent(
     return out
 
 
-class Pulse:
+class Pulse(Watcher[Silence | None]):
     """This launcher's beat and its watch over ``watched`` launchers, in one thread."""
 
     def __init__(
@@ -98,21 +99,17 @@ class Pulse:
         clock: Callable[[], float] = time.time,
         watch: bool = True,
     ) -> None:
+        super().__init__("hpc-train-pulse", interval)
         self.run, self.key, self.task, self.hosts = run, key, task, list(hosts)
-        self.allowance, self.on_silent, self.interval, self.clock = (
-            allowance, on_silent, interval, clock,
-        )  # fmt: skip
+        self.allowance, self.on_silent, self.clock = allowance, on_silent, clock
         self.phase = LAUNCHING
         self.watching = watched(task, len(self.hosts)) if watch else []  # --no-watchdog: none
         self.started = clock()
         self.said: Silence | None = None  # the silence reported (once)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hpc-train-pulse", daemon=True)
 
-    def start(self) -> Pulse:
+    def start(self) -> Self:
         self.beat()
-        self._thread.start()
-        return self
+        return super().start()
 
     def beat(self, phase: str | None = None) -> None:
         """Write this launcher's beat now (with ``phase``, from now on)."""
@@ -134,15 +131,15 @@ class Pulse:
             self.on_silent(found[0])
         return self.said
 
-    def stop(self, phase: str = ENDED) -> Silence | None:
-        """End the thread and say ``phase`` (``ENDED``: this launcher's part is over)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self.interval + 5)
-        self.beat(phase)
+    def result(self) -> Silence | None:
         return self.said
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.beat()
-            self.check()
+    def stop(self, phase: str = ENDED) -> Silence | None:
+        """End the thread and say ``phase`` (``ENDED``: this launcher's part is over)."""
+        said = super().stop()
+        self.beat(phase)
+        return said
+
+    def tick(self) -> None:
+        self.beat()
+        self.check()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -31,12 +30,13 @@ from hpc_train.faults import node_blame
 from hpc_train.job.limits import StragglerLimits
 from hpc_train.watch import stragglers
 from hpc_train.watch.hangs import Suspect
+from hpc_train.watch.watcher import Watcher
 
 POLL_S = 5.0  # how often task 0 reads every node's heartbeats
 KEEP_S = 3600.0  # samples kept beyond the window (the streak only needs the window)
 
 
-class Watch:
+class Watch(Watcher[Suspect | None]):
     """Task 0's straggler thread for one start (see the module docstring)."""
 
     def __init__(
@@ -56,6 +56,7 @@ class Watch:
         """``key``: the start's key in the run directory (``launch.starts.start_key``: the job
         id, ``<job>.<round>`` for an in-job restart), which names its heartbeats; the ledger and
         the blame keep the job id."""
+        super().__init__("stragglers", POLL_S)
         self.run, self.job_id, self.restart, self.hosts = run, job_id, restart, list(hosts)
         self.key = key or job_id
         self.limits, self.evict, self.drain = limits, evict, drain
@@ -63,17 +64,13 @@ class Watch:
         self.samples: list[stragglers.Sample] = []
         self.named: set[str] = set()
         self.evicted: Suspect | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="stragglers", daemon=True)
+        self._failed = False  # a check failed: said once (the next ones may fail the same way)
 
-    def start(self) -> Watch:
-        self._thread.start()
-        return self
+    def join_s(self) -> float:
+        return 30.0
 
-    def stop(self) -> Suspect | None:
-        """torchrun has exited: end the thread; the node it evicted, if any."""
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def result(self) -> Suspect | None:
+        """After ``stop()`` (torchrun has exited): the node it evicted, if any."""
         return self.evicted
 
     def sample(self) -> stragglers.Sample:
@@ -118,17 +115,14 @@ class Watch:
             "requeue without it"
         )
 
-    def _watch(self) -> None:
-        failed = False
-        while not self._stop.wait(POLL_S):
-            try:
-                self.check()
-            except Exception as err:  # a record, never a reason to stop training
-                if not failed:  # once: the next polls may fail the same way
-                    self.log(f"straggler check failed ({type(err).__name__}: {err})")
-                failed = True
-            if self.evicted is not None:
-                return
+    def tick(self) -> bool:
+        try:
+            self.check()
+        except Exception as err:  # a record, never a reason to stop training
+            if not self._failed:  # once: the next polls may fail the same way
+                self.log(f"straggler check failed ({type(err).__name__}: {err})")
+            self._failed = True
+        return self.evicted is not None
 
 
 class Start(Protocol):

@@ -1,0 +1,53 @@
+"""The one watcher base: a look every interval, a stop that wakes the thread at once, the
+result ``stop()`` returns. Real threads, intervals of milliseconds."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from hpc_train.watch.watcher import Watcher
+
+
+class Counter(Watcher[int]):
+    def __init__(self, interval: float, done_at: int = 0, first_wait: bool = True) -> None:
+        super().__init__("counter", interval)
+        self.first_wait, self.done_at, self.ticks = first_wait, done_at, 0
+        self.ticked = threading.Event()
+
+    def tick(self) -> bool:
+        self.ticks += 1
+        self.ticked.set()
+        return self.ticks == self.done_at
+
+    def result(self) -> int:
+        return self.ticks
+
+
+def test_it_ticks_every_interval_until_a_tick_says_done():
+    watcher = Counter(0.01, done_at=3).start()
+    watcher.join(5)
+    assert not watcher.is_alive() and watcher.stop() == 3
+
+
+def test_stop_wakes_a_long_interval_at_once_and_returns_the_result():
+    watcher = Counter(60.0).start()
+    began = time.monotonic()
+    assert watcher.stop() == 0  # the first tick waits one interval: none yet
+    assert time.monotonic() - began < 5 and not watcher.is_alive()
+
+
+def test_without_first_wait_the_first_tick_comes_at_once():
+    watcher = Counter(60.0, first_wait=False).start()
+    assert watcher.ticked.wait(5)
+    assert watcher.stop() == 1
+
+
+def test_begin_false_ends_the_watch_before_any_tick():
+    class Off(Counter):
+        def begin(self) -> bool:
+            return False
+
+    watcher = Off(0.01)
+    watcher.loop()  # in this thread: returns at once
+    assert watcher.ticks == 0
