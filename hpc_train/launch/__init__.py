@@ -1,8 +1,18 @@
 """The launcher: one process per node (submitit's task), at every (re)start of the job.
 
-``launcher.Launcher`` runs one start: every node reports its GPUs, task 0 decides the geometry
-and the resume point (``starts``, ``geometry``), torchrun runs the ranks, and when it exits
-``restart_policy`` (pure) says what follows. ``spot`` (the EC2 interruption notice) and
-``notify`` (webhooks) run in this process too. The watcher threads it starts live in
-``hpc_train.watch``; what it blames and quarantines in ``hpc_train.faults``.
+``launcher.Launcher`` is submitit's callable (pickled on a requeue; ``checkpoint()`` is
+submitit's hook on the notice). Each concern of a start is a part of its own:
+
+- ``lifecycle``: one start before and around torchrun: every node reports its GPUs, task 0
+  decides the geometry and the resume point (``starts``, ``geometry``), the ranks' environment,
+  the watcher threads (``hpc_train.watch``);
+- ``recovery``: what follows torchrun's exit (``restart_policy``, pure, decides), and the other
+  tasks following task 0's word;
+- ``blame``: which node a stop is blamed on (``hpc_train.faults`` records, drains, quarantines);
+- ``requeue``: the requeue without the blamed nodes, or the stop when it could not start;
+- ``spares``: in-job restarts, hot spares, and the nodes left out given back (``release``);
+- ``signals``: the notice (USR2) and a cancel (SIGTERM); ``context``: what the parts share.
+
+What happens when a rank crashes: ``recovery`` -> ``blame`` -> ``requeue`` or ``spares``.
+``notify`` (webhooks) runs in this process too.
 """

@@ -1,7 +1,15 @@
 """Watcher threads inside each node's launcher, and their pure verdicts.
 
-- hangs:            pure: heartbeats in, a hang verdict (and its suspect) out
-- hang_monitor:     the thread beside torchrun on every node: evidence, stacks, the kill
-- stragglers:       pure: each node's compute per update against the others' median
+Every thread is a ``watcher.Watcher`` (start, stop, a look every interval, through
+``hpc_core.wait``); the launcher (``hpc_train.launch.lifecycle``) starts them around torchrun.
+
+- watcher:           the one base: start, stop, interval, the result ``stop()`` returns
+- hangs:             pure: heartbeats in, a hang verdict (and its suspect) out
+- hang_monitor:      the thread beside torchrun on every node: evidence, stacks, the kill
+- stragglers:        pure: each node's compute per update against the others' median
 - straggler_monitor: task 0's thread: names a straggler, evicts it with --evict-stragglers
+- grows:             pure: which idle nodes could widen a narrow run, and when
+- grow_monitor:      task 0's thread: asks Slurm, and sends the notice that grows the run
+- launchers:         every launcher's beat (``Pulse``), and its watch over another launcher
+- spot:              the EC2 spot interruption notice (IMDSv2), turned into the job's USR2
 """

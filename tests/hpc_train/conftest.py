@@ -12,7 +12,7 @@ import pytest
 from hpc_core import slurm
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.job import container
-from hpc_train.launch import launcher, release
+from hpc_train.launch import lifecycle, recovery, release, requeue, signals
 
 
 class FakeSlurm:
@@ -79,13 +79,14 @@ class FakeSlurm:
 @pytest.fixture
 def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     fake = FakeSlurm()
-    monkeypatch.setattr(launcher, "slurm", fake)
+    for part in (lifecycle, recovery, requeue, signals):  # the launcher's parts that ask Slurm
+        monkeypatch.setattr(part, "slurm", fake)
     monkeypatch.setattr(node_blame, "slurm", fake)
     monkeypatch.setattr(quarantine, "slurm", fake)
     monkeypatch.setattr(release, "slurm", fake)
     monkeypatch.setattr(release, "EXIT_GRACE_S", 0.0)
-    monkeypatch.setattr(launcher, "REQUEUE_GRACE_S", 0.0)
-    monkeypatch.setattr(launcher, "endpoint_to_watch", lambda: None)
+    monkeypatch.setattr(requeue, "REQUEUE_GRACE_S", 0.0)
+    monkeypatch.setattr(lifecycle, "endpoint_to_watch", lambda: None)
     return fake
 
 

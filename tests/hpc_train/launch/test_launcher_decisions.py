@@ -28,9 +28,10 @@ from hpc_train.contract import (
 )
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.job.spec import JobSpec
+from hpc_train.launch import blame, lifecycle, restart_policy, starts
 from hpc_train.launch import launcher as launcher_module
-from hpc_train.launch import restart_policy, starts
 from hpc_train.launch.restart_policy import Action
+from hpc_train.watch.hangs import Suspect
 
 
 class FakeTorchrun(launcher_module.Launcher):
@@ -498,8 +499,8 @@ def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, mon
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
     agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
     fake = FakeTorchrun(in_job_spec(tmp_path, nodes_min=2), 1)
-    suspect = launcher_module.hang_monitor.Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(fake, "_blame", lambda start, cause: suspect)
+    suspect = Suspect("n2", None, "its torchrun was killed")
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: suspect)
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         fake.run(two_nodes(0), gpus=0)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -526,8 +527,8 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     write_node_report(run, "41.1", 0, NodeReport(1, "n3", 0))  # the spare, as a member
     agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
     fake = FailsOnce(spares_spec(tmp_path))
-    suspect = launcher_module.hang_monitor.Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(fake, "_blame", lambda start, cause: suspect)
+    suspect = Suspect("n2", None, "its torchrun was killed")
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: suspect)
     first = starts.allocation_start("41", 0, ("n1", "n2", "n3"), 0, spares=1)
     assert first is not None and first.standby == ("n3",)
     done = fake.run(first, gpus=0)
@@ -563,12 +564,14 @@ def test_a_hot_spare_waits_joins_the_round_that_takes_it_and_ends_when_the_run_d
     spare = launcher_module.Start("41", 2, 3, "n1", 0, ("n1", "n2", "n3"))
     fake = FailsOnce(spares_spec(tmp_path))
     fake.code, fake.rounds = 0, [("first",)]  # exits 0: the round it joined finishes
-    done = fake._stand_by(spare, gpus=0)
+    done = fake._stand_by(spare, gpus=0, trains=2)
     assert done["restarts"] == 0 and "spare" not in done
     assert fake.rounds[1:] == [("n1", "n3")]
     write_verdict(run, "42", 0, RoundVerdict(DONE, "max-update reached", [], ["n3"]))
     other = launcher_module.Start("42", 2, 3, "n1", 0, ("n1", "n2", "n3"))
-    assert FakeTorchrun(spares_spec(tmp_path), 1)._stand_by(other, gpus=0)["spare"] is True
+    assert (
+        FakeTorchrun(spares_spec(tmp_path), 1)._stand_by(other, gpus=0, trains=2)["spare"] is True
+    )
 
 
 def test_task_0_releases_its_spares_when_the_run_finishes(tmp_path, fake_slurm, monkeypatch):
@@ -635,7 +638,7 @@ def test_straggler_eviction_asks_the_one_budget_with_in_job_restarts_in_it(
     ledger.record(RunDir(tmp_path).ledger, "restarted", "41", 0, round=1)
     spec = dataclasses.replace(spec_in(tmp_path, max_restarts=1), evict_stragglers=True)
     asked: list[bool] = []
-    monkeypatch.setattr(launcher_module.straggler_monitor, "watch",
+    monkeypatch.setattr(lifecycle.straggler_monitor, "watch",
                         lambda run, start, key, limits, evict, *rest: asked.append(evict))  # fmt: skip
     FakeTorchrun(spec, 0).run(start(), gpus=0)
     assert asked == [False]
@@ -652,11 +655,11 @@ def test_the_spot_watch_polls_at_the_planners_interval_unless_told(tmp_path, mon
         def start(self):
             pass
 
-    monkeypatch.setattr(launcher_module, "SpotWatcher", Watcher)
-    monkeypatch.setattr(launcher_module, "endpoint_to_watch", lambda: "http://127.0.0.1:9")
-    monkeypatch.setattr(launcher_module.costs, "SPOT_POLL_S", 7.5)
+    monkeypatch.setattr(lifecycle, "SpotWatcher", Watcher)
+    monkeypatch.setattr(lifecycle, "endpoint_to_watch", lambda: "http://127.0.0.1:9")
+    monkeypatch.setattr(lifecycle.costs, "SPOT_POLL_S", 7.5)
     monkeypatch.delenv("HPC_TRAIN_SPOT_POLL_S", raising=False)
-    launcher_module.Launcher(spec_in(tmp_path))._watch_spot("41")
+    lifecycle.watch_spot("41")
     monkeypatch.setenv("HPC_TRAIN_SPOT_POLL_S", "1")
-    launcher_module.Launcher(spec_in(tmp_path))._watch_spot("41")
+    lifecycle.watch_spot("41")
     assert polled == [7.5, 1.0]

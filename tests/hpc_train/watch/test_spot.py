@@ -2,7 +2,7 @@
 
 import threading
 
-from hpc_train.launch import spot
+from hpc_train.watch import spot
 
 
 def test_token_then_404_until_a_notice_is_posted(fake_imds):
@@ -29,7 +29,7 @@ def test_watcher_calls_back_once_on_notice(fake_imds):
 def test_no_metadata_service_turns_the_watch_off(tmp_path):
     lines = []
     watcher = spot.SpotWatcher(lambda a: None, lines.append, "http://127.0.0.1:9", interval_s=0.05)
-    watcher.run()  # returns at once
+    watcher.loop()  # returns at once
     assert "spot watch off" in lines[0]
 
 

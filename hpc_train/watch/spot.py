@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from hpc_train.planning.costs import SPOT_POLL_S
+from hpc_train.watch.watcher import Watcher
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 DMI_VENDOR = Path("/sys/devices/virtual/dmi/id/sys_vendor")
@@ -82,7 +82,7 @@ def endpoint_to_watch(
     return DEFAULT_ENDPOINT if on_ec2 else None
 
 
-class SpotWatcher(threading.Thread):
+class SpotWatcher(Watcher[None]):
     """Polls the notice every ``interval_s``; calls ``on_notice(action)`` once, then stops."""
 
     def __init__(
@@ -92,33 +92,35 @@ class SpotWatcher(threading.Thread):
         endpoint: str = DEFAULT_ENDPOINT,
         interval_s: float = SPOT_POLL_S,
     ) -> None:
-        super().__init__(name="spot-watcher", daemon=True)
+        super().__init__("spot-watcher", interval_s)
         self.on_notice = on_notice
         self.log = log
         self.endpoint = endpoint
-        self.interval_s = interval_s
-        self.stopped = threading.Event()
+        self.token = ""
 
-    def run(self) -> None:
+    def begin(self) -> bool:
         try:
-            token = fetch_token(self.endpoint)
+            self.token = fetch_token(self.endpoint)
         except NoMetadataService as err:
             self.log(f"spot watch off: no instance metadata service at {self.endpoint} ({err})")
-            return
-        self.log(f"spot watch on: polling {self.endpoint} every {self.interval_s:g} s")
-        while not self.stopped.wait(self.interval_s):
-            try:
-                action = instance_action(self.endpoint, token)
-            except PermissionError:
-                token = fetch_token(self.endpoint)
-                continue
-            except (NoMetadataService, ValueError) as err:
-                self.log(f"spot watch: metadata call failed ({err}); retrying")
-                continue
-            if action:
-                self.log(f"spot interruption notice: {action}")
-                self.on_notice(action)
-                return
+            return False
+        self.log(f"spot watch on: polling {self.endpoint} every {self.interval:g} s")
+        return True
 
-    def stop(self) -> None:
-        self.stopped.set()
+    def tick(self) -> bool:
+        try:
+            action = instance_action(self.endpoint, self.token)
+        except PermissionError:
+            self.token = fetch_token(self.endpoint)
+            return False
+        except (NoMetadataService, ValueError) as err:
+            self.log(f"spot watch: metadata call failed ({err}); retrying")
+            return False
+        if not action:
+            return False
+        self.log(f"spot interruption notice: {action}")
+        self.on_notice(action)
+        return True
+
+    def result(self) -> None:
+        return None

@@ -1,0 +1,61 @@
+"""What every part of the launcher asks of one start, computed once: ``Here``; and ``log``.
+
+``Here`` is one node's start (``starts.Start``) with the run's spec, the start's key in the run
+directory (``starts.start_key``: computed here, once per start, and passed on as a value) and
+task 0's ledger (``Launcher.note``). The parts (``lifecycle``, ``recovery``, ``requeue``,
+``blame``, ``spares``, ``signals``) take it instead of the launcher.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_core.rundir import RunDir
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch.starts import Start, start_key
+
+
+def log(msg: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    print(f"[{stamp}] hpc-train {socket.gethostname()}: {msg}", flush=True)
+
+
+@dataclass(frozen=True)
+class Here:
+    """One node's start, as every part of the launcher sees it."""
+
+    spec: JobSpec
+    start: Start
+    key: tuple[str, int]  # start_key(start): names this start's files in the run directory
+    note: Callable[..., Any]  # task 0's ledger (a no-op on the other tasks)
+    deputy_note: Callable[..., Any]  # the ledger from task 1, acting for a stuck task 0
+
+    @classmethod
+    def of(
+        cls,
+        spec: JobSpec,
+        start: Start,
+        note: Callable[..., Any],
+        deputy_note: Callable[..., Any] | None = None,
+    ) -> Here:
+        return cls(spec, start, start_key(start), note, deputy_note or note)
+
+    @property
+    def run(self) -> RunDir:
+        return self.spec.run_dir
+
+    @property
+    def job_id(self) -> str:
+        return self.start.job_id
+
+    @property
+    def task0(self) -> bool:
+        return self.start.task == 0
+
+    def done(self, **extra: Any) -> dict[str, Any]:
+        """This node's result for submitit: its host and the start's restart count."""
+        return {"node": socket.gethostname(), "restarts": self.start.restart, **extra}

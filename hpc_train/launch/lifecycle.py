@@ -1,0 +1,211 @@
+"""A start's lifecycle on one node, before and around torchrun.
+
+``Launcher._start_body`` runs these in order: ``begin`` (why the last start ended, the restart
+budget, task 0's ``starts.decide_start``: geometry, batch plan, resume point; a refused start
+goes to ``recovery.refuse``), ``announce`` (the fairseq arguments; ``started`` in the ledger),
+``environment`` (the ranks' ``contract.WorkerEnv``), then torchrun with its ``Watchers``: the
+spot notice (``watch.spot``), the hang monitor (``watch.hang_monitor``), task 0's straggler
+and grow-back threads (``watch.straggler_monitor``, ``watch.grow_monitor``). When torchrun
+exits, ``recovery.decide`` says what follows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from hpc_core import instances, slurm
+from hpc_core.wait import process_exited
+from hpc_train.contract import STOP, StartDecision, WorkerEnv, node_name
+from hpc_train.job import command_lines
+from hpc_train.launch import blame, recovery, requeue, restart_policy, spares
+from hpc_train.launch.context import Here, log
+from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
+from hpc_train.planning import costs
+from hpc_train.planning import plan as plan_mod
+from hpc_train.watch import hang_monitor, straggler_monitor
+from hpc_train.watch.grow_monitor import GrowWatch
+from hpc_train.watch.hangs import Suspect
+from hpc_train.watch.spot import SpotWatcher, endpoint_to_watch
+
+
+def visible_gpus() -> int:
+    """GPUs torch can use on this node; a CUDA that fails to initialise is logged and counts 0."""
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as err:
+        log(f"CUDA is broken on this node ({type(err).__name__}: {err}): counting no GPU")
+        return 0
+
+
+def torchrun_path() -> str:
+    candidate = Path(sys.executable).with_name("torchrun")
+    return str(candidate) if candidate.exists() else "torchrun"
+
+
+def previous_end(here: Here, came_from: str | None) -> str:
+    """Why the start before this one ended (task 0 blames the nodes Slurm lost meanwhile)."""
+    if came_from is not None:
+        return came_from
+    said = previous_stop(here.run, *here.key)
+    return blame.lost(here, said) if here.task0 else said
+
+
+def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[StartDecision, str]:
+    """Before torchrun: the restart budget, then task 0's decision for every node (a refused
+    start is blamed and requeued; restarts that never advance stop the run)."""
+    spec = here.spec
+    before = previous_end(here, came_from)
+    log(f"job {here.job_id} start #{spent + 1}: {before}")
+    if not restart_policy.restart_allowed(spent, spec.max_restarts):
+        raise RuntimeError(f"restart budget exhausted (--max-restarts {spec.max_restarts})")
+    spec.save_dir.mkdir(parents=True, exist_ok=True)
+    decision = decide_start(here.run, here.start, spec, gpus, log)
+    if decision.refused:
+        recovery.refuse(here, decision, spent)
+    if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
+        log(f"stopping the run: {decision.stop}")
+        here.note("stopped", cause="no progress", why=decision.stop)
+        spares.release_spares(here, STOP, decision.stop)
+        raise RuntimeError(decision.stop)
+    return decision, before
+
+
+def announce(here: Here, decision: StartDecision, before: str) -> list[str]:
+    """The plan task 0 decided, said (log, the ledger's ``started``); fairseq's arguments."""
+    spec, start, use_gpu = here.spec, here.start, decision.use_gpu
+    plan = batch_plan_of(spec, decision)  # task 0's, for every node
+    if spec.gpus_per_node > 0 and not use_gpu:
+        log("no GPU visible: falling back to CPU ranks (gloo, legacy_ddp), "
+            f"{decision.ranks_per_node} per node")  # fmt: skip
+    log(f"node {start.task + 1}/{start.num_nodes}, {decision.ranks_per_node} rank(s) here; "
+        f"{plan.describe()}")  # fmt: skip
+    here.note("started", nodes=list(start.hosts), world=plan.world_size,
+              update_freq=plan.update_freq, resume_at=decision.at_update, previous=before,
+              **({"spares": list(start.standby)} if start.standby else {}))  # fmt: skip
+    return command_lines.fairseq_argv(spec, plan, use_gpu) + decision.args
+
+
+def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
+    """The ranks' ``WorkerEnv`` (built once here, parsed once by each rank), and torchrun's
+    whole environment."""
+    spec, run = here.spec, here.run
+    beats = run.heartbeats(*here.key, node_name())
+    worker = WorkerEnv(
+        save_dir=spec.save_dir,
+        start=here.key,
+        stop_marker=run.stop_marker(*here.key),
+        notice_pending=run.notice_pending(*here.key),
+        heartbeat_dir=None if spec.no_watchdog else beats,
+        sync_save=spec.sync_save,
+        # tiered saves: this run's dir on node-local disk
+        local_save_dir=run.local_tier(spec.local_save_dir) if spec.local_save_dir else None,
+        auto_interval=plan_mod.auto_interval(spec, here.start.num_nodes, use_gpu),
+        audit_samples=spec.audit_samples,
+    )
+    env = {**os.environ, **worker.to_env()}
+    if not use_gpu:
+        env.update(instances.plain(instances.cpu_env()))
+    else:  # NCCL's flight recorder, dumped on a hang (hang_monitor) or an NCCL timeout
+        env.update(hang_monitor.flight_recorder_env(beats))
+    return worker, env
+
+
+def watch_spot(job_id: str) -> SpotWatcher | None:
+    """This node's spot-notice thread (``watch.spot``): the notice becomes the job's USR2."""
+    endpoint = endpoint_to_watch()
+    if endpoint is None:
+        log("spot watch off: not on EC2 (set HPC_TRAIN_IMDS_ENDPOINT to watch a metadata server)")
+        return None
+
+    def on_notice(action: dict[str, str]) -> None:
+        log(f"spot notice {action.get('action')} at {action.get('time')}: signalling the job")
+        slurm.signal(job_id, "USR2")
+
+    # the default is the planner's too (costs.SPOT_POLL_S: how late a notice may be seen)
+    interval = float(os.environ.get("HPC_TRAIN_SPOT_POLL_S", costs.SPOT_POLL_S))
+    watcher = SpotWatcher(on_notice, log, endpoint=endpoint, interval_s=interval)
+    watcher.start()
+    return watcher
+
+
+def watch_hangs(here: Here, nproc: int, pid: int) -> hang_monitor.Monitor | None:
+    """This node's hang watchdog (``watch.hang_monitor``), unless ``--no-watchdog``."""
+    if here.spec.no_watchdog:
+        return None
+    return hang_monitor.Monitor(
+        here.run, *here.key, node_name(), nproc, here.start.num_nodes, here.spec.hang_limits, pid,
+        partial(process_exited, pid), log,
+    ).start()  # fmt: skip
+
+
+def watch_stragglers(here: Here, spent: int) -> straggler_monitor.Watch | None:
+    """Task 0's straggler thread (``watch.straggler_monitor``), unless ``--no-watchdog`` (no
+    heartbeats); it evicts only with a restart left (``spent``: the restarts the budget has
+    counted, ``Launcher.restarts_spent``)."""
+    spec = here.spec
+    if spec.no_watchdog:
+        return None
+    evict = spec.evict_stragglers and restart_policy.may_requeue(spent, spec.max_restarts)
+    return straggler_monitor.watch(
+        here.run, here.start, here.key[0], spec.straggler_limits, evict, not spec.no_drain,
+        here.note, log,
+    )  # fmt: skip
+
+
+def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | None:
+    """Task 0's grow-back thread while this start runs on fewer than ``--nodes`` MAX
+    (``watch.grow_monitor``); none with ``--grow-after 0``. A grow is a notice of task 0's
+    own (``own_notice("grow")``): the save on notice, then submitit's requeue."""
+    spec, start = here.spec, here.start
+    if start.task != 0 or start.num_nodes >= spec.nodes_max or spec.grow_after <= 0:
+        return None
+    try:
+        end = slurm.job_info(start.job_id) or {}
+        end_time = time.mktime(time.strptime(end["EndTime"], "%Y-%m-%dT%H:%M:%S"))
+    except (slurm.SlurmError, KeyError, ValueError):
+        end_time = None  # no limit known: grow whenever nodes come free
+
+    def grow(target: int, why: str) -> None:
+        own_notice("grow")
+        log(f"grow: from {start.num_nodes} to {target} node(s): {why}; saving on notice")
+        here.note("grown", **{"from": start.num_nodes, "to": target, "why": why})
+        slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
+
+    excluded = partial(requeue.excluded, spec, start.job_id)
+    return GrowWatch(spec.partition, start.hosts, spec.nodes_max, spec.grow_after, excluded,
+                     end_time, grow, log).start()  # fmt: skip
+
+
+@dataclass
+class Watchers:
+    """The threads beside one torchrun, started as it starts and stopped as it exits."""
+
+    spot: SpotWatcher | None = None
+    hangs: hang_monitor.Monitor | None = None
+    stragglers: straggler_monitor.Watch | None = None
+    growth: GrowWatch | None = None
+
+    def start(self, here: Here, nproc: int, pid: int, spent: int,
+              own_notice: Callable[[str], None]) -> None:  # fmt: skip
+        self.hangs = watch_hangs(here, nproc, pid)
+        self.stragglers = watch_stragglers(here, spent)  # task 0 only
+        self.growth = watch_growth(here, own_notice)  # task 0, below --nodes MAX
+
+    def stop(self) -> tuple[str | None, Suspect | None, str | None]:
+        """(the hang the monitor stopped the ranks for, the straggler evicted, why torchrun
+        was killed after its ranks ended)."""
+        hang = self.hangs.stop() if self.hangs else None
+        evicted = self.stragglers.stop() if self.stragglers else None
+        if self.growth:
+            self.growth.stop()
+        if self.spot:
+            self.spot.stop()
+        return hang, evicted, self.hangs.stuck if self.hangs else None

@@ -1,0 +1,227 @@
+"""What follows a start's end: the recovery decision, and the others following task 0's word.
+
+"What happens when a rank crashes", in order: the rank's crash report (``worker.crash``) and its
+node's agent exit (``faults.agent_exit``) are read back here (``crash_report``);
+``restart_policy.after_exit`` (pure) says FINISHED, STOPPED, CANCELLED, REQUEUE or FAIL;
+task 0 blames the node behind it (``launch.blame``), then requeues without it
+(``launch.requeue``) or restarts training in the allocation on the healthy nodes and the hot
+spares (``launch.spares``). The other tasks wait for task 0's word (``follow_verdict``).
+
+- ``decide``: torchrun's exit and what the watchers saw -> ``Recovery`` (outcome, suspect, crash);
+- ``refuse``: a start that could not run (a node short of GPUs): blame, requeue or fail;
+- ``on_silent``: a stuck launcher found by the pulse (``watch.launchers``): blame, save, requeue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hpc_core import slurm
+from hpc_core.wait import FAST, wait_until
+from hpc_train.contract import (
+    IN_JOB_RESTART,
+    REQUEUE,
+    RESTART_IN_JOB,
+    StartDecision,
+    node_name,
+    read_beats,
+    read_stop,
+    read_verdict,
+)
+from hpc_train.faults import failures, node_blame
+from hpc_train.launch import blame, requeue, restart_policy
+from hpc_train.launch.context import Here, log
+from hpc_train.launch.restart_policy import Action
+from hpc_train.launch.signals import save_wait_s
+from hpc_train.launch.starts import Start
+from hpc_train.watch.hangs import Suspect
+from hpc_train.watch.launchers import Silence
+
+VERDICT_WAIT_S = 240.0  # for task 0's word after a bad end (its evidence waits come first)
+Next = dict[str, Any] | tuple[Start, str]  # this node's result, or its next start and why
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How torchrun ended on this node, and what its watchers saw meanwhile."""
+
+    returncode: int
+    saved: bool  # the save on notice is durable (the stop marker)
+    hang: str | None = None  # the hang the hang monitor stopped the ranks for
+    evicted: Suspect | None = None  # the straggler evicted (--evict-stragglers)
+    stuck: str | None = None  # torchrun outlived its ranks: the hang monitor killed it
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What follows a start's end (``decide``)."""
+
+    outcome: restart_policy.Decision
+    returncode: int
+    crash: tuple[str, str] | None  # (class, description) of what ended the workers
+    suspect: Suspect | None  # the node blamed (or evicted)
+    stuck: str | None  # why torchrun was killed after its ranks ended, if it was
+    hang: str | None  # the hang that stopped the ranks
+
+    @property
+    def detail(self) -> str:
+        """What ended the workers, for the verdict and the ledger."""
+        if self.crash:
+            return self.crash[1]
+        return self.hang or f"torchrun exited with {self.returncode}"
+
+
+def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) -> Recovery:
+    """The restart policy's outcome for this end, and (task 0) the node blamed for it."""
+    spec, returncode, hang, stuck = here.spec, ended.returncode, ended.hang, ended.stuck
+    if stuck is not None and hang is None:
+        returncode, hang = after_stuck_agent(here, stuck, ended.saved, returncode)
+    elif returncode != 0 and hang is None and ranks_finished(here):
+        # the agent failed after its ranks finished (its exit barrier lost a stuck peer's
+        # store): training is done, no rank reported an error
+        stuck = f"torchrun exited {returncode} after its ranks finished training"
+        log(stuck)
+        returncode = 0
+    # a SIGTERM after the save on notice is the requeue ending the job, not a cancel
+    was_cancelled = returncode != 0 and not ended.saved and cancelled()
+    # the watchdog's kill makes the peers report lost connections: that is not the cause
+    crash, repeated = (None, False) if returncode == 0 or hang else crash_report(here)
+    outcome = restart_policy.after_exit(
+        returncode, ended.saved, here.start.task, spent, spec.max_restarts, was_cancelled, hang,
+        crash, repeated,
+    )  # fmt: skip
+    outcome = restart_policy.evicting(outcome, ended.evicted.node if ended.evicted else None)
+    suspect = blame.for_stop(here, outcome.cause) if outcome.blame else ended.evicted
+    if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
+        crash = ("crash", f"{suspect.node}: {suspect.why}")
+    return Recovery(outcome, returncode, crash, suspect, stuck, hang)
+
+
+def after_stuck_agent(
+    here: Here, stuck: str, saved: bool, returncode: int
+) -> tuple[int, str | None]:
+    """torchrun outlived this node's ranks and its monitor killed it: the start ends as the
+    ranks left it: finished or saved on notice (the kill was ours: exit 0), else a hang."""
+    if saved or ranks_finished(here):
+        log(f"torchrun was stuck after its ranks finished ({stuck}): killed")
+        return 0, None
+    return returncode, f"torchrun stuck: {stuck}"
+
+
+def ranks_finished(here: Here) -> bool:
+    """Did every rank of this node reach max-update (its heartbeat) with no crash report?"""
+    job, restart = here.key
+    beats = read_beats(here.run.heartbeats(job, restart, node_name()))
+    return (
+        bool(beats)
+        and min(b.update for b in beats) >= here.spec.updates
+        and not failures.read(here.run, job, restart)
+    )
+
+
+def crash_report(here: Here) -> tuple[tuple[str, str] | None, bool]:
+    """(class, description) of the exception that ended this start's workers, if any said,
+    and whether the start before died of the same user error at the same update."""
+    run, (job, restart), start = here.run, here.key, here.start
+    if start.task == 0:  # it decides: every node's exit record and its ranks' reports
+        now = node_blame.crash_evidence(run, job, restart, start.hosts)
+    else:
+        now = failures.read(run, job, restart)
+    cause = failures.first(now)
+    if cause is None:
+        return None, False
+    before = failures.read(run, job, restart - 1) if restart > 0 else []
+    repeated = failures.repeated(now, before) is not None
+    if all(f.witness for f in now):  # only peers saw a rank go away: the peers' symptom
+        return ("crash", f"a rank died without a word; its peers saw {cause.describe()}"), False
+    return (cause.cause, cause.describe()), repeated
+
+
+def refuse(here: Here, decision: StartDecision, spent: int) -> None:
+    """The start cannot run (a node short of GPUs): task 0 blames those nodes, drains them
+    (unless --no-drain), requeues without them while the budget lasts (``spent``: the
+    restarts it has counted, ``restarts_spent``); every task fails this start."""
+    why = f"start refused: {decision.refused}"
+    log(why)
+    if here.start.task != 0:
+        raise RuntimeError(f"{why}; task 0 requeues")
+    here.note("stopped", cause="bad node", why=decision.refused)
+    blame.refused(here, decision.bad_nodes, decision.refused)
+    outcome = restart_policy.after_refusal(why, spent, here.spec.max_restarts)
+    if outcome.action is Action.FAIL:
+        raise RuntimeError(outcome.why)
+    left = ", ".join(decision.bad_nodes)
+    requeue.requeue(here, decision.bad_nodes, f"{why}: requeued without {left}")
+
+
+def next_round(here: Here, members: Sequence[str], why: str, standby: Sequence[str] = ()) -> Next:
+    """This node's part in an in-job restart on ``members``: its next start, or (left out,
+    blamed) the end of its task, a success: the run goes on without it."""
+    start = here.start
+    me = start.hosts[start.task]
+    if me not in members:
+        log(f"left out of the in-job restart ({why}): this task ends")
+        return here.done(left_out=True)
+    return start.next_round(members, me, standby), f"{IN_JOB_RESTART} after {why}"
+
+
+def follow_verdict(here: Here, why: str) -> Next:
+    """A node other than task 0's, after a bad end: wait for task 0's word and follow it."""
+    try:
+        verdict = wait_until(lambda: read_verdict(here.run, *here.key),
+                             "task 0's verdict", VERDICT_WAIT_S, FAST)  # fmt: skip
+    except TimeoutError:
+        raise RuntimeError(f"{why}; task 0 said nothing in {VERDICT_WAIT_S:.0f} s") from None
+    if verdict.action == RESTART_IN_JOB:
+        return next_round(here, verdict.members, verdict.why, verdict.standby)
+    if verdict.action == REQUEUE:
+        requeue.await_end()  # task 0's requeue ends this task
+    raise RuntimeError(f"{why}; task 0: {verdict.action} ({verdict.why})")
+
+
+def on_silent(here: Here, silence: Silence, training: bool) -> str:
+    """The pulse thread found a watched launcher stuck: blame its node (drained unless
+    --no-drain), then requeue without it; while training, after a save on notice (the
+    ranks are alive). Task 0 leaves the requeue to submitit's ``checkpoint()`` as for any
+    notice (returns "hang": the notice is its own); task 1, acting for a stuck task 0
+    (``deputy``), waits for the save itself."""
+    start, deputy = here.start, here.start.task != 0
+    why = f"stuck launcher: {silence.describe()}"
+    gone = start_over(start)
+    if gone:  # e.g. this node's slurmd died: the job was requeued and its processes left
+        log(f"{why}; not acted on: {gone}")
+        return ""
+    log(why)
+    blame.stuck_launcher(here, silence.node, why, deputy)
+    if training and not deputy:
+        slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
+        return "hang"
+    saved = False
+    if training:
+        slurm.signal(start.job_id, "USR2")
+        with contextlib.suppress(TimeoutError):
+            saved = bool(wait_until(lambda: read_stop(here.run, *here.key), "the save on notice",
+                                    save_wait_s(here.spec), FAST))  # fmt: skip
+    (here.deputy_note if deputy else here.note)("stopped", cause="hang", why=why, saved=saved)
+    if requeue.send(here, [silence.node], why, deputy) is not None:
+        slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it
+    return ""
+
+
+def start_over(start: Start) -> str:
+    """Why this launcher's start is no longer the job's ("" while it is): the job is not
+    RUNNING at the restart it was started at. A launcher its slurmd left behind (a node
+    lost, its processes alive) must not blame, drain or signal the job's next start."""
+    try:
+        state = slurm.job_state(start.job_id)
+    except slurm.SlurmError:
+        return ""  # cannot tell: act as the one in charge
+    if state.state == "RUNNING" and state.restarts == start.restart:
+        return ""
+    return (
+        f"job {start.job_id} is {state.state} at restart {state.restarts}; this launcher "
+        f"belongs to restart {start.restart}"
+    )

@@ -1,0 +1,119 @@
+"""The signals a launcher gets, and what they mean: a notice (USR2) or a cancel (SIGTERM).
+
+- a preemption, the time limit or a spot notice sends USR2 to every task: ``recording`` notes it
+  (in the order signals came) and writes ``contract.record_notice`` for ranks that have no
+  handler yet; on task 0 submitit's own handler then calls ``Launcher.checkpoint``, which waits
+  for the save on notice (``wait_for_save``, at most ``save_wait_s``) and requeues;
+- ``scancel`` sends SIGTERM with no notice before it: ``cancelled`` tells that from a crash;
+- torchrun ignores USR2 (``ignore_usr2``): only the ranks act on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from hpc_core import ledger, slurm
+from hpc_core.wait import FAST, process_exited, wait_until
+from hpc_train.contract import record_notice
+from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
+from hpc_train.launch.context import log
+from hpc_train.planning import costs
+
+# checkpoint() waits for the save on notice at most this long: HPC_TRAIN_SAVE_WAIT_S if set, else
+# the need of the run's slowest recent save (the ledger's) or, before one, the preset's estimate
+# (hpc_train.planning.costs.notice_wait_s: >= 25 s, <= the 90 s of submitit's USR2 before the time
+# limit). The wait ends as soon as the save is durable.
+SAVE_WAIT_ENV = "HPC_TRAIN_SAVE_WAIT_S"
+NOTED = {signal.SIGTERM: "SIGTERM", signal.SIGUSR2: "notice"}
+
+
+def ignore_usr2() -> None:
+    """torchrun's preexec: Slurm signals every process of the step; the agent must not die of
+    it (the default action of SIGUSR2 is to terminate). Workers install their own handler."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def recorder(
+    name: str, received: list[str], pending: Path | None, previous: Any
+) -> Callable[[int, Any], None]:
+    """A handler that appends ``name`` to ``received`` (the order signals came), records a
+    notice at ``pending`` for ranks without a handler yet, then runs ``previous`` (submitit's
+    own: it logs SIGTERM and carries on; on USR2 task 0's calls checkpoint())."""
+
+    def handler(signum: int, frame: Any) -> None:
+        received.append(name)
+        if name == "notice" and pending is not None:
+            record_notice(pending, signal.Signals(signum).name)
+        if callable(previous):
+            previous(signum, frame)
+
+    return handler
+
+
+@contextlib.contextmanager
+def recording(received: list[str], pending: Path | None) -> Iterator[None]:
+    """While torchrun runs: every task notes a notice (USR2) before the requeue's SIGTERM, so
+    that SIGTERM is no cancel; the handlers before are put back after."""
+    previous = {sig: signal.getsignal(sig) for sig in NOTED}
+    for sig, name in NOTED.items():
+        signal.signal(sig, recorder(name, received, pending, previous[sig]))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def cancelled(received: list[str], job_id: str) -> bool:
+    """Did the user cancel the job (``scancel``)?
+
+    scancel sends SIGTERM to every task with no notice before it; a preemption or the time
+    limit sends the notice (USR2) first, and a node failure kills the peers' ranks, not this
+    task. Slurm's own word counts too, though while the steps are torn down it only says
+    COMPLETING. A cancel during a notice's save is taken for the notice (a requeue).
+    """
+    if received[:1] == ["SIGTERM"]:
+        return True
+    try:
+        return slurm.job_state(job_id).state == "CANCELLED"
+    except slurm.SlurmError as err:
+        log(f"cannot tell a cancel from a crash ({err}): treating it as a crash")
+        return False
+
+
+def save_wait_s(spec: JobSpec) -> float:
+    """The longest checkpoint() waits for the save on notice (see ``SAVE_WAIT_ENV``)."""
+    if os.environ.get(SAVE_WAIT_ENV):
+        return float(os.environ[SAVE_WAIT_ENV])
+    measured = costs.measured_save_s(ledger.read(spec.run_dir.ledger))
+    return costs.notice_wait_s(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S,
+                               measured_s=measured)  # fmt: skip
+
+
+def wait_for_save(marker: Path | None, pid: int | None, wait_s: float) -> bool:
+    """After a notice: wait until the save on notice is durable (the stop ``marker`` exists:
+    rank 0 writes it after the checkpoint) or the workers (``pid``, torchrun) exit, whichever
+    comes first, at most ``wait_s``; was the save made? Safe inside a signal handler: it reads
+    /proc, never ``Popen.poll()`` (the interrupted ``wait()`` holds its lock)."""
+    started = time.monotonic()
+
+    def saved_or_exited() -> str | None:
+        if marker is not None and marker.exists():
+            return "the save on notice is durable"
+        if pid is None or process_exited(pid):
+            return "workers exited"
+        return None
+
+    try:
+        what = wait_until(saved_or_exited, "the save on notice", wait_s, FAST)
+        log(f"{what} {time.monotonic() - started:.1f} s after the notice: requeueing")
+    except TimeoutError:
+        log(f"no save on notice after {wait_s:.0f} s: requeueing anyway")
+        return False
+    return marker is not None and marker.exists()

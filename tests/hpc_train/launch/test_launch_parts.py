@@ -1,0 +1,182 @@
+"""The launcher's parts one by one, in milliseconds, each without a Launcher: ``requeue``,
+``recovery``, ``spares``, ``blame`` and ``lifecycle``, against the fake Slurm of
+tests/hpc_train/conftest.py (it records requeues, drains, exclusions: no Slurm here)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpc_core.rundir import RunDir
+from hpc_train.contract import (
+    DONE,
+    REQUEUE,
+    RESTART_IN_JOB,
+    STOP,
+    RoundVerdict,
+    read_verdict,
+    write_verdict,
+)
+from hpc_train.faults import agent_exit
+from hpc_train.job.spec import JobSpec
+from hpc_train.launch import blame, lifecycle, recovery, requeue, spares
+from hpc_train.launch.context import Here
+from hpc_train.launch.restart_policy import Action, Decision
+from hpc_train.launch.starts import Start, start_key
+from hpc_train.watch.hangs import Suspect
+
+
+def here_of(tmp_path: Path, start: Start, **spec: Any) -> tuple[Here, list[tuple[str, dict]]]:
+    notes: list[tuple[str, dict]] = []
+    job = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, **spec)
+    return Here.of(job, start, lambda kind, **data: notes.append((kind, data))), notes
+
+
+TWO = Start("41", 0, 2, "n1", 0, ("n1", "n2"))
+
+
+def test_here_computes_the_start_key_once_for_every_part(tmp_path):
+    here, _ = here_of(tmp_path, dataclasses.replace(TWO, round=2))
+    assert here.key == ("41.2", 0) == start_key(here.start)
+
+
+def test_the_requeue_excludes_the_blamed_node_and_tells_the_others(tmp_path, fake_slurm):
+    here, notes = here_of(tmp_path, TWO)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        requeue.requeue(here, ["n2"])
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
+    assert read_verdict(here.run, "41", 0).action == REQUEUE
+    assert [k for k, _ in notes] == ["requeued"]
+
+
+def test_a_requeue_that_could_not_start_stops_the_run_and_requeues_nothing(tmp_path, fake_slurm):
+    fake_slurm.partition = {"n1": "idle", "n2": "idle"}
+    here, notes = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2)
+    blocked = requeue.send(here, ["n2"], "crash")
+    assert blocked is not None and "n2" in blocked.why
+    assert fake_slurm.requeued == [] and read_verdict(here.run, "41", 0).action == STOP
+    assert notes[0][0] == "requeue_blocked"
+
+
+def test_the_nodes_kept_out_are_the_jobs_exclusions_and_the_quarantine(tmp_path, fake_slurm):
+    fake_slurm.excluded.append(("41", ["n3"]))
+    here, _ = here_of(tmp_path, TWO)
+    assert requeue.excluded(here.spec, "41") == {"n3"}
+
+
+def test_a_clean_exit_finishes_with_no_blame_and_a_crash_is_blamed_on_task_0(
+    tmp_path, fake_slurm, monkeypatch
+):
+    here, _ = here_of(tmp_path, TWO)
+    rec = recovery.decide(here, recovery.Ended(0, saved=False), 0, lambda: False)
+    assert rec.outcome.action is Action.FINISHED and rec.suspect is None
+    suspect = Suspect("n2", None, "its torchrun was killed")
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: suspect)
+    monkeypatch.setattr(recovery, "crash_report", lambda here: (None, False))
+    rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
+    assert rec.outcome.action is Action.REQUEUE and rec.suspect == suspect
+    assert rec.detail == "torchrun exited with 1"
+
+
+def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """The monitor killed torchrun after the ranks saved on notice: the start ends as the
+    notice (the kill was ours: exit 0), no hang, nobody blamed."""
+    here, _ = here_of(tmp_path, TWO)
+    ended = recovery.Ended(-9, saved=True, stuck="torchrun still there")
+    rec = recovery.decide(here, ended, 0, lambda: False)
+    assert rec.returncode == 0 and rec.hang is None
+    assert rec.outcome.cause == "notice" and not rec.outcome.blame and rec.suspect is None
+    assert rec.stuck == "torchrun still there"
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: None)  # no hang reports here
+    unsaved = recovery.decide(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
+    assert unsaved.hang == "torchrun stuck: torchrun still there" and unsaved.returncode == -9
+
+
+def test_the_next_round_is_start_next_round_or_the_end_of_a_left_out_task(tmp_path):
+    here, _ = here_of(tmp_path, dataclasses.replace(TWO, task=1))
+    assert recovery.next_round(here, ["n1"], "crash")["left_out"] is True
+    assert recovery.next_round(here, ["n2", "n3"], "crash") == (
+        TWO.next_round(["n2", "n3"], "n2"),
+        "in-job restart after crash",
+    )
+
+
+def test_a_launcher_of_an_earlier_start_is_over(fake_slurm):
+    assert recovery.start_over(TWO) == ""
+    fake_slurm.restarts = 1
+    assert "belongs to restart 0" in recovery.start_over(TWO)
+
+
+def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm):
+    start = dataclasses.replace(TWO, standby=("n3",))
+    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
+    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
+    nxt = spares.restart_in_job(here, rec)
+    assert nxt == (
+        start.next_round(["n1", "n3"], "n1"),
+        "in-job restart after crash: torchrun exited with 1",
+    )
+    verdict = read_verdict(here.run, "41", 0)
+    assert (verdict.action, verdict.members, verdict.standby) == (RESTART_IN_JOB, ["n1", "n3"], [])
+    assert notes[-1][0] == "restarted" and notes[-1][1]["spare_in"] == ["n3"]
+
+
+def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
+    here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, restart_in_job=True)
+    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        spares.restart_in_job(here, rec)
+    assert fake_slurm.requeued == ["41"]
+
+
+def test_a_spare_joins_the_round_that_takes_it_as_start_next_round_says(tmp_path, fake_slurm):
+    run = RunDir(tmp_path)
+    spare = Start("41", 2, 3, "n1", 0, ("n1", "n2", "n3"))
+    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"]))
+    write_verdict(run, "41.1", 0, RoundVerdict(RESTART_IN_JOB, "hang", ["n1", "n3"], []))
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    start, why = spares.stand_by(spec, spare, trains=2)
+    assert start == dataclasses.replace(spare, round=1).next_round(["n1", "n3"], "n3")
+    assert start.round == 2 and why == "in-job restart after hang"
+
+
+def test_only_task_0_releases_the_spares(tmp_path):
+    start = dataclasses.replace(TWO, standby=("n3",))
+    other, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
+    spares.release_spares(other, DONE, "done")
+    assert read_verdict(other.run, "41", 0) is None
+    here, _ = here_of(tmp_path, start)
+    spares.release_spares(here, DONE, "done")
+    assert read_verdict(here.run, "41", 0).standby == ["n3"]
+
+
+def test_a_crash_is_blamed_on_the_node_whose_agent_was_killed(tmp_path, fake_slurm):
+    here, notes = here_of(tmp_path, TWO)
+    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    found = blame.for_stop(here, "crash")
+    assert found is not None and found.node == "n2"
+    assert [n for n, _ in fake_slurm.drained] == ["n2"]
+    assert [k for k, _ in notes] == ["blamed"]
+
+
+def test_lifecycle_builds_the_ranks_env_from_the_start_key(tmp_path):
+    here, _ = here_of(tmp_path, dataclasses.replace(TWO, round=1))
+    worker, env = lifecycle.environment(here, use_gpu=False)
+    assert worker.start == ("41.1", 0) and worker.stop_marker == here.run.stop_marker("41.1", 0)
+    assert env["HPC_TRAIN_STOP_MARKER"] == str(worker.stop_marker)
+
+
+def test_only_task_0_of_a_narrow_run_watches_for_growth(tmp_path, fake_slurm):
+    narrow, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=3, grow_after=60)
+    task1 = Here.of(narrow.spec, dataclasses.replace(TWO, task=1), narrow.note)
+    assert lifecycle.watch_growth(task1, lambda cause: None) is None
+    watch = lifecycle.watch_growth(narrow, lambda cause: None)
+    assert watch is not None and watch.stop() is None
