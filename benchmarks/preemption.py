@@ -428,7 +428,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "save_s": save,
         "runs": runs,
         # other jobs in the queue while a recovery was timed (they take nodes and CPU)
-        "interference": {name: r["other_jobs_during_recovery"] for name, r in index.items()
+        "interference": {name: r["other_jobs_during_recovery"] for name, r in runs.items()
                          if r["other_jobs_during_recovery"]},
         "goals": {"updates_recomputed_per_preemption": GOAL_RECOMPUTED,
                   "recovery_ratio_max": GOAL_RECOVERY_RATIO},
