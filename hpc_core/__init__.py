@@ -1,10 +1,14 @@
 """The bottom layer of hpc-train: what both ``hpc_train`` and ``nccl_checks`` stand on.
 
-- ``hpc_core.slurm``: the only way to Slurm (submit, signal, requeue, drain, state, waiting).
+- ``hpc_core.slurm``: the only way to Slurm's commands (submit, signal, requeue, drain, release,
+  job and node state, waiting for a job).
+- ``hpc_core.slurm_conf``: where the Slurm clients' configuration is and what it says, read as a
+  file (no Slurm command: a training rank may import it).
 - ``hpc_core.rundir``: the save-dir layout of a run and the one ``atomic_write``.
+- ``hpc_core.ledger``: a run's ledger (what happened to it) and the user's index of runs.
 - ``hpc_core.instances``: EC2 instance types (GPUs, memory, EFA) and the NCCL environment.
 - ``hpc_core.wait``: the one poll-with-back-off loop.
 
-Nothing here imports ``hpc_train``, ``nccl_checks``, torch, fairseq or submitit; ``make lint``
-checks the layers with import-linter.
+Nothing here imports ``hpc_train``, ``nccl_checks``, torch, fairseq, submitit, NVML or YAML;
+``make lint`` checks it with import-linter.
 """

@@ -5,7 +5,8 @@
 
 Modules: ``sources`` (zip, directories, checks), ``bpe`` (the encoder, parallel), ``pipeline``
 (resumable steps), ``manifest`` (what proves a step done), ``dictionary`` (``--srcdict``),
-``progress``, ``job`` (as a Slurm job), ``demo`` (offline text), ``command`` (the CLI).
+``progress``, ``job`` (as a Slurm job), ``demo`` (offline text), ``command`` (the CLI), ``base``
+(the error users see, the log line, the splits).
 """
 
 from hpc_train.data.base import SPLITS, DataError

@@ -1,6 +1,11 @@
-"""What a run is, decided in the user's CLI: the spec and its options, the presets, the devices'
-batch and precision, the global-batch arithmetic and the command lines (fairseq's argv, torchrun's).
+"""What a run is, decided in the user's CLI: the spec and its options (``spec``, ``options``), the
+presets, the devices' batch and precision (``devices``), the global-batch arithmetic (``batch``,
+each start's plan from ``JobSpec.batch_plan``), the watchers' allowances (``limits``), the command
+lines (``command_lines``: fairseq's argv, torchrun's) and the container flags (``container``).
 
-Pure; imported by ``submit`` (the user's CLI) and by the launcher on each node, which builds the
-same command lines for the world task 0 decided.
+Imported by ``submit`` (the user's CLI) and by the launcher on each node, which builds the same
+command lines for the world task 0 decided. The spec, the arithmetic and the command lines are
+pure (values in, values out); the file system is touched in two places only, both at submit:
+``spec.validate`` checks the data and save dirs (with ``check_paths``), and ``container`` checks
+an image file and writes the run's OCI bundle (``write_bundle``).
 """

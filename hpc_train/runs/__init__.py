@@ -1,4 +1,18 @@
-"""Watching runs, in the user's CLI: the run index, ``status``, ``logs`` (``follow``: the merged
-tail and the end-of-run report), ``plot``, fairseq log parsing and the goodput account. Read-only
-over what the launchers and the workers wrote.
+"""Watching runs from the user's CLI (and the head node), outside the job:
+
+- ``index``: finding a run again (save dir or job id, the user's index) and where it stands;
+  ``status`` and ``logs`` print it; ``follow``: the merged tail, ``--follow`` and the end-of-run
+  report; ``logparse``: fairseq's train.log (pure); ``goodput``: ETTR and lost time by cause
+  (pure); ``named_nodes``: the nodes a run blamed or found straggling; ``plot``: loss over
+  updates with the restarts marked;
+- ``metrics``: every run as Prometheus metrics (``hpc-train metrics serve`` / ``write``);
+- ``doctor``: stalls, stuck exits, requeue storms and jobs that will never start, found from
+  outside the job, each with the command that fixes it;
+- ``audit``: the check of ``--audit-samples`` (every sample of an epoch trained exactly once).
+
+What the launchers and the ranks wrote (ledgers, train.log, heartbeats) is only read here. One
+module acts on the jobs themselves: ``doctor --act`` runs the fix of each sure finding through
+Slurm (``scancel``, ``scontrol requeue``, ``scontrol requeuehold`` or ``hold``). Files are
+written only where asked for: ``plot``'s image, ``metrics write``'s textfile, the doctor's record
+of what it notified.
 """
