@@ -39,7 +39,7 @@ from benchmarks.preemption import BenchError, Jobs, machine, say, trained, wait_
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
-from hpc_train.runs import index
+from hpc_train import testing
 
 GOAL_RECOMPUTED = 0
 
@@ -90,7 +90,7 @@ def one_run(name: str, grow_after: float, args: argparse.Namespace, jobs: Jobs) 
     wait_until("the blocker", lambda: slurm.job_state(blocker).state == "RUNNING", 120)
     submitted = time.time()
     try:
-        job = jobs.add(index.submit_tiny(
+        job = jobs.add(testing.submit_tiny(
             args.data, save, args.max_update, name, "1-3",
             ("--grow-after", str(grow_after), "--global-batch", "24"), ("--log-interval", "1"),
         ))  # fmt: skip

@@ -48,8 +48,8 @@ from benchmarks.preemption import PER_UPDATE, BenchError, Jobs, machine, phases,
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
-from hpc_train import chaos
-from hpc_train.runs import follow, index
+from hpc_train import chaos, testing
+from hpc_train.runs import follow
 from hpc_train.watch import hang_monitor
 
 GOAL_FALSE_POSITIVES = 0
@@ -190,7 +190,7 @@ def watchdog_options(args: argparse.Namespace) -> list[str]:
 
 def running(job: str) -> list[str]:
     """Wait until the job runs; its nodes."""
-    state = slurm.wait_for_job(job, lambda s: s.state == "RUNNING", 600, index.STEADY)
+    state = slurm.wait_for_job(job, lambda s: s.state == "RUNNING", 600, testing.STEADY)
     return slurm.hostnames(state.nodes)
 
 
@@ -200,12 +200,12 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     quiet_wait = jobs.wait_quiet()
     fairseq = (*PER_UPDATE, "--save-interval-updates", str(args.save_interval_updates))
     job = jobs.add(
-        index.submit_tiny(args.data, save, args.max_update, "bench-hang", "2",
+        testing.submit_tiny(args.data, save, args.max_update, "bench-hang", "2",
                          watchdog_options(args), fairseq, time_min=args.time)
     )  # fmt: skip
     victim = running(job)[-1]
     say(f"hang: job {job} running, waiting for update {args.at_update}")
-    at = index.wait_for_update(run, args.at_update, 600)
+    at = testing.wait_for_update(run, args.at_update, 600)
     jobs.take_seen()
     try:
         before = time.time()
@@ -221,7 +221,7 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
                 or (e.kind == "stopped" and e.get("cause") != "hang")
             )
 
-        seen = index.wait_for_event(run, f"job {job} to resume", resumed_or_over, 600)
+        seen = testing.wait_for_event(run, f"job {job} to resume", resumed_or_over, 600)
         if seen.kind != "first_update":
             raise BenchError(f"job {job} ended without a resume after the hang: {seen.data}")
         jobs.sample()
@@ -258,12 +258,12 @@ def fault_free_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     quiet_wait = jobs.wait_quiet()
     seconds = args.fault_free_minutes * 60
     job = jobs.add(
-        index.submit_tiny(args.data, save, 1_000_000, "bench-fault-free", "2",
+        testing.submit_tiny(args.data, save, 1_000_000, "bench-fault-free", "2",
                          watchdog_options(args), (*PER_UPDATE, "--save-interval-updates", "1"),
                          time_min=int(args.fault_free_minutes) + args.time)
     )  # fmt: skip
     running(job)
-    first = index.wait_for_event(
+    first = testing.wait_for_event(
         run, f"job {job}'s first update", lambda e: e.kind == "first_update", 600
     )
     say(f"fault-free: job {job} training; watching it for {args.fault_free_minutes:g} min")
@@ -272,7 +272,7 @@ def fault_free_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
         return e.kind in ("stopped", "finished") and e.job == job
 
     try:
-        ended = index.wait_for_event(run, "a stop", hang_or_end, seconds)
+        ended = testing.wait_for_event(run, "a stop", hang_or_end, seconds)
         say(f"fault-free: the run stopped early: {ended.kind} {ended.data}")
     except TimeoutError:
         ended = None  # trained the whole time: the expected outcome

@@ -66,8 +66,8 @@ from benchmarks import report
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import slurm, wait
 from hpc_core.rundir import RunDir
-from hpc_train import chaos
-from hpc_train.runs import index, logparse
+from hpc_train import chaos, testing
+from hpc_train.runs import logparse
 from hpc_train.worker import checkpoints
 
 T = TypeVar("T")
@@ -255,7 +255,7 @@ def submit_training(
     name: str, data: Path, save: Path, max_update: int, extra: Sequence[str]
 ) -> str:
     try:
-        return index.submit_tiny(data, save, max_update, name, fairseq=extra)
+        return testing.submit_tiny(data, save, max_update, name, fairseq=extra)
     except RuntimeError as err:
         raise BenchError(str(err)) from None
 

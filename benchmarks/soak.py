@@ -112,10 +112,10 @@ from benchmarks.preemption import BenchError, Jobs, machine, say
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
-from hpc_train import chaos
+from hpc_train import chaos, testing
 from hpc_train.cluster import requeue_hold
 from hpc_train.runs import goodput as run_goodput
-from hpc_train.runs import index, logparse
+from hpc_train.runs import logparse
 
 POLL_S = 0.25
 # the toolkit ways: the integration tests' short hang allowances, a 30 s straggler window with
@@ -579,7 +579,7 @@ def soak(
 def toolkit_way(name: str, options: Sequence[str], args: argparse.Namespace, jobs: Jobs) -> Way:
     save = args.work_dir / name
     try:
-        job = index.submit_tiny(args.data, save, args.max_update, f"bench-soak-{name}", "2",
+        job = testing.submit_tiny(args.data, save, args.max_update, f"bench-soak-{name}", "2",
                                 options, ("--log-interval", "1"), time_min=30)  # fmt: skip
     except RuntimeError as err:
         raise BenchError(str(err)) from None

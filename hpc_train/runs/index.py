@@ -1,21 +1,15 @@
-"""Finding a run again and saying where it stands: a library for ``status`` and ``logs``.
+"""Finding a run again and saying where it stands: a library for ``status``, ``logs``, ``plot``,
+``metrics`` and the ``doctor``.
 
 A run is a save dir. The user names it by its path or by a job id: ``submit`` recorded every
 job it submitted in the user's index (``hpc_core.ledger.user_index``), and Slurm, while it still
 remembers the job, knows where its task logs go (``<save-dir>/slurm/``). What a run did comes
 from its ledger; its losses from ``train.log``; the job's state from Slurm, and from the ledger
 once Slurm has forgotten the job.
-
-Rehearsals (integration tests, benchmarks) drive a run as a user would: ``submit_tiny`` through
-the real CLI, then ``wait_for_update`` (its train.log) and ``wait_for_event`` (its ledger).
 """
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,11 +18,8 @@ from typing import Any
 
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
-from hpc_core.wait import Backoff, wait_until
 from hpc_train.runs import follow, goodput
 from hpc_train.runs.named_nodes import NodeNote, node_notes
-
-STEADY = Backoff(0.5, 1.0, 0.5)  # rehearsals poll at a steady 0.5 s
 
 
 class RunNotFound(ValueError):
@@ -237,61 +228,3 @@ def seconds_per_update(events: list[ledger.Event], updates: int, now: float) -> 
         return None
     done = updates - int(firsts[-1].get("update", 0))
     return (now - firsts[-1].time) / done if done > 0 else None
-
-
-# --- rehearsals: a tiny run submitted and watched as a user would (tests, benchmarks) -----------
-
-
-def submit_tiny(
-    data: Path,
-    save: Path,
-    max_update: int,
-    name: str,
-    nodes: str = "2",
-    options: Sequence[str] = (),
-    fairseq: Sequence[str] = (),
-    env: dict[str, str] | None = None,
-    time_min: int = 10,
-) -> str:
-    """Submit the tiny preset on CPU nodes through the real CLI (``python -m hpc_train.submit``
-    with ``options``, then ``-- fairseq``); the job id. RuntimeError with the CLI's error."""
-    cmd = [
-        sys.executable, "-m", "hpc_train.submit", "--preset", "tiny", "--nodes", nodes,
-        "--gpus-per-node", "0", "--data", str(data), "--save-dir", str(save),
-        "--max-update", str(max_update), "--time", str(time_min), "--job-name", name, *options,
-    ]  # fmt: skip
-    if fairseq:
-        cmd += ["--", *fairseq]
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
-    )
-    found = re.search(r"submitted job (\d+)", proc.stdout)
-    if proc.returncode != 0 or found is None:
-        raise RuntimeError(f"submit failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
-    return found.group(1)
-
-
-def wait_for_update(run: RunDir, update: int, timeout: float, backoff: Backoff = STEADY) -> int:
-    """Wait until train.log shows ``update`` trained; the highest update logged by then."""
-
-    def reached() -> int | None:
-        n = follow.run_summary(run).updates
-        return n if n >= update else None
-
-    return wait_until(reached, f"update {update} in {run.root}", timeout, backoff)
-
-
-def wait_for_event(
-    run: RunDir,
-    what: str,
-    match: Callable[[ledger.Event], bool],
-    timeout: float | None,
-    backoff: Backoff = STEADY,
-) -> ledger.Event:
-    """Wait until the run's ledger holds an event ``match`` accepts; the first such event.
-    ``match`` may raise to give up early (the job ended without it)."""
-
-    def found() -> ledger.Event | None:
-        return next((e for e in ledger.read(run.ledger) if match(e)), None)
-
-    return wait_until(found, what, timeout, backoff)

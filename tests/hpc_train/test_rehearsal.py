@@ -1,4 +1,4 @@
-"""The rehearsal helpers of ``hpc_train.runs.index`` (what integration tests and benchmarks wait on):
+"""The rehearsal helpers of ``hpc_train.testing`` (what integration tests and benchmarks wait on):
 a real train.log and a real ledger written by a thread while they wait; no cluster."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST
-from hpc_train.runs import index
+from hpc_train import testing
 
 
 def train_line(n: int) -> str:
@@ -34,17 +34,17 @@ def test_wait_for_update_returns_once_the_update_is_logged(tmp_path):
             fh.write("".join(train_line(n) for n in range(4, 8)))
 
     timer = later(0.2, more)
-    assert index.wait_for_update(run, 6, timeout=10, backoff=FAST) == 7
+    assert testing.wait_for_update(run, 6, timeout=10, backoff=FAST) == 7
     timer.join()
     with pytest.raises(TimeoutError, match="update 50"):
-        index.wait_for_update(run, 50, timeout=0.3, backoff=FAST)
+        testing.wait_for_update(run, 50, timeout=0.3, backoff=FAST)
 
 
 def test_wait_for_event_returns_the_first_matching_event(tmp_path):
     run = RunDir(tmp_path)
     ledger.record(run.ledger, "first_update", "9", 0, update=1)
     timer = later(0.2, lambda: ledger.record(run.ledger, "first_update", "9", 1, update=21))
-    found = index.wait_for_event(
+    found = testing.wait_for_event(
         run, "the resume", lambda e: e.kind == "first_update" and e.restart > 0, 10, FAST
     )
     timer.join()
@@ -61,4 +61,4 @@ def test_a_match_that_raises_gives_up_at_once(tmp_path):
         return False
 
     with pytest.raises(RuntimeError, match="without a resume"):
-        index.wait_for_event(run, "the resume", resumed, 10, FAST)
+        testing.wait_for_event(run, "the resume", resumed, 10, FAST)

@@ -10,11 +10,10 @@ import pytest
 
 from hpc_core import slurm
 from hpc_core.rundir import RunDir
-from hpc_core.wait import Backoff, wait_until
+from hpc_core.wait import wait_until
+from hpc_train import testing as rehearsal
 from hpc_train.runs import follow, logparse
-from hpc_train.runs import index as rehearsal
-
-STEADY = Backoff(0.5, 1.0, 0.5)  # tests poll at a steady 0.5 s
+from hpc_train.testing import STEADY  # tests poll at a steady 0.5 s
 
 
 class Runs:
