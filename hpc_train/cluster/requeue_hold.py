@@ -1,11 +1,16 @@
-"""How long a cluster made from a ParallelCluster config holds a requeued job.
+"""How a cluster made from a ParallelCluster config treats a requeued job (pure).
 
-Slurm holds a requeued batch job (``Reason=BeginTime``) for SchedulerParameters' ``requeue_delay``
-where it honours the option (25.11+), else for AuthInfo's ``cred_expire``; ParallelCluster's
-slurm.conf sets ``cred_expire=70`` and 3.16 runs Slurm 25.11. The shipped configs set
-``requeue_delay`` through ``CustomSlurmSettings`` (pcluster_configs/p3dn.yaml says why). What the
-controller reports is read by ``hpc_core.slurm.requeue_hold_s``; this says it for a config, as
-that controller would show it (pure).
+Two settings decide it, and ParallelCluster writes both into slurm.conf itself (``slurm_conf``):
+- the hold: Slurm holds a requeued batch job (``Reason=BeginTime``) for SchedulerParameters'
+  ``requeue_delay`` where it honours the option (25.11+), else for AuthInfo's ``cred_expire``
+  (ParallelCluster's ``cred_expire=70``; 3.16 runs Slurm 25.11). The shipped configs set
+  ``requeue_delay=10`` through ``CustomSlurmSettings`` (pcluster_configs/p3dn.yaml says why);
+- the prolog: ParallelCluster's ``SchedulerParameters=nohold_on_prolog_fail`` requeues a job whose
+  prolog (the GPU health check) failed without holding it. A custom ``SchedulerParameters`` line
+  replaces ParallelCluster's whole (Slurm keeps the last), so it must repeat the option.
+
+What a running controller reports is read by ``hpc_core.slurm.requeue_hold_s``; this says it for
+a config, as that controller would show it.
 """
 
 from __future__ import annotations
@@ -14,18 +19,31 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpc_core import slurm
+from hpc_train.cluster import slurm_conf
 
 PCLUSTER_SLURM_VERSION = "25.11"  # ParallelCluster 3.16's Slurm (its release notes)
+NOHOLD_ON_PROLOG_FAIL = "nohold_on_prolog_fail"
+
+
+def shown_config(config: Mapping[str, Any], slurm_version: str = PCLUSTER_SLURM_VERSION) -> str:
+    """The lines of ``scontrol show config`` that decide a requeue, for a cluster made from
+    ``config`` (a loaded config) whose Slurm is ``slurm_version``."""
+    lines = [f"SLURM_VERSION = {slurm_version}.0"]
+    for keyword in ("AuthInfo", "SchedulerParameters"):
+        value = slurm_conf.effective(keyword, config)
+        if value is not None:
+            lines.append(f"{keyword} = {value}")
+    return "\n".join(lines)
 
 
 def of_config(config: Mapping[str, Any], slurm_version: str = PCLUSTER_SLURM_VERSION) -> float:
-    """The requeue hold, in seconds, of a cluster made from ``config`` (a loaded config) whose
-    Slurm is ``slurm_version``."""
-    settings = config.get("Scheduling", {}).get("SlurmSettings", {}).get("CustomSlurmSettings", [])
-    params = [str(s["SchedulerParameters"]) for s in settings if "SchedulerParameters" in s]
-    shown = [
-        f"SLURM_VERSION = {slurm_version}.0",
-        f"AuthInfo = cred_expire={slurm.PCLUSTER_CRED_EXPIRE_S:g}",
-        *(f"SchedulerParameters = {p}" for p in params[-1:]),  # the last one wins in slurm.conf
-    ]
-    return slurm.requeue_hold_of("\n".join(shown))
+    """The requeue hold, in seconds, of a cluster made from ``config`` whose Slurm is
+    ``slurm_version``."""
+    return slurm.requeue_hold_of(shown_config(config, slurm_version))
+
+
+def held_on_prolog_fail(config: Mapping[str, Any]) -> bool:
+    """Whether a job whose prolog fails (a node's GPU health check) is requeued and held, on a
+    cluster made from ``config``: where its SchedulerParameters lost ``nohold_on_prolog_fail``."""
+    shown = shown_config(config)
+    return slurm.config_option(shown, "SchedulerParameters", NOHOLD_ON_PROLOG_FAIL) is None

@@ -77,6 +77,60 @@ def test_a_requeue_is_held_10_s_on_slurm_25_11_not_parallelclusters_70(name: str
     assert requeue_hold.of_config(config) == 70
 
 
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_every_config_keeps_what_parallelcluster_writes_into_slurm_conf(name: str) -> None:
+    """ParallelCluster writes SchedulerParameters=nohold_on_prolog_fail itself; the configs' own
+    SchedulerParameters line, included after it, repeats it, so a job whose prolog (the GPU health
+    check) fails is requeued, not held."""
+    from hpc_train.cluster import requeue_hold, slurm_conf
+
+    config = load(name)
+    assert list(slurm_conf.dropped(config)) == []
+    assert not requeue_hold.held_on_prolog_fail(config)
+    assert any(
+        k.startswith("SchedulerParameters=nohold_on_prolog_fail") for k in slurm_conf.kept(config)
+    )
+
+
+def test_a_custom_line_that_drops_parallelclusters_option_is_named() -> None:
+    """The old line (requeue_delay=10 alone) dropped nohold_on_prolog_fail: named, with its source;
+    a queue's MaxTime replaces ParallelCluster's MaxTime=INFINITE on the partition line."""
+    from hpc_train.cluster import requeue_hold, slurm_conf
+
+    config = load("p3dn.yaml")
+    settings = config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]
+    settings[:] = [{"SchedulerParameters": "requeue_delay=10"}, {"SlurmdTimeout": 600}]
+    config["Scheduling"]["SlurmQueues"][0]["CustomSlurmSettings"] = {"MaxTime": "1-00:00:00"}
+    found = {(d.written.keyword, d.lost): d for d in slurm_conf.dropped(config)}
+    assert set(found) == {
+        ("SchedulerParameters", ("nohold_on_prolog_fail",)),
+        ("SlurmdTimeout", ("180",)),
+        ("MaxTime", ("INFINITE",)),
+    }
+    message = found[("SchedulerParameters", ("nohold_on_prolog_fail",))].message
+    assert "slurm.conf.erb:47" in message
+    assert "nohold_on_prolog_fail,requeue_delay=10" in message
+    assert requeue_hold.held_on_prolog_fail(config)
+    assert requeue_hold.of_config(config) == 10  # the hold itself is unchanged
+
+
+def test_parallelclusters_settings_are_not_on_its_deny_list() -> None:
+    """What slurm_conf records is what a config may set (pcluster refuses the deny-listed ones
+    itself); its cred_expire is the one hpc_core.slurm knows."""
+    pytest.importorskip("pcluster.validators.slurm_settings_validator")
+    from pcluster.validators.slurm_settings_validator import SLURM_SETTINGS_DENY_LIST
+
+    from hpc_core import slurm
+    from hpc_train.cluster import slurm_conf
+
+    denied = set(SLURM_SETTINGS_DENY_LIST["SlurmConf"]["Global"])
+    assert not {w.keyword.lower() for w in slurm_conf.CLUSTER_WRITES} & denied
+    partition = set(SLURM_SETTINGS_DENY_LIST["Queue"]["Global"])
+    assert not {w.keyword.lower() for w in slurm_conf.PARTITION_WRITES} & partition
+    shown = f"AuthInfo = {slurm_conf.effective('AuthInfo', {})}"
+    assert slurm.cred_expire_of(shown) == slurm.PCLUSTER_CRED_EXPIRE_S
+
+
 def test_node_type_and_code_reach_the_nodes_as_part_b_expects() -> None:
     """The interface with the bootstrap (issue 17): node type in Args, source on the head only."""
     c = load("p3dn.yaml")
