@@ -71,6 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip validators, as pcluster create-cluster does: ALL or type:NAME, e.g. "
         "type:InstanceTypeBaseAMICompatibleValidator (the p3dn custom AMI, docs/on-aws.md)",
     )
+    # What the account is like beyond the file: stated, then listed as assumed.
+    vp.add_argument(
+        "--private-subnet",
+        action="append",
+        default=[],
+        metavar="SUBNET",
+        help="this subnet of the config does not assign public IPs (by default the head node's "
+        "does and every other does not); may be repeated",
+    )
+    vp.add_argument(
+        "--public-subnet",
+        action="append",
+        default=[],
+        metavar="SUBNET",
+        help="this subnet of the config assigns public IPs; may be repeated",
+    )
     up = sub.add_parser(
         "check-update",
         help="may a cluster created from OLD be updated to NEW? (pcluster's own update check)",
@@ -173,6 +189,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except validate.BadSuppression as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    from hpc_train.cluster.fake_aws import AccountFacts, BadFact
+
+    facts = AccountFacts(frozenset(args.private_subnet), frozenset(args.public_subnet))
     print(FAKE_AWS_NOTE)
     worst = EXIT_OK
     for path in args.files:
@@ -186,8 +205,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         started = time.monotonic()
         try:
             report = validate.validate_config(
-                text, data, cluster_name=args.cluster_name, suppress=suppress
+                text, data, cluster_name=args.cluster_name, suppress=suppress, facts=facts
             )
+        except BadFact as err:
+            print(f"error: {path}: {err}", file=sys.stderr)
+            worst = EXIT_USAGE
+            continue
         except validate.NotCheckableOffline as err:
             print(f"error: {path} is not checkable offline: {err}", file=sys.stderr)
             worst = EXIT_USAGE
@@ -204,8 +227,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(f"skipped {name}: {why}")
             for name in report.suppressed:
                 print(f"suppressed {name} (--suppress-validators)")
+        for line in report.assumed:
+            print(f"assumed: {line}")
         for line in report.not_checked:
             print(f"not checked offline: {line}")
+        for line in report.slurm_kept:
+            print(f"slurm.conf keeps ParallelCluster's own {line}")
         for host in report.refused:
             print(
                 f"note: refused a network attempt to {host} (AWS is faked; nothing left the machine)"

@@ -144,8 +144,14 @@ class AccountFacts:
     def assumed(self) -> list[str]:
         """The stated facts, one line each (`validate` prints them as assumed)."""
         return [
-            *(f"subnet {s} does not assign public IPs (--private-subnet)" for s in sorted(self.private_subnets)),
-            *(f"subnet {s} assigns public IPs (--public-subnet)" for s in sorted(self.public_subnets)),
+            *(
+                f"subnet {s} does not assign public IPs (--private-subnet)"
+                for s in sorted(self.private_subnets)
+            ),
+            *(
+                f"subnet {s} assigns public IPs (--public-subnet)"
+                for s in sorted(self.public_subnets)
+            ),
         ]
 
 

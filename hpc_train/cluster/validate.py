@@ -7,28 +7,36 @@
            EFA subnets, capacity reservations, ...), against a fake AWS account no kinder than
            AWS (moto, see fake_aws.py) so no credentials or network are needed; skipped as
            `--suppress-validators` asks, with pcluster's syntax (ALL, type:NAME)
-    warn   settings pcluster accepts but ignores (NO_EFFECT: GdrSupport)
+    warn   settings pcluster accepts but ignores (NO_EFFECT: GdrSupport); custom Slurm settings
+           that would drop a setting ParallelCluster writes into slurm.conf itself (slurm_conf.py)
     update pcluster's ConfigPatch on two configs: may `pcluster update-cluster` go from one to
            the other (update_check)
 
 Each finding carries the YAML path it belongs to (yaml_paths.py). What only the real account can
-say is listed by name (Report.not_checked). Needs the `aws` extra.
+say is listed by name (Report.not_checked), and so is each validator whose AWS call the fake
+account could not answer (fake_aws.Gap): its verdict is dropped, never shown as the config's.
+What the caller states about the account is listed as assumed (Report.assumed). Needs the `aws`
+extra.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import yaml
 
-from hpc_train.cluster import yaml_paths
+from hpc_train.cluster import slurm_conf, yaml_paths
 from hpc_train.cluster.render import placeholders_in
+
+if TYPE_CHECKING:
+    from hpc_train.cluster.fake_aws import AccountFacts, Gap
 
 INSTALL_HINT = "pip install -e '.[aws]'"
 LEVELS = ("ERROR", "WARNING", "INFO")
@@ -83,6 +91,8 @@ class Report:
     refused: list[str] = field(default_factory=list)  # network attempts the fake account stopped
     suppressed: list[str] = field(default_factory=list)  # validators skipped because asked to
     not_checked: list[str] = field(default_factory=list)  # only the real account can say
+    assumed: list[str] = field(default_factory=list)  # facts the caller stated (AccountFacts)
+    slurm_kept: list[str] = field(default_factory=list)  # ParallelCluster's settings kept
 
     @property
     def errors(self) -> list[Finding]:
@@ -187,6 +197,18 @@ def no_effect_findings(data: Any, text: str, path: yaml_paths.Path = ()) -> Iter
             yield from no_effect_findings(value, text, (*path, index))
 
 
+def dropped_slurm_findings(data: Mapping[str, Any], text: str) -> Iterator[Finding]:
+    """A warning for each custom Slurm setting that would drop one ParallelCluster writes itself."""
+    for dropped in slurm_conf.dropped(data):
+        yield Finding(
+            "WARNING",
+            yaml_paths.format_path(dropped.where),
+            dropped.message,
+            "hpc-train",
+            yaml_paths.line_of(text, dropped.where),
+        )
+
+
 def is_image_config(data: Mapping[str, Any]) -> bool:
     """A `pcluster build-image` config (Build, Image.Name) rather than a cluster config."""
     return "Build" in data and "Scheduling" not in data
@@ -197,24 +219,33 @@ def validate_config(
     data: dict[str, Any],
     cluster_name: str = "hpc-train",
     suppress: set[str] | frozenset[str] = frozenset(),
+    facts: AccountFacts | None = None,
 ) -> Report:
     """Schema, then validators, under a fake AWS account. Requires the aws extra.
 
     A cluster config, or a `pcluster build-image` config (one with a top-level `Build`).
     `suppress`: validator class names to skip ("ALL": every one), from parse_suppressions.
+    `facts`: what the caller states about the account (fake_aws.BadFact where the config does
+    not name what they name).
     """
     from marshmallow import ValidationError
     from pcluster.schemas.cluster_schema import ClusterSchema
     from pcluster.schemas.imagebuilder_schema import ImageBuilderSchema
     from pcluster.validators.common import ValidatorContext
 
-    from hpc_train.cluster.fake_aws import UNJUDGEABLE_VALIDATORS, fake_aws_account, references
+    from hpc_train.cluster.fake_aws import (
+        UNJUDGEABLE_VALIDATORS,
+        AccountFacts,
+        fake_aws_account,
+        references,
+    )
 
     report = Report(skipped=dict(UNJUDGEABLE_VALIDATORS))
     existing = references(data).file_systems
-    with fake_aws_account(data) as account:
+    with fake_aws_account(data, facts or AccountFacts()) as account:
         report.refused = account.refused
         report.not_checked = account.not_checked
+        report.assumed = account.assumed
         try:
             if is_image_config(data):
                 config = ImageBuilderSchema().load(data)
@@ -231,7 +262,7 @@ def validate_config(
                 "check with pcluster create-cluster --dryrun true"
             )
         paths = yaml_paths.resource_paths(config, data)
-        with _owners_recorded() as owners:
+        with _owners_recorded(account.gaps) as owners:
             suppressor = _Suppressor(set(UNJUDGEABLE_VALIDATORS), set(suppress))
             results = config.validate([suppressor], ValidatorContext())
         report.validators_run = owners.executed
@@ -240,6 +271,11 @@ def validate_config(
     for result in results:
         owner, args = owners.by_result.get(id(result), (None, {}))
         where, fields = yaml_paths.locate(data, paths.get(id(owner), ()), args, paths)
+        if GAP_MARK in str(result.message):  # an async validator's: see _owners_recorded
+            reason = _one_line(result.message).replace(GAP_MARK, "")
+            at = yaml_paths.describe(where, fields)
+            report.not_checked.append(f"{result.validator_type} at {at} ({reason})")
+            continue
         line_path = (*where, *fields[0]) if fields else where
         report.findings.append(
             Finding(
@@ -250,9 +286,30 @@ def validate_config(
                 line=yaml_paths.line_of(text, line_path),
             )
         )
+    report.not_checked += list(_gap_lines(owners, account.gaps, data, paths))
     report.findings.extend(no_effect_findings(data, text))
+    report.findings.extend(dropped_slurm_findings(data, text))
+    report.slurm_kept = slurm_conf.kept(data)
     report.findings.sort(key=lambda f: LEVELS.index(f.level) if f.level in LEVELS else 9)
     return report
+
+
+GAP_MARK = "not checked offline: "  # how fake_aws words a call it could not answer
+
+
+def _gap_lines(
+    owners: _Owners, gaps: list[Gap], data: Any, paths: Mapping[int, yaml_paths.Path]
+) -> Iterator[str]:
+    """'not checked offline' lines: each validator whose AWS calls the fake account could not
+    answer (its verdict dropped), then any such call made outside a validator."""
+    said: set[Gap] = set()
+    for name, owner, args, hit in owners.gapped:
+        where, fields = yaml_paths.locate(data, paths.get(id(owner), ()), args, paths)
+        calls = "; ".join(dict.fromkeys(str(g) for g in hit))
+        yield f"{name} at {yaml_paths.describe(where, fields)} (its verdict needs {calls})"
+        said.update(hit)
+    for gap in dict.fromkeys(g for g in gaps if g not in said):
+        yield f"{gap} (asked outside a validator)"
 
 
 @dataclass(frozen=True)
@@ -412,15 +469,22 @@ class _Owners:
     keep: list[Any] = field(default_factory=list)  # keeps result ids stable while we map them
     executed: int = 0
     names: set[str] = field(default_factory=set)
+    # (validator, owner, args, gaps) of each validator that made a call the fake could not answer
+    gapped: list[tuple[str, Any, dict[str, Any], list[Gap]]] = field(default_factory=list)
 
 
 @contextmanager
-def _owners_recorded() -> Iterator[_Owners]:
-    """Note, for every validation result, the resource that registered its validator and args."""
+def _owners_recorded(gaps: list[Gap]) -> Iterator[_Owners]:
+    """Note, for every validation result, the resource that registered its validator and args;
+    drop the results of a validator that made a call the fake account could not answer (`gaps`
+    grew while it ran: sync validators run one at a time; the async ones, pcluster's UrlValidator,
+    are told by the gap's wording in their message). On exit, close the coroutines of async
+    validators never awaited (a crash before pcluster awaits them), so no warning follows."""
     from pcluster.config.common import Resource
 
     owners = _Owners()
     current: list[Any] = []
+    coroutines: list[Any] = []
     real_validate_self = Resource._validate_self
     real_execute = Resource._validator_execute
 
@@ -438,6 +502,7 @@ def _owners_recorded() -> Iterator[_Owners]:
         return results
 
     def execute(validator_class: Any, args: Any, suppressors: Any, executor: Callable) -> Any:
+        before = len(gaps)
         result = real_execute(validator_class, args, suppressors, executor)
         if result is None:
             return None
@@ -449,14 +514,23 @@ def _owners_recorded() -> Iterator[_Owners]:
             async def tagged() -> Any:
                 return note(await result, owner, args)
 
-            return tagged()
+            coroutines.extend((result, tagged()))
+            return coroutines[-1]
+        if len(gaps) > before:
+            owners.gapped.append((validator_class.__name__, owner, args, gaps[before:]))
+            return []
         return note(result, owner, args)
 
-    with (
-        mock.patch.object(Resource, "_validate_self", validate_self),
-        mock.patch.object(Resource, "_validator_execute", staticmethod(execute)),
-    ):
-        yield owners
+    try:
+        with (
+            mock.patch.object(Resource, "_validate_self", validate_self),
+            mock.patch.object(Resource, "_validator_execute", staticmethod(execute)),
+        ):
+            yield owners
+    finally:
+        for coroutine in coroutines:
+            if inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED:
+                coroutine.close()
 
 
 def _one_line(message: Any) -> str:

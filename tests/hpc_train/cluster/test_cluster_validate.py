@@ -344,6 +344,43 @@ def test_unreadable_input(tmp_path: Path, content: str, message: str) -> None:
     assert message in str(err.value)
 
 
+def test_a_private_head_subnet_can_be_stated_and_is_listed_as_assumed(
+    headline: dict[str, Any],
+) -> None:
+    """One subnet for the head node and the EFA queue is refused by default (the head's subnet is
+    assumed to assign public IPs); --private-subnet states otherwise, and the report says so."""
+    from hpc_train.cluster.fake_aws import AccountFacts, BadFact
+
+    data = copy.deepcopy(headline)
+    subnet = VALUES["head_subnet_id"]
+    data["Scheduling"]["SlurmQueues"][0]["Networking"]["SubnetIds"] = [subnet]
+    text = yaml.safe_dump(data, sort_keys=False)
+    private = AccountFacts(private_subnets=frozenset({subnet}))
+    report = validate.validate_config(text, data, suppress={AMI_CHECK}, facts=private)
+    assert report.errors == []
+    assert report.assumed == [f"subnet {subnet} does not assign public IPs (--private-subnet)"]
+    assert not any(f"subnet {subnet} assigns" in line for line in report.not_checked)
+    with pytest.raises(BadFact, match="subnet subnet-0000 is not named in the config"):
+        validate.validate_config(
+            text, data, facts=AccountFacts(private_subnets=frozenset({"subnet-0000"}))
+        )
+
+
+def test_a_custom_slurm_line_that_drops_parallelclusters_own_is_warned(
+    headline: dict[str, Any],
+) -> None:
+    data = copy.deepcopy(headline)
+    data["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"] = [
+        {"SchedulerParameters": "requeue_delay=10"}
+    ]
+    report = check(data, {AMI_CHECK})
+    [warning] = [f for f in report.findings if f.validator == "hpc-train"]
+    assert warning.level == "WARNING"
+    assert warning.path == "Scheduling.SlurmSettings.CustomSlurmSettings[0].SchedulerParameters"
+    assert "drops nohold_on_prolog_fail" in warning.message
+    assert report.slurm_kept == []
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hpc_train.cluster", "validate", *args],
@@ -465,3 +502,30 @@ def test_no_official_ami_line_when_every_node_has_a_custom_ami(headline: dict[st
     data["Image"]["CustomAmi"] = VALUES["p3dn_ami_id"]
     report = check(data, suppress={AMI_CHECK})
     assert not [line for line in report.not_checked if "official AMI" in line]
+
+
+def test_cli_an_unknown_instance_type_is_one_line_exit_2_and_nothing_after(tmp_path: Path) -> None:
+    """pcluster stops before awaiting its async validators: their coroutines are closed, and its
+    own log of the failed call is not printed, so the one-line error is all of stderr."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(rendered("p3dn.yaml").replace("p3dn.24xlarge", "p3dn.99xlarge"))
+    proc = _cli(str(path))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: {path} could not be checked: ")
+    assert "p3dn.99xlarge" in proc.stderr
+
+
+def test_cli_states_a_private_subnet_and_refuses_one_the_config_lacks(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(rendered("p4d.yaml"))
+    subnet = VALUES["compute_subnet_id"]
+    proc = _cli(str(path), "--private-subnet", subnet)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"assumed: subnet {subnet} does not assign public IPs (--private-subnet)" in proc.stdout
+    assert "slurm.conf keeps ParallelCluster's own SchedulerParameters=nohold_on_prolog_fail" in (
+        proc.stdout
+    )
+    proc = _cli(str(path), "--private-subnet", "subnet-0000")
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {path}: subnet subnet-0000 is not named in the config\n"
