@@ -21,7 +21,7 @@ help:
 	@echo "make local-image   build the local cluster's container image (submit --container .local/images/hpc-train)"
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
-	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-hang, bench-grow, bench-soak (JSON in benchmarks/results/)"
+	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-hang, bench-grow, bench-soak, bench-import (JSON in benchmarks/results/; SMOKE=1: each in its smoke mode)"
 
 install: install-system install-python
 
@@ -85,42 +85,50 @@ bench: bench-preempt bench-data bench-gpu bench-gpu-restart bench-ckpt bench-han
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
 bench-preempt: install cluster-up demo-data
-	$(PY) -m benchmarks.preemption --data $(STATE)/data/demo-bin --out benchmarks/results/preemption.json
+	$(PY) -m benchmarks.preemption $(BENCH_FLAGS) --data $(STATE)/data/demo-bin \
+	  --out $(RESULTS)/preemption.json
 
 # Data benchmark (issue 13), not a test: ~3 min on 2 cores; GPT-2 BPE lines/s of this pipeline vs
+# SMOKE=1: each in its smoke mode (--smoke: the same code path, every size and duration shrunk;
+# the suite runs it, tests/benchmarks/test_smoke.py): JSON under SMOKE_OUT, never results/.
+SMOKE ?=
+SMOKE_OUT ?= $(STATE)/bench-smoke
+RESULTS = $(if $(SMOKE),$(SMOKE_OUT),benchmarks/results)
+BENCH_FLAGS = $(if $(SMOKE),--smoke)
 # fairseq's multiprocessing_bpe_encoder.py with the same workers, as ratios; outputs must be equal.
 bench-data: install-python
-	$(PY) -m benchmarks.data --out benchmarks/results/data.json
+	$(PY) -m benchmarks.data $(BENCH_FLAGS) --out $(RESULTS)/data.json
 
 # GPU benchmark (issue 12), not a test: words/s, MFU, memory, checkpoint save, toolkit vs bare
 # fairseq on one GPU (~13 min on an H100); says so and exits 0 where no GPU is visible.
 bench-gpu: install-python demo-data
-	$(PY) -m benchmarks.gpu --data $(STATE)/data/demo-bin --out benchmarks/results/gpu.json
+	$(PY) -m benchmarks.gpu $(BENCH_FLAGS) --data $(STATE)/data/demo-bin --out $(RESULTS)/gpu.json
 
 # In-job restart on one GPU (issue 19), not a test: roberta-base, cold start -> first update, a
 # rank SIGKILLed -> torchrun's exit, torchrun restarted -> loaded checkpoint -> first resumed
 # update, twice (a few minutes on one GPU); says so and exits 0 where no GPU is visible.
 bench-gpu-restart: install-python demo-data
-	$(PY) -m benchmarks.gpu_restart --startup-parts --data $(STATE)/data/demo-bin \
-	  --out benchmarks/results/gpu-restart.json
+	$(PY) -m benchmarks.gpu_restart $(BENCH_FLAGS) --startup-parts --data $(STATE)/data/demo-bin \
+	  --out $(RESULTS)/gpu-restart.json
 
 # Checkpoint-cost benchmark (issue 11), not a test: ~3.5 min on 2 cores; RoBERTa-base dims on the
 # CPU, training time per 100 updates with no saves, sync saves and async saves (ratio).
 bench-ckpt: install-python demo-data
-	$(PY) -m benchmarks.checkpoint_cost --data $(STATE)/data/demo-bin --out benchmarks/results/checkpoint_cost.json
+	$(PY) -m benchmarks.checkpoint_cost $(BENCH_FLAGS) --data $(STATE)/data/demo-bin \
+	  --out $(RESULTS)/checkpoint_cost.json
 
 # Hang benchmark (issue 10), not a test: ~5.5 min on 2 cores; a SIGSTOPped rank: detection and
 # requeue as multiples of the watchdog's allowance T, time to the first resumed update; hangs
 # declared in a fault-free run with a save every update (HANG_MINUTES of it; the issue's: 20).
-HANG_MINUTES ?= 3
+HANG_MINUTES ?= $(if $(SMOKE),0.2,3)
 bench-hang: install cluster-up demo-data
-	$(PY) -m benchmarks.hang --data $(STATE)/data/demo-bin --fault-free-minutes $(HANG_MINUTES) \
-	  --out benchmarks/results/hang.json
+	$(PY) -m benchmarks.hang $(BENCH_FLAGS) --data $(STATE)/data/demo-bin \
+	  --fault-free-minutes $(HANG_MINUTES) --out $(RESULTS)/hang.json
 
 # Grow-back benchmark (issue 20), not a test: ~6 min; a --nodes 1-3 run beside a blocker that
 # gives its 3 nodes back, with and without --grow-after: node-seconds used / open, updates/s.
 bench-grow: install cluster-up demo-data
-	$(PY) -m benchmarks.grow --data $(STATE)/data/demo-bin --out benchmarks/results/grow.json
+	$(PY) -m benchmarks.grow $(BENCH_FLAGS) --data $(STATE)/data/demo-bin --out $(RESULTS)/grow.json
 
 # Soak benchmark (issue 19), not a test: ~45 min; one failure schedule (a preemption, a rank
 # killed, a hang, a lost node, a slow node, nodes taken and given back) over 20 min of wall three
@@ -130,16 +138,16 @@ bench-grow: install cluster-up demo-data
 # after: 10, a cluster made from pcluster_configs/ on ParallelCluster 3.16 (requeue_delay=10);
 # 70, ParallelCluster's default (cred_expire=70), with SOAK_OUT=benchmarks/results/soak-hold70.json;
 # and with Slurm's scheduling intervals, which ParallelCluster keeps (the tests' cluster: 2 s).
-SOAK_BUDGET_S ?= 1200
-SOAK_SCALE ?= 1
+SOAK_BUDGET_S ?= $(if $(SMOKE),40,1200)
+SOAK_SCALE ?= $(if $(SMOKE),0.02,1)
 SOAK_CRED_EXPIRE ?= 10
-SOAK_OUT ?= benchmarks/results/soak.json
+SOAK_OUT ?= $(RESULTS)/soak.json
 bench-soak: install install-system demo-data
 	bash slurm/local/cluster.sh down
 	HPC_TRAIN_CLUSTER_CRED_EXPIRE=$(SOAK_CRED_EXPIRE) HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS= \
 	  bash slurm/local/cluster.sh up
-	rc=0; $(PY) -m benchmarks.soak --data $(STATE)/data/demo-bin --budget-s $(SOAK_BUDGET_S) \
-	  --scale $(SOAK_SCALE) --taken-s 30 --out $(SOAK_OUT) || rc=$$?; \
+	rc=0; $(PY) -m benchmarks.soak $(BENCH_FLAGS) --data $(STATE)/data/demo-bin \
+	  --budget-s $(SOAK_BUDGET_S) --scale $(SOAK_SCALE) --out $(SOAK_OUT) || rc=$$?; \
 	bash slurm/local/cluster.sh down; exit $$rc
 
 clean: cluster-down
@@ -151,5 +159,5 @@ IMPORT_PYTHON ?= $(PY)
 bench-import: install-python
 	@command -v strace >/dev/null || { if [[ $$(id -u) == 0 ]]; then apt-get install -y -qq strace; \
 	  else sudo apt-get install -y -qq strace; fi; }
-	$(PY) -m benchmarks.import_files --python $(IMPORT_PYTHON) --nodes 64 --ranks-per-node 8 \
-	  --out benchmarks/results/import_files.json
+	$(PY) -m benchmarks.import_files $(BENCH_FLAGS) --python $(IMPORT_PYTHON) --nodes 64 \
+	  --ranks-per-node 8 --out $(RESULTS)/import_files.json

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
 from benchmarks.report import fmt, ratio, run_and_write
 from hpc_core import instances, ledger
 from hpc_core.rundir import RunDir
@@ -56,6 +57,9 @@ from hpc_train.job.spec import JobSpec
 MODES = ("none", "sync", "async")
 GPU_INSTANCE = "p5.48xlarge"  # --gpu: an H100's precision (bf16) and batch rules
 WORKER = "_worker"  # argv[1] of the benchmark's own subprocess: the timed training worker
+PRESET = "roberta-base"
+# --smoke: the same three runs of the tiny preset, 6 updates, a save every 2
+SMOKE = {"preset": "tiny", "updates": 6, "every": 2}
 
 
 class BenchError(RuntimeError):
@@ -112,7 +116,13 @@ def worker(out: Path, args: list[str]) -> None:
 
 
 def train_args(
-    data: Path, save: Path, updates: int, every: int, mode: str, gpu: bool = False
+    data: Path,
+    save: Path,
+    updates: int,
+    every: int,
+    mode: str,
+    gpu: bool = False,
+    preset: str = PRESET,
 ) -> list[str]:
     extra = (
         "--batch-size", "16" if gpu else "2", "--update-freq", "1",
@@ -122,7 +132,7 @@ def train_args(
         *(("--no-save",) if mode == "none" else ()),
     )  # fmt: skip
     spec = JobSpec(
-        "roberta-base", data, save, gpus_per_node=1 if gpu else 0, max_update=updates,
+        preset, data, save, gpus_per_node=1 if gpu else 0, max_update=updates,
         global_batch=16, instance_type=GPU_INSTANCE, extra_args=extra,
     )  # fmt: skip
     args, _ = fairseq_args(spec, world_size=1, gpu=gpu)
@@ -130,7 +140,13 @@ def train_args(
 
 
 def run_mode(
-    mode: str, data: Path, work: Path, updates: int, every: int, gpu: bool = False
+    mode: str,
+    data: Path,
+    work: Path,
+    updates: int,
+    every: int,
+    gpu: bool = False,
+    preset: str = PRESET,
 ) -> dict[str, Any]:
     save = work / mode
     if save.exists():
@@ -145,7 +161,7 @@ def run_mode(
     started = time.monotonic()
     argv = [sys.executable, "-m", "benchmarks.checkpoint_cost", WORKER, str(times)]
     proc = subprocess.run(
-        [*argv, *train_args(data, save, updates, every, mode, gpu)],
+        [*argv, *train_args(data, save, updates, every, mode, gpu, preset)],
         capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     if proc.returncode != 0:
@@ -183,7 +199,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise BenchError(f"--data {data}: no binarized corpus (make demo-data)")
     work = args.work_dir.resolve()
     began = time.time()
-    runs = {m: run_mode(m, data, work, args.updates, args.every, args.gpu) for m in MODES}
+    runs = {
+        m: run_mode(m, data, work, args.updates, args.every, args.gpu, args.preset) for m in MODES
+    }
     subprocess.run(["rm", "-rf", str(work)], check=True)
     span_updates = runs["none"]["span_updates"]
     per = {m: round(per_100(r["span_s"], span_updates), 2) for m, r in runs.items()}
@@ -192,7 +210,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     async_interval = [s for s in runs["async"]["saves"] if s["update"] < args.updates]
     return {
         "benchmark": "checkpoint_cost",
-        "model": "roberta_base dims (12 x 768), demo vocabulary, "
+        "preset": args.preset,
+        "model": model(args.preset)
         + (
             "16 x 128 tokens per update, GPU 0, bf16"
             if args.gpu
@@ -215,6 +234,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine(),
         "duration_s": round(time.time() - began, 1),
     }
+
+
+def model(preset: str) -> str:
+    if preset == PRESET:
+        return "roberta_base dims (12 x 768), demo vocabulary, "
+    return f"the {preset} preset (not the benchmark's model: --smoke), demo vocabulary, "
 
 
 def median(values: Sequence[float | None]) -> float | None:
@@ -254,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=8, help="save interval (updates)")
     p.add_argument("--work-dir", type=Path, default=Path(".local/bench/checkpoint_cost"))
     p.add_argument("--gpu", action="store_true", help="on GPU 0 (bf16, as on a p5), not the CPU")
-    args = p.parse_args(argv)
+    p.add_argument("--preset", default=PRESET, help=f"the model (default {PRESET}; --smoke: tiny)")
+    args = report.parse(p, argv, "checkpoint_cost", SMOKE)
     if args.updates < 4 or args.every < 1:
         p.error("--updates must be >= 4 and --every >= 1")
     result = run_and_write("bench-ckpt", args.out, lambda: run(args), summary_rows, (BenchError,))

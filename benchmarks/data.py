@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_train import data
 
@@ -57,6 +58,7 @@ WIKITEXT103_BYTES = 543_000_000  # train ~540 MB (issue 13) + valid, test (3,760
 WIKITEXT103_LINES = 1_801_350 + 3_760 + 4_358
 TARGET_VCPUS = 96
 WORKERS = (1, 2)
+SMOKE = {"articles": 40, "repeats": 1, "inprocess_lines": 500}  # --smoke: the same, on ~70 kB
 
 
 class BenchError(RuntimeError):
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--inprocess-lines", type=int, default=60000)
     p.add_argument("--work-dir", type=Path, default=Path(".local/bench"))
-    args = p.parse_args(argv)
+    args = report.parse(p, argv, "data", SMOKE)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     errors = (BenchError, data.DataError)
     result = run_and_write("bench-data", args.out, lambda: run(args), summary_rows, errors)

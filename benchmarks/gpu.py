@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import gpu_measure
+from benchmarks import gpu_measure, report
 from benchmarks.report import write_json
 from hpc_train import cli
 from hpc_train.job import batch, command_lines, devices
@@ -83,6 +83,9 @@ class Lengths:
 
 
 LENGTHS = {"roberta-base": Lengths(512, 30, 3), "roberta-large": Lengths(256, 20, 2)}
+# --smoke: the same four runs of roberta-base (unless --preset), 6 updates each, each logged
+SMOKE_LENGTHS = {"roberta-base": Lengths(512, 6, 1), "roberta-large": Lengths(256, 6, 1)}
+SMOKE = {"repeat": 20}  # 6 x 512 sequences: inside one epoch of 20 copies (224 blocks each)
 WARMUP_INTERVALS = 2  # log intervals left out of words/s: CUDA start-up, allocator, loader fill
 
 
@@ -166,9 +169,12 @@ def toolkit_argv(
     return [python, "-m", "torch.distributed.run", *argv[1:]]
 
 
-def run_argvs(preset: str, data: Path, work: Path, python: str) -> dict[str, list[str]]:
-    """The command line of each run (``RUNS``), save dirs ``work/<preset>-<run>``."""
-    lengths = LENGTHS[preset]
+def run_argvs(
+    preset: str, data: Path, work: Path, python: str, lengths: Lengths | None = None
+) -> dict[str, list[str]]:
+    """The command line of each run (``RUNS``), save dirs ``work/<preset>-<run>``; ``lengths``
+    the preset's ``LENGTHS`` unless given."""
+    lengths = lengths or LENGTHS[preset]
     per_gpu = toolkit_spec(preset, data, work, lengths).device_batch(True, 1)
 
     def save(name: str) -> Path:
@@ -221,7 +227,7 @@ def _epoch(stamp: str) -> float:
     return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
 
 
-def figures(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
+def figures(runs: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     """The ratios of one preset's runs (see the module docstring)."""
 
     def wps(name: str) -> float:
@@ -302,10 +308,18 @@ def summarize_run(argv: list[str], raw: dict[str, Any], total_gib: float) -> dic
 # --- measuring (one visible GPU; helpers in benchmarks.gpu_measure) -----------------------------
 
 
-def bench_preset(preset: str, data: Path, work: Path, total_gib: float, peak: Peak | None) -> dict:
-    """The four runs of one preset, one after the other; a failed run is recorded, not fatal."""
+def bench_preset(
+    preset: str,
+    argvs: dict[str, list[str]],
+    lengths: Lengths,
+    work: Path,
+    total_gib: float,
+    peak: Peak | None,
+) -> dict[str, Any]:
+    """The four runs of one preset (``run_argvs``), one after the other; a failed run is
+    recorded, not fatal."""
     runs: dict[str, dict[str, Any]] = {}
-    for name, argv in run_argvs(preset, data, work, sys.executable).items():
+    for name, argv in argvs.items():
         save = work / f"{preset}-{name}"
         try:
             raw = gpu_measure.run_one(name, argv, save, work / f"{preset}-{name}.log")
@@ -321,7 +335,7 @@ def bench_preset(preset: str, data: Path, work: Path, total_gib: float, peak: Pe
         print(f"[bench-gpu] {preset} {name}: {r['words_per_s']:,.0f} words/s", flush=True)
     complete = all("error" not in r for r in runs.values())
     return {
-        "lengths": LENGTHS[preset].__dict__,
+        "lengths": lengths.__dict__,
         "figures": figures(runs) if complete else None,
         "runs": runs,
     }
@@ -330,23 +344,31 @@ def bench_preset(preset: str, data: Path, work: Path, total_gib: float, peak: Pe
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    lengths = SMOKE_LENGTHS if args.smoke else LENGTHS
+    work = args.work_dir
+    data = work / f"corpus-x{args.repeat}"
+    # the command lines first (no GPU needed): a machine without one still builds every run's
+    plans = {p: run_argvs(p, data, work, sys.executable, lengths[p]) for p in args.preset}
+    planned = "; ".join(f"{p}: {', '.join(argvs)}" for p, argvs in plans.items())
     if not torch.cuda.is_available():
-        print("bench-gpu: no GPU visible here: nothing measured (run it on a GPU node)")
+        print("bench-gpu: no GPU visible here: nothing measured (run it on a GPU node); "
+              f"the runs planned: {planned}")  # fmt: skip
         return 0
     env = gpu_measure.environment()
     peak = peak_for(env["gpu"])
-    work = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
-    data = gpu_measure.build_corpus(args.data, work / f"corpus-x{args.repeat}", args.repeat)
-    result = {
+    gpu_measure.build_corpus(args.data, data, args.repeat)
+    result: dict[str, Any] = {
         "environment": env,
         "peak": peak.__dict__ if peak else None,
         "matmul_bf16_tflops": gpu_measure.matmul_tflops(),
         "corpus": f"{args.data.name}: the offline demo corpus, train split repeated {args.repeat}x",
         "goals": {"speedup_vs_seed": GOAL_SPEEDUP, "toolkit_over_bare": GOAL_OVERHEAD},
         "presets": {
-            p: bench_preset(p, data, work, env["gpu_memory_gib"], peak) for p in args.preset
+            p: bench_preset(p, argvs, lengths[p], work, env["gpu_memory_gib"], peak)
+            for p, argvs in plans.items()
         },
+        "smoke": args.smoke,
     }
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     merged = merge(old, result)
@@ -400,12 +422,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--work-dir", type=Path, default=Path(".local/bench/gpu"), help="corpus, save dirs, logs"
     )
-    args = p.parse_args(argv)
+    args = report.parse(p, argv, "gpu", SMOKE)
     if not (args.data / "dict.txt").is_file():
         p.error(f"--data {args.data}: not a binarized corpus (make demo-data)")
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
-    args.preset = args.preset or list(LENGTHS)
+    args.preset = args.preset or (["roberta-base"] if args.smoke else list(LENGTHS))
     name = "gpu-probe.json" if args.what == "probe" else "gpu.json"
     args.out = args.out or Path("benchmarks/results") / name
     return probe(args) if args.what == "probe" else run(args)

@@ -42,6 +42,8 @@ from hpc_core.rundir import RunDir
 from hpc_train import testing
 
 GOAL_RECOMPUTED = 0
+# --smoke: the same two runs, short: the blocker holds its nodes 15 s, a 1 s settle window
+SMOKE = {"max_update": 200, "blocked_s": 15, "grow_after": 1.0, "quiet_timeout": 30}
 
 
 def segments(events: Sequence[ledger.Event]) -> list[dict[str, Any]]:
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grow-after", type=float, default=5.0, help="the grow run's settle window")
     p.add_argument("--quiet-timeout", type=float, default=900,
                    help="seconds to wait for other jobs to leave the queue before each run")  # fmt: skip
-    args = p.parse_args(argv)
+    args = report.parse(p, argv, "grow", SMOKE)
     args.data = args.data.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.work_dir = (args.work_dir or Path(".local/bench") / f"grow-{stamp}").resolve()

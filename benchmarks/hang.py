@@ -55,6 +55,9 @@ from hpc_train.watch import hang_monitor
 GOAL_FALSE_POSITIVES = 0
 ALLOWED_RE = re.compile(r"allowed (\d+(?:\.\d+)?) s")  # in hang.json's why, before allowance_s
 PHASE_RE = re.compile(r"\((\w+); allowed")  # the declaring rank's phase, in hang.json's why
+# --smoke: the same two runs, short: a hang after the first interval save, 12 s fault-free
+SMOKE = {"max_update": 40, "at_update": 12, "save_interval_updates": 8,
+         "fault_free_minutes": 0.2, "quiet_timeout": 30}  # fmt: skip
 
 
 # --- pure arithmetic ---------------------------------------------------------------------------
@@ -338,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="training watched for false positives (the issue's figure: 20)")  # fmt: skip
     p.add_argument("--quiet-timeout", type=float, default=900,
                    help="seconds to wait for other jobs to leave the queue before each run")  # fmt: skip
-    args = p.parse_args(argv)
+    args = report.parse(p, argv, "hang", SMOKE)
     args.data = args.data.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.work_dir = (args.work_dir or Path(".local/bench") / f"hang-{stamp}").resolve()

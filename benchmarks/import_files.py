@@ -50,6 +50,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
+
 OPENS = ("open", "openat")
 STATS = (
     "stat",
@@ -69,6 +71,8 @@ RESULT = re.compile(r"\)\s+=\s+(?P<ret>-?\d+|\?)(?:\s+(?P<errno>E[A-Z0-9]+))?")
 PATH = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 IMPORTS = {"torch": "import torch", "fairseq": "import fairseq"}
+# --smoke: ``import torch`` alone, one untraced run for the wall time
+SMOKE = {"repeat": 1, "imports": ["torch"]}
 
 
 def parse_trace(text: str) -> tuple[dict[str, Counter[str]], Counter[str], set[str]]:
@@ -196,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks-per-node", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3, help="untraced runs for the wall time")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/import_files.json"))
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--imports", nargs="+", choices=tuple(IMPORTS), default=list(IMPORTS), help="what to trace"
+    )
+    args = report.parse(parser, argv, "import_files", SMOKE)
     strace = shutil.which("strace")
     if strace is None:
         print("import_files: strace is not installed (apt-get install strace)", file=sys.stderr)
@@ -209,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         text=True,
     ).stdout.split()
     imports: dict[str, Any] = {}
-    for name, code in IMPORTS.items():
+    for name in args.imports:
+        code = IMPORTS[name]
         result = measure(args.python, code, prefix, strace)
         result["wall_s"] = wall(args.python, code, args.repeat)
         result["cluster"] = cluster(result, args.nodes, args.ranks_per_node)

@@ -78,6 +78,9 @@ REFERENCE = "the preemptor's submission (time.time() just before its sbatch)"
 STAMP_RE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})")
 SAVED_RE = re.compile(r"saved on notice at update (\d+) in ([\d.]+) s")
 SUBMITIT_START = "Starting with JobEnvironment"  # submitit's first line in a task, every start
+# --smoke: the same three runs, short (the interrupt between the interval saves at 8 and 16)
+SMOKE = {"max_update": 40, "at_update": 10, "save_interval_updates": 8, "save_repeats": 2,
+         "quiet_timeout": 30}  # fmt: skip
 
 
 class BenchError(RuntimeError):
@@ -450,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-repeats", type=int, default=20)
     p.add_argument("--quiet-timeout", type=float, default=900,
                    help="seconds to wait for other jobs to leave the queue before each run")  # fmt: skip
-    args = p.parse_args(argv)
+    args = report.parse(p, argv, "preemption", SMOKE)
     args.data = args.data.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.work_dir = (args.work_dir or Path(".local/bench") / f"preemption-{stamp}").resolve()

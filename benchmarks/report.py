@@ -1,5 +1,7 @@
 """What every benchmark shares: figures as text, the (figure, measured, goal) table, the JSON
-result written whole, and the run-report-write ending of each ``main``."""
+result written whole, the run-report-write ending of each ``main``, and the smoke mode
+(``--smoke``: the same code path, shrunk to seconds; the suite runs it, ``tests/benchmarks/
+test_smoke.py``)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,20 @@ import datetime as dt
 import json
 import os
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import atomic_write
 
 Rows = list[tuple[str, str, str]]
+RESULTS = Path(__file__).resolve().parent / "results"  # the figures: never a smoke run's
+SMOKE_HELP = (
+    "smoke mode: the same code path, every size and duration shrunk to seconds (the test suite "
+    "runs it); its JSON goes to a temporary directory, never to benchmarks/results/"
+)
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -87,3 +95,25 @@ def run_and_write(
     print(table(rows(result)))
     print(f"written {out} ({result.get('duration_s', '?')} s)")
     return result
+
+
+def smoke_out(name: str) -> Path:
+    """Where a smoke run writes its JSON unless told: a temporary directory."""
+    return Path(tempfile.gettempdir()) / "hpc-train-bench-smoke" / f"{name}.json"
+
+
+def parse(
+    p: argparse.ArgumentParser, argv: Sequence[str] | None, name: str, smoke: Mapping[str, Any]
+) -> argparse.Namespace:
+    """``p``'s arguments, with ``--smoke``: ``smoke``'s values become the defaults (an option
+    given on the command line still wins) and ``--out`` defaults to ``smoke_out(name)``. A smoke
+    run told to write under ``benchmarks/results/`` is refused (exit 2): its figures mean
+    nothing."""
+    p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    known, _ = p.parse_known_args(argv)
+    if known.smoke:
+        p.set_defaults(**smoke, out=smoke_out(name))
+    args = p.parse_args(argv)
+    if args.smoke and args.out is not None and args.out.resolve().is_relative_to(RESULTS):
+        p.error(f"--smoke writes no result under {RESULTS}: give --out a temporary path")
+    return args

@@ -143,6 +143,10 @@ GOAL_RESUME_RATIO = 0.5
 NOTICE_FAILURES = ("preempt", "nodes_taken")
 BARE_TARGETS = ("fairseq-train", "bin/torchrun")
 HERE = "_here"
+# --smoke: the three ways, 40 s each, the schedule compressed (most of it lands after the budget
+# and is recorded as skipped), short holds
+SMOKE = {"budget_s": 40, "scale": 0.02, "hold_s": 2, "taken_s": 5, "slow_s": 5, "replace_s": 5,
+         "quiet_timeout": 30}  # fmt: skip
 
 
 # --- pure arithmetic ---------------------------------------------------------------------------
@@ -854,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", help="ways to run (default: all)")
     p.add_argument("--quiet-timeout", type=float, default=300,
                    help="seconds to wait for other jobs to leave the queue before each way")  # fmt: skip
-    args = p.parse_args(argv)
+    args = report.parse(p, argv, "soak", SMOKE)
     args.data = args.data.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.work_dir = (args.work_dir or Path(".local/bench") / f"soak-{stamp}").resolve()

@@ -1,0 +1,305 @@
+"""Every ``make bench-*`` in its smoke mode (``SMOKE=1``: ``--smoke``, the same code path with
+every size and duration shrunk), run as make runs it: the command is the one ``make -n`` prints
+for the target, so a benchmark that a rename broke, or a Makefile line that drifted from its
+module, fails here (issue 31: ``make bench-preempt`` crashed at its last line and nothing
+noticed). Each test checks the JSON the run wrote, in a temporary directory, never in
+``benchmarks/results/``.
+
+The Slurm benchmarks (preempt, hang, grow, soak) need the local cluster (``slurm_cluster``);
+the GPU ones run their no-GPU path here: they say so and invent no figure, and
+``bench-gpu-restart --cpu`` runs its whole sequence on one CPU rank.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import checkpoint_cost, gpu, gpu_restart, report
+
+REPO = Path(__file__).resolve().parents[2]
+COVERED: set[str] = set()  # the make targets a smoke test below runs
+
+
+def smoke(target: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a test as ``target``'s smoke test (every bench-* target must have one)."""
+
+    def register(test: Callable[..., None]) -> Callable[..., None]:
+        COVERED.add(target)
+        return test
+
+    return register
+
+
+def bench_targets() -> list[str]:
+    """The targets ``make bench`` runs (the Makefile's ``bench:`` line)."""
+    text = (REPO / "Makefile").read_text()
+    found = re.search(r"^bench:(.*)$", text, re.M)
+    assert found, "the Makefile has no bench: target"
+    return found.group(1).split()
+
+
+def make_command(target: str, tmp: Path, corpus: Path | None) -> tuple[list[str], Path]:
+    """The benchmark command ``make TARGET SMOKE=1`` runs (``make -n``: nothing is run), with
+    the demo corpus at ``corpus`` and the results in ``tmp/out``; and that results dir."""
+    state, out = tmp / "state", tmp / "out"
+    (state / "data").mkdir(parents=True)
+    if corpus is not None:
+        (state / "data" / "demo-bin").symlink_to(corpus)
+    printed = subprocess.run(
+        ["make", "-n", "-s", "--no-print-directory", target, "SMOKE=1", f"STATE={state}",
+         f"SMOKE_OUT={out}", f"PY={sys.executable}"],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.replace("\\\n", " ")  # fmt: skip
+    line = next(s for s in printed.splitlines() if " -m benchmarks." in s)
+    words = shlex.split(line)
+    begin = words.index(sys.executable)
+    end = next((i for i, w in enumerate(words[begin:], begin) if w in ("||", "&&", ";")), None)
+    command = words[begin:end]
+    assert "--smoke" in command, command
+    assert not any("benchmarks/results" in w for w in command), command
+    return command, out
+
+
+def run_bench(command: list[str], timeout: float) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run a benchmark's command from the repository; (the process, its seconds)."""
+    started = time.monotonic()
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - started
+
+
+def result(proc: subprocess.CompletedProcess[str], path: Path) -> dict[str, Any]:
+    """The JSON a run wrote; its output in the failure message if it wrote none."""
+    assert path.exists(), f"no {path.name} (exit {proc.returncode}):\n" + (
+        proc.stdout[-3000:] + proc.stderr[-3000:]
+    )
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+# --- the Makefile and the mode ------------------------------------------------------------------
+
+
+def test_every_bench_target_has_a_smoke_test() -> None:
+    assert set(bench_targets()) == COVERED
+
+
+def test_a_smoke_run_never_writes_into_the_results(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import data
+
+    with pytest.raises(SystemExit) as exit_:
+        data.main(["--smoke", "--out", str(report.RESULTS / "data.json")])
+    assert exit_.value.code == 2
+    assert "--smoke writes no result under" in capsys.readouterr().err
+
+
+def test_smoke_shrinks_the_defaults_and_an_option_given_still_wins() -> None:
+    args = report.parse(
+        checkpoint_cost_parser(), ["--smoke"], "checkpoint_cost", checkpoint_cost.SMOKE
+    )
+    assert (args.preset, args.updates, args.every) == ("tiny", 6, 2)
+    assert args.out == report.smoke_out("checkpoint_cost")
+    given = report.parse(
+        checkpoint_cost_parser(), ["--smoke", "--updates", "9"], "x", checkpoint_cost.SMOKE
+    )
+    assert given.updates == 9 and given.every == 2
+    real = report.parse(checkpoint_cost_parser(), [], "x", checkpoint_cost.SMOKE)
+    assert (real.preset, real.updates, real.smoke) == ("roberta-base", 34, False)
+
+
+def checkpoint_cost_parser() -> Any:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", type=Path)
+    p.add_argument("--updates", type=int, default=34)
+    p.add_argument("--every", type=int, default=8)
+    p.add_argument("--preset", default=checkpoint_cost.PRESET)
+    return p
+
+
+# --- no cluster ---------------------------------------------------------------------------------
+
+
+@pytest.mark.fairseq  # runs fairseq's own BPE script, ~35 s: not in the fast tier
+@smoke("bench-data")
+def test_bench_data_smoke(tmp_path: Path) -> None:
+    command, out = make_command("bench-data", tmp_path, None)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 300)
+    r = result(proc, out / "data.json")
+    assert proc.returncode == 0
+    assert r["outputs_identical"] is True  # every command's output equal to fairseq's
+    assert set(r["lines_per_s"]) == {"fairseq_1", "fairseq_2", "ours_1", "ours_2"}
+    assert all(v > 0 for v in r["lines_per_s"].values())
+    assert r["speedup_1_worker"] > 0 and r["coordinator_mb_per_s"] > 0
+    assert r["text"]["articles"] == 40 and r["text"]["lines"] > 100
+    assert r["settings"]["repeats"] == 1
+    print(f"bench-data smoke: {took:.1f} s")
+
+
+@smoke("bench-ckpt")
+def test_bench_ckpt_smoke(tmp_path: Path, corpus: Path) -> None:
+    command, out = make_command("bench-ckpt", tmp_path, corpus)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 300)
+    r = result(proc, out / "checkpoint_cost.json")
+    assert proc.returncode == 0
+    assert r["preset"] == "tiny" and r["updates"] == 6 and r["save_every"] == 2
+    assert set(r["seconds_per_100_updates"]) == set(checkpoint_cost.MODES)
+    assert all(v > 0 for v in r["seconds_per_100_updates"].values())
+    assert all(s["bytes"] == 0 for s in r["runs"]["none"]["saves"])  # --no-save: none written
+    for mode in ("sync", "async"):
+        saved = {s["update"]: s["bytes"] for s in r["runs"][mode]["saves"]}
+        assert {2, 4} <= set(saved) and all(saved.values()), (mode, saved)
+    assert r["saves_in_span"] == 2 and r["checkpoint_bytes"] > 0
+    assert r["sync_save_s_median"] > 0 and r["async_snapshot_s_median"] is not None
+    assert not (tmp_path / "work").exists()  # its save dirs removed
+    print(f"bench-ckpt smoke: {took:.1f} s")
+
+
+@pytest.mark.fairseq  # the training environment's imports under strace, ~35 s: not fast tier
+@smoke("bench-import")
+def test_bench_import_smoke(tmp_path: Path) -> None:
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (make bench-import installs it)")
+    command, out = make_command("bench-import", tmp_path, None)
+    proc, took = run_bench(command, 300)
+    r = result(proc, out / "import_files.json")
+    assert proc.returncode == 0
+    assert set(r["imports"]) == {"torch"}  # --smoke traces one import
+    torch = r["imports"]["torch"]
+    assert torch["opened_ok_in_env"] > 100 and torch["wall_s"] > 0
+    assert 0 < torch["distinct_files_opened_in_env"] <= torch["distinct_paths_in_env"]
+    total = torch["calls_total"]["total"]
+    assert total == torch["calls_total"]["ok"] + torch["calls_total"]["failed"]
+    assert torch["cluster"]["ranks"] == 64 * 8
+    assert torch["cluster"]["calls_total"] == total * 64 * 8
+    print(f"bench-import smoke: {took:.1f} s")
+
+
+@pytest.mark.nogpu
+@smoke("bench-gpu")
+def test_bench_gpu_smoke_without_a_gpu_plans_every_run_and_measures_nothing(
+    tmp_path: Path, corpus: Path
+) -> None:
+    command, out = make_command("bench-gpu", tmp_path, corpus)
+    proc, took = run_bench(command, 120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no GPU visible here: nothing measured" in proc.stdout
+    assert f"the runs planned: roberta-base: {', '.join(gpu.RUNS)}" in proc.stdout
+    assert not (out / "gpu.json").exists()  # no figure invented
+    print(f"bench-gpu smoke (no GPU): {took:.1f} s")
+
+
+@pytest.mark.nogpu
+@smoke("bench-gpu-restart")
+def test_bench_gpu_restart_smoke_without_a_gpu_says_so(tmp_path: Path, corpus: Path) -> None:
+    command, out = make_command("bench-gpu-restart", tmp_path, corpus)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 120)
+    r = result(proc, out / "gpu-restart.json")
+    assert proc.returncode == 0
+    assert "no GPU visible here: nothing measured" in proc.stdout
+    assert set(r) == {"gpu", "date"} and r["gpu"] is False  # no figure invented
+    print(f"bench-gpu-restart smoke (no GPU): {took:.1f} s")
+
+
+def test_bench_gpu_restart_smoke_on_a_cpu_rank_crashes_and_restarts_twice(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """Its non-GPU path (``--cpu``): the whole sequence, the tiny preset on one CPU rank."""
+    command, out = make_command("bench-gpu-restart", tmp_path, corpus)
+    proc, took = run_bench([*command, "--cpu", "--work-dir", str(tmp_path / "work")], 300)
+    r = result(proc, out / "gpu-restart.json")
+    assert proc.returncode == 0 and "error" not in r, r.get("error")
+    assert (r["gpu"], r["device"], r["preset"], r["smoke"]) == (False, "cpu", "tiny", True)
+    assert r["settings"]["save_every"] == gpu_restart.SMOKE_PLANS["cpu"].save_every
+    assert r["cold_start"]["start_to_first_update_s"] > 0
+    assert len(r["crashes"]) == gpu_restart.CRASHES
+    for crash in r["crashes"]:
+        restart = crash["restart"]
+        assert crash["killed_at_update"] >= crash["checkpoint_update"] > 0
+        assert restart["resumed_at"] >= crash["checkpoint_update"]
+        assert restart["updates_recomputed"] >= 0 and restart["kill_to_first_update_s"] > 0
+    assert len(r["logparse"]["recomputed_updates"]) == gpu_restart.CRASHES
+    assert r["checkpoint"]["bytes"] > 0 and r["seconds_per_update"] > 0
+    assert set(r["startup_parts"]) == {name for name, _ in gpu_restart.STARTUP_PARTS}
+    assert all("returncode" not in part for part in r["startup_parts"].values())
+    print(f"bench-gpu-restart smoke (--cpu): {took:.1f} s")
+
+
+# --- on the local Slurm cluster -----------------------------------------------------------------
+
+
+@smoke("bench-preempt")
+def test_bench_preempt_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) -> None:
+    command, out = make_command("bench-preempt", tmp_path, corpus)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 600)
+    r = result(proc, out / "preemption.json")
+    assert proc.returncode == 0
+    runs = r["runs"]
+    assert set(runs) == {"sleep", "save_on_notice", "without_notice"}
+    for name in ("save_on_notice", "without_notice"):
+        run = runs[name]
+        assert run["state"] == "COMPLETED" and run["restarts"] >= 1, run
+        assert run["updates_missing"] == [] and run["recovery_s"] > 0
+    assert runs["sleep"]["recovery_s"] > 0 and len(runs["sleep"]["starts"]) >= 2
+    assert r["recovery_ratio"] > 0 and r["save_ratio"] > 0
+    assert r["save_s"]["repeats"] == 2 and r["settings"]["max_update"] == 40
+    assert isinstance(r["interference"], dict)
+    print(f"bench-preempt smoke: {took:.1f} s")
+
+
+@smoke("bench-hang")
+def test_bench_hang_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) -> None:
+    command, out = make_command("bench-hang", tmp_path, corpus)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 600)
+    r = result(proc, out / "hang.json")
+    hang, free = r["hang"], r["fault_free"]
+    assert hang["cause"] == "hang" and hang["state"] == "COMPLETED"
+    assert hang["allowance_s"] > 0 and 0 < hang["detect_s"] < hang["resume_s"]
+    assert hang["stopped_node"] in hang["blamed"]
+    assert free["minutes"] == 0.2 and free["updates"] > 0
+    # the benchmark's own verdict: exit 0 only without a false positive
+    assert proc.returncode == (0 if free["false_positives"] == 0 else 1)
+    print(f"bench-hang smoke: {took:.1f} s")
+
+
+@smoke("bench-grow")
+def test_bench_grow_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) -> None:
+    command, out = make_command("bench-grow", tmp_path, corpus)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 600)
+    r = result(proc, out / "grow.json")
+    assert proc.returncode == 0
+    for run in r["runs"].values():
+        assert run["state"] == "COMPLETED" and run["updates_missing"] == [], run
+        assert run["starts"] and run["node_s"]["used"] > 0 and run["node_s"]["open"] > 0
+    assert r["settings"]["blocked_s"] == 15 and r["updates_recomputed"] >= 0
+    assert set(r["used_ratio"]) == {"grow", "no_grow"}
+    print(f"bench-grow smoke: {took:.1f} s")
+
+
+@smoke("bench-soak")
+def test_bench_soak_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) -> None:
+    command, out = make_command("bench-soak", tmp_path, corpus)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 600)
+    r = result(proc, out / "soak.json")
+    assert proc.returncode == 0
+    ways = r["ways"]
+    assert set(ways) == {"in_job", "requeue", "bare"}
+    kinds = {kind for _, kind in r["settings"]["schedule"]}
+    for way in ways.values():
+        landed = [f["kind"] for f in way["failures"]] + way["skipped"]
+        assert set(landed) <= kinds and len(landed) <= len(kinds), way
+        assert way["updates_reached"] >= 0 and "goodput" in way
+    assert sum(w["updates_reached"] for w in ways.values()) > 0
+    assert r["settings"]["budget_s"] == 40 and len(r["settings"]["schedule"]) == 6
+    print(f"bench-soak smoke: {took:.1f} s")
