@@ -48,8 +48,11 @@ $(VENV)/.installed: pyproject.toml
 cluster-up: install-system
 	@bash slurm/local/cluster.sh up
 
+# The default cluster, then any test worker's (tests/conftest.py: worker_cluster_env).
 cluster-down:
 	@bash slurm/local/cluster.sh down
+	@for d in $(HPC_TRAIN_CLUSTER_DIR)-gw*; do \
+	  if [ -d "$$d" ]; then HPC_TRAIN_CLUSTER_DIR=$$d bash slurm/local/cluster.sh down; fi; done
 
 # The local cluster's container image (an OCI image directory for submit --container; cached:
 # rebuilt only when the project's files or the venv change). cluster-up writes Slurm's oci.conf.
@@ -65,9 +68,13 @@ demo: install cluster-up demo-data
 	$(PY) -m hpc_train.submit --preset tiny --nodes 2 --gpus-per-node 0 \
 	  --data $(STATE)/data/demo-bin --save-dir $(DEMO_RUN) --time 20 --follow
 
-# Lint first (seconds): a red main is a formatting nit away from a real bug.
+# Lint first (seconds): a red main is a formatting nit away from a real bug. Then the suite on
+# TEST_WORKERS pytest-xdist workers, each with a local cluster of its own (worker gw0 the one
+# cluster-up starts; gwN its own beside it: tests/conftest.py, worker_cluster_env), a whole test
+# file to a worker (its module fixtures run once); the 20 slowest tests are printed at the end.
+TEST_WORKERS ?= 2
 test: install cluster-up lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 # The fast tier: what a change to pure code or launcher decisions needs. No cluster, no training.
 test-fast: install-python
@@ -81,6 +88,12 @@ lint: install-python
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
 
 # Every benchmark (figures, never timed tests): results as JSON under benchmarks/results/.
+# SMOKE=1: each in its smoke mode (--smoke: the same code path, every size and duration shrunk;
+# the suite runs it, tests/benchmarks/test_smoke.py): JSON under SMOKE_OUT, never results/.
+SMOKE ?=
+SMOKE_OUT ?= $(STATE)/bench-smoke
+RESULTS = $(if $(SMOKE),$(SMOKE_OUT),benchmarks/results)
+BENCH_FLAGS = $(if $(SMOKE),--smoke)
 bench: bench-preempt bench-data bench-gpu bench-gpu-restart bench-ckpt bench-hang bench-grow bench-soak bench-import
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
@@ -89,12 +102,6 @@ bench-preempt: install cluster-up demo-data
 	  --out $(RESULTS)/preemption.json
 
 # Data benchmark (issue 13), not a test: ~3 min on 2 cores; GPT-2 BPE lines/s of this pipeline vs
-# SMOKE=1: each in its smoke mode (--smoke: the same code path, every size and duration shrunk;
-# the suite runs it, tests/benchmarks/test_smoke.py): JSON under SMOKE_OUT, never results/.
-SMOKE ?=
-SMOKE_OUT ?= $(STATE)/bench-smoke
-RESULTS = $(if $(SMOKE),$(SMOKE_OUT),benchmarks/results)
-BENCH_FLAGS = $(if $(SMOKE),--smoke)
 # fairseq's multiprocessing_bpe_encoder.py with the same workers, as ratios; outputs must be equal.
 bench-data: install-python
 	$(PY) -m benchmarks.data $(BENCH_FLAGS) --out $(RESULTS)/data.json

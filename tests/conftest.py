@@ -24,6 +24,35 @@ TIER_FIXTURES = {
 }
 
 
+def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> dict[str, str]:
+    """The local cluster of a pytest-xdist worker (``make test`` runs ``pytest -n 2``).
+
+    Worker gw0, or a run without workers, keeps the default cluster (``make cluster-up``'s). Worker
+    gwN (N >= 1) gets a cluster of its own beside it: its own directory (munge, spool, pid files),
+    ports 1000 N above the default cluster's (``base_port``), and job ids from N million + 1, so
+    that two clusters on one machine never share a job id (chaos finds a job's processes by
+    SLURM_JOB_ID) and every node name a test knows (n1..n4) stays the same.
+    """
+    n = int(worker[2:]) if worker and worker.startswith("gw") else 0
+    if n == 0:
+        return {}
+    cluster = f"{default_dir}-gw{n}"
+    return {
+        "HPC_TRAIN_CLUSTER_DIR": cluster,
+        "HPC_TRAIN_CLUSTER_PORT": str(base_port + 1000 * n),
+        "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": str(1_000_000 * n + 1),
+        "SLURM_CONF": f"{cluster}/etc/slurm.conf",
+    }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, point this worker at its own local cluster before any test runs."""
+    default_dir = os.environ.get("HPC_TRAIN_CLUSTER_DIR") or str(REPO / ".local" / "cluster")
+    base_port = int(os.environ.get("HPC_TRAIN_CLUSTER_PORT") or 16817)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    os.environ.update(worker_cluster_env(worker, default_dir, base_port))
+
+
 def nvidia_driver_present() -> bool:
     return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
 

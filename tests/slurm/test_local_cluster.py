@@ -60,6 +60,7 @@ def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slur
         "HPC_TRAIN_CLUSTER_NODES": "2",
         "HPC_TRAIN_CLUSTER_NODE_PREFIX": "t",
         "HPC_TRAIN_CLUSTER_PORT": "26817",
+        "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": "7000001",  # as a second test worker's cluster has
     }
     hosts_before = Path("/etc/hosts").read_text()
     try:
@@ -99,10 +100,11 @@ def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slur
 
         job_env = {**env, "SLURM_CONF": str(conf)}
         out = subprocess.run(
-            ["srun", "-N2", "-n2", "-l", "hostname"], capture_output=True, text=True,
-            env=job_env, timeout=60,
+            ["srun", "-N2", "-n2", "-l", "bash", "-c", 'echo "$(hostname) $SLURM_JOB_ID"'],
+            capture_output=True, text=True, env=job_env, timeout=60,
         )  # fmt: skip
-        assert sorted(line.split(": ")[1] for line in out.stdout.splitlines()) == ["t1", "t2"]
+        seen = sorted(line.split(": ")[1] for line in out.stdout.splitlines())
+        assert seen == ["t1 7000001", "t2 7000001"]  # its own job ids, from FirstJobId
         parts = subprocess.run(
             ["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, env=job_env
         )
