@@ -15,6 +15,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TypeAlias
 
 from hpc_core import slurm
 from nccl_checks import (
@@ -33,6 +34,8 @@ from nccl_checks.verdict import judge
 
 DESCRIPTION = __doc__
 GPU_DEFAULT = allreduce.GPU_DEFAULT
+# What add_subparsers returns (argparse names its class privately).
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class UsageError(ValueError):
@@ -191,7 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{allreduce,parse,gpu}")
+    _add_allreduce_parser(sub)
+    _add_parse_parser(sub)
+    _add_gpu_parser(sub)
+    return parser
 
+
+def _add_allreduce_parser(sub: Subparsers) -> None:
     ar = sub.add_parser(
         "allreduce",
         help="all-reduce bus bandwidth across nodes through Slurm",
@@ -221,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--dry-run", action="store_true", help="print sbatch/srun, submit nothing")
     ar.set_defaults(func=cmd_allreduce)
 
+
+def _add_parse_parser(sub: Subparsers) -> None:
     pa = sub.add_parser(
         "parse",
         help="judge an all_reduce_perf output saved by hand",
@@ -234,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     _verdict_options(pa)
     pa.set_defaults(func=cmd_parse)
 
+
+def _add_gpu_parser(sub: Subparsers) -> None:
     gp = sub.add_parser(
         "gpu",
         help="NVML health of this node's GPUs (count, ECC, retired/remapped memory, …)",
@@ -248,7 +261,6 @@ def build_parser() -> argparse.ArgumentParser:
     gp.add_argument("--state", help="judge a recorded state (`gpu --json` output) instead")
     gp.add_argument("--json", action="store_true")
     gp.set_defaults(func=cmd_gpu)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 WrongKind = Literal["count", "max_error"]
@@ -176,39 +176,52 @@ def _failure_hint(lines: list[str]) -> str:
     return ""
 
 
+@dataclass
+class _Comments:
+    """What the ``#`` lines of one run say: the table's layout, each rank's host, the footer, the
+    collective and the nccl-tests version."""
+
+    layout: _Layout | None = None
+    hosts: dict[int, str] = field(default_factory=dict)
+    oob: int | None = None
+    avg: float | None = None
+    avg_failed: bool = False
+    collective: str | None = None
+    version: str | None = None
+
+    def read(self, stripped: str, number: int) -> None:
+        if (columns := _header_columns(stripped)) is not None:
+            if self.layout is not None:
+                raise ParseError(f"line {number}: a second result table (one run per file)")
+            self.layout = _layout(columns)
+        elif m := _RANK_LINE.match(stripped):
+            self.hosts[int(m.group(1))] = m.group(2)
+        elif m := _FOOTER_OOB.match(stripped):
+            self.oob = int(m.group(1))
+        elif m := _FOOTER_AVG.match(stripped):
+            self.avg = _number(m.group(1))
+            self.avg_failed = m.group(2) == "FAILED"
+        elif m := _STARTING.match(stripped):
+            self.collective = m.group(1)
+        elif m := _VERSION.match(stripped):
+            self.version = m.group(1)
+
+
 def parse_text(text: str) -> Table:
     """Parse the stdout of an nccl-tests ``*_perf`` binary. Raises ParseError."""
     lines = [strip_prefix(line.rstrip("\r\n")) for line in text.splitlines()]
-    layout: _Layout | None = None
+    said = _Comments()
     rows: list[Row] = []
-    hosts: dict[int, str] = {}
-    oob: int | None = None
-    avg: float | None = None
-    avg_failed = False
-    collective = version = None
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
         if not stripped:
             continue
         if stripped.startswith("#"):
-            if (columns := _header_columns(stripped)) is not None:
-                if layout is not None:
-                    raise ParseError(f"line {number}: a second result table (one run per file)")
-                layout = _layout(columns)
-            elif m := _RANK_LINE.match(stripped):
-                hosts[int(m.group(1))] = m.group(2)
-            elif m := _FOOTER_OOB.match(stripped):
-                oob = int(m.group(1))
-            elif m := _FOOTER_AVG.match(stripped):
-                avg = _number(m.group(1))
-                avg_failed = m.group(2) == "FAILED"
-            elif m := _STARTING.match(stripped):
-                collective = m.group(1)
-            elif m := _VERSION.match(stripped):
-                version = m.group(1)
+            said.read(stripped, number)
             continue
         tokens = stripped.split()
-        if layout is None or oob is not None or not tokens[0].isdigit():
+        layout = said.layout
+        if layout is None or said.oob is not None or not tokens[0].isdigit():
             continue  # NCCL INFO/WARN lines, launcher chatter, other ranks' output
         if len(tokens) < layout.width:
             raise ParseError(
@@ -219,29 +232,36 @@ def parse_text(text: str) -> Table:
             rows.append(_row(tokens, layout))
         except ParseError as err:
             raise ParseError(f"line {number}: {err}") from None
-    if layout is None:
+    layout, oob = _complete(said, rows, lines)
+    return Table(
+        rows=tuple(rows),
+        wrong_kind=layout.wrong_kind,
+        out_of_bounds=oob,
+        avg_busbw=said.avg,
+        avg_busbw_failed=said.avg_failed,
+        hosts=tuple(said.hosts[r] for r in sorted(said.hosts)),
+        collective=said.collective,
+        version=said.version,
+    )
+
+
+def _complete(said: _Comments, rows: list[Row], lines: list[str]) -> tuple[_Layout, int]:
+    """The layout and out-of-bounds count of a complete run; ParseError for a run with no table,
+    no rows or no footer."""
+    if said.layout is None:
         raise ParseError(
             "not nccl-tests output: no table header (`#  size  count  type  redop …`)"
             + _failure_hint(lines)
         )
     if not rows:
         raise ParseError("no result rows under the table header" + _failure_hint(lines))
-    if oob is None:
+    if said.oob is None:
         raise ParseError(
             f"truncated: no '# Out of bounds values' footer after the last row "
             f"(size {rows[-1].size} B) — the run was killed or the file cut short"
             + _failure_hint(lines)
         )
-    return Table(
-        rows=tuple(rows),
-        wrong_kind=layout.wrong_kind,
-        out_of_bounds=oob,
-        avg_busbw=avg,
-        avg_busbw_failed=avg_failed,
-        hosts=tuple(hosts[r] for r in sorted(hosts)),
-        collective=collective,
-        version=version,
-    )
+    return said.layout, said.oob
 
 
 def _json_measurement(obj: Any) -> Measurement:
