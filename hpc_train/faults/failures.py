@@ -30,9 +30,14 @@ PEER_MARKS = (
     "connection reset", "connection refused", "connection closed", "broken pipe", "timed out",
     "timeout", "peer",
 )  # fmt: skip
+# an error that is a hardware finding about the rank's own machine (the driver's ECC and NVLink
+# errors, an Xid, NVML's "GPU is lost"): evidence against the node (``hpc_train.faults.evidence``).
+# A CUDA error without one is not (an illegal address is usually the code's: Xid 13/31), nor
+# torch's "NVML_SUCCESS == r INTERNAL ASSERT FAILED" (its allocator's, not the GPU's)
+HARDWARE_MARKS = ("ecc error", "nvlink error", "xid", "gpu is lost", "fallen off the bus")
 INFRASTRUCTURE_MARKS = (
-    "nccl", "gloo", "c10d", "distbackenderror", "distnetworkerror", "cuda error", "ecc error",
-    "unknown error", *PEER_MARKS,
+    "nccl", "gloo", "c10d", "distbackenderror", "distnetworkerror", "cuda error",
+    "unknown error", *HARDWARE_MARKS, *PEER_MARKS,
 )  # fmt: skip
 USER_ERROR = "user error"
 INFRASTRUCTURE = "infrastructure"
@@ -50,6 +55,12 @@ class Failure(FailureRecord):
     def witness(self) -> bool:
         """Does this report only say that a peer went away (not this rank's own failure)?"""
         return _mentions(self.type, self.message, PEER_MARKS)
+
+    @property
+    def hardware(self) -> bool:
+        """Does this report name a hardware finding about its own machine (ECC, NVLink, Xid,
+        a GPU lost to NVML)?"""
+        return not self.witness and _mentions(self.type, self.message, HARDWARE_MARKS)
 
     @property
     def signature(self) -> tuple[str, str, int]:

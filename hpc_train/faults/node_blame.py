@@ -4,11 +4,13 @@ Who is blamed comes from elsewhere: a hang's suspect (``hpc_train.watch.hang_mon
 GPUs (``hpc_train.launch.geometry``), a straggler (``hpc_train.watch.straggler_monitor``), the node of a crash
 (``crash_suspect`` below), a node Slurm lost (``lost_nodes``). What follows is the same for all:
 
-- the ledger's ``blamed`` event (node, its machine, why, drained);
+- the ledger's ``blamed`` event (node, its machine, why, the evidence, the verdict, drained);
 - the quarantine list (``hpc_train.faults.quarantine``): a machine blamed twice within a day stays out;
-- ``scontrol update State=DRAIN Reason="hpc-train: …"`` unless ``--no-drain`` (a quarantined
-  node's reason says so);
-- the requeued job's ``ExcNodeList`` (Slurm accepts it once the job is pending again).
+- where the verdict drains (``hpc_train.faults.evidence``: evidence about the node itself, or the
+  machine's second blame), ``scontrol update State=DRAIN Reason="hpc-train: …"`` unless
+  ``--no-drain`` (a quarantined node's reason says so), and the caller leaves it out: of the
+  in-job restart, and of the requeued job by its ``ExcNodeList`` (``exclude``; Slurm accepts it
+  once the job is pending again). Where it does not, the run restarts on the node.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
@@ -24,6 +26,8 @@ from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import last_round, read_beats, read_stop, round_key
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.faults.agent_exit import NodeExit
+from hpc_train.faults.evidence import Evidence, Verdict
+from hpc_train.faults.evidence import decide as weigh
 from hpc_train.faults.failures import INFRASTRUCTURE, Failure
 
 EVIDENCE_WAIT_S = 15.0
@@ -33,32 +37,52 @@ Note = Callable[..., None]
 LOST_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
 
 
+class Blame(NamedTuple):
+    """The node a stop is blamed on, why, and what the blame rests on."""
+
+    node: str
+    why: str
+    evidence: Evidence
+
+
+# a caller that names no evidence: drained, as every blame was before evidence was weighed
+UNWEIGHED = Verdict(True, "drained: the caller named no evidence")
+
+
 def blame(
     run: RunDir, job: str, restart: int, node: str, why: str, drain: bool, note: Note, log: Log,
-    **data: Any,
-) -> None:  # fmt: skip
-    """Record ``node``'s blame against its machine, update the quarantine list, drain it
-    (``drain``)."""
+    evidence: Evidence | None = None, **data: Any,
+) -> Verdict:  # fmt: skip
+    """Record ``node``'s blame against its machine and update the quarantine list; drain it
+    where the verdict on ``evidence`` (``weigh``, with the machine's earlier blames) says so,
+    unless ``drain`` is false (--no-drain). The verdict: whether the caller leaves it out."""
     try:
         machine = slurm.node_machine(node)
     except slurm.SlurmError as err:
         machine = ""  # counted with the name's other unknown ones (quarantine.machine_of)
         log(f"cannot tell {node}'s machine ({err}): the blame counts against the name")
+    now = time.time()
+    earlier = quarantine.earlier(ledger.read(run.ledger), node, machine, now)
+    verdict = UNWEIGHED if evidence is None else weigh(evidence, earlier)
     info = {"node": node, "why": why, "machine": machine}
-    entries = quarantine.update(run, also=[ledger.Event("blamed", time.time(), job, restart, info)])
+    entries = quarantine.update(run, also=[ledger.Event("blamed", now, job, restart, info)])
     drained = False
-    if drain:
+    if drain and verdict.drain:
         try:
             slurm.drain(node, quarantine.drain_reason(node, why, entries, machine))
             drained = True
         except slurm.SlurmError as err:
             log(f"could not drain {node}: {err}")
-    note("blamed", node=node, why=why, drained=drained, machine=machine, **data)
-    quarantined = quarantine.holds(entries, node, machine)
+    note("blamed", node=node, why=why, drained=drained, machine=machine,
+         evidence=str(evidence or ""), verdict=verdict.why, **data)  # fmt: skip
+    kept = "; --no-drain: left out, not drained" if verdict.drain and not drain else ""
     held = (
-        f" (quarantined: machine {machine or '?'} blamed twice within a day)" if quarantined else ""
+        f" (quarantined: machine {machine or '?'} blamed twice within a day)"
+        if quarantine.holds(entries, node, machine)
+        else ""
     )
-    log(f"blamed {node}: {why}{'; drained' if drained else ''}{held}")
+    log(f"blamed {node}: {why}; {verdict.why}{kept}{held}")
+    return verdict
 
 
 def exclude(job: str, nodes: Sequence[str], log: Log) -> None:
@@ -75,27 +99,30 @@ def crash_suspect(
     exits: Sequence[NodeExit],
     hosts: Sequence[str],
     rank_nodes: Mapping[int, str],
-) -> tuple[str, str] | None:
-    """The node to blame for a crash, with why; None when it is the training code's (a user
-    error is no node's fault) or no one node stands out (pure).
+) -> Blame | None:
+    """The node to blame for a crash, why, and on what evidence; None when it is the training
+    code's (a user error is no node's fault) or no one node stands out (pure).
 
-    In order: a rank whose own error is the machine's (a CUDA or ECC error, not a lost peer;
-    ``rank_nodes`` from the heartbeats says where it ran); the one node whose torchrun, or the
-    rank its torchrun names as the root cause, was killed by a signal we did not send (the OOM
-    killer, ``kill -9``); the one node whose launcher wrote no exit record (it is gone).
+    In order: a rank whose own error is the machine's (a hardware finding: ECC, NVLink, Xid,
+    NVML; else a CUDA or NCCL error, not a lost peer; ``rank_nodes`` from the heartbeats says
+    where it ran); the one node whose torchrun, or the rank its torchrun names as the root cause,
+    was killed by a signal we did not send (the OOM killer, ``kill -9``); the one node whose
+    launcher wrote no exit record (it is gone: lost).
     """
     if any(f.cause != INFRASTRUCTURE for f in failures):
         return None
     own = sorted((f for f in failures if not f.witness), key=lambda f: (f.update, f.rank))
     for f in own:
         if f.rank in rank_nodes:
-            return rank_nodes[f.rank], f"rank {f.rank} failed: {f.describe()}"
+            found = Evidence.HARDWARE if f.hardware else Evidence.OWN_ERROR
+            return Blame(rank_nodes[f.rank], f"rank {f.rank} failed: {f.describe()}", found)
     killed = [(e.node, why) for e in exits if (why := e.killed()) is not None]
     if len(killed) == 1:
-        return killed[0]
+        return Blame(*killed[0], Evidence.SIGNAL)
     silent = [h for h in hosts if h not in {e.node for e in exits}]
     if not killed and len(silent) == 1:
-        return silent[0], "its launcher wrote no exit record (the node or its task is gone)"
+        why = "its launcher wrote no exit record (the node or its task is gone)"
+        return Blame(silent[0], why, Evidence.LOST)
     return None
 
 

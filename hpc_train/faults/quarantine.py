@@ -1,8 +1,10 @@
 """Machines blamed twice within a window stay out of the run.
 
-One blame (a hang's suspect, a node short of GPUs, a crashed rank's node) drains the node with
-a reason (unless ``--no-drain``) and excludes it from the requeued job; an administrator may
-resume it after a look. A machine blamed twice within ``WINDOW_S`` is quarantined: it is listed
+A blame on evidence about the node itself (a hang's suspect with no stack, a node short of GPUs,
+a rank's hardware error: ``hpc_train.faults.evidence``) drains the node with a reason (unless
+``--no-drain``) and excludes it from the requeued job; an administrator may resume it after a
+look. A blame on weaker evidence (a kill by a signal) is recorded and drains at the machine's
+second (``earlier``). A machine blamed twice within ``WINDOW_S`` is quarantined: it is listed
 in ``<save-dir>/.hpc-train/quarantine.json`` with the reasons, its drain reason says so, the
 next ``submit`` of this save dir excludes its node (``sbatch --exclude``) and a start that lands
 on it anyway (an administrator's resume, a plain requeue) is refused and requeued without it.
@@ -41,12 +43,28 @@ def machine_of(event: ledger.Event) -> str:
     return str(event.get("machine") or "")
 
 
-def decide(events: Sequence[ledger.Event], window_s: float = WINDOW_S) -> list[Entry]:
-    """The quarantined machines: blamed ``TIMES`` times within ``window_s`` (pure)."""
+def _blames(events: Sequence[ledger.Event]) -> dict[tuple[str, str], list[ledger.Event]]:
+    """The ``blamed`` events by (node, machine), in the ledger's order."""
     blames: dict[tuple[str, str], list[ledger.Event]] = {}
     for event in events:
         if event.kind == "blamed" and event.get("node"):
             blames.setdefault((event.get("node"), machine_of(event)), []).append(event)
+    return blames
+
+
+def earlier(
+    events: Sequence[ledger.Event], node: str, machine: str, now: float, window_s: float = WINDOW_S
+) -> int:
+    """How often ``node`` on ``machine`` was blamed within ``window_s`` before ``now``: counted
+    as ``decide`` counts (a name's other machine is another; "" with the name's other unknown
+    ones), so the blame that finds one earlier is the one that quarantines it (pure)."""
+    found = _blames(events).get((node, machine), [])
+    return sum(1 for e in found if now - window_s <= e.time <= now)
+
+
+def decide(events: Sequence[ledger.Event], window_s: float = WINDOW_S) -> list[Entry]:
+    """The quarantined machines: blamed ``TIMES`` times within ``window_s`` (pure)."""
+    blames = _blames(events)
     out = []
     for (node, machine), found in blames.items():
         for i in range(TIMES - 1, len(found)):
