@@ -349,67 +349,80 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if len(argv) == 4 and argv[1] == KILL_HERE and argv[2] == "--node":
-            print(f"killed {kill_here(argv[0], argv[3])} process(es)")
-            return 0
-        if len(argv) >= 4 and argv[1] == SLOW_HERE and argv[2] == "--node":
-            here = build_parser().parse_args([argv[0], "slow", *argv[2:]])
-            cycles = throttle_here(argv[0], argv[3], here.factor, here.seconds)
-            print(f"throttled for {cycles} cycle(s)" if cycles else "no rank of the job here")
-            return 0 if cycles else 1
-        if len(argv) == 4 and argv[1] == STOP_LAUNCHER_HERE and argv[2] == "--node":
-            pid = stop_launcher_here(argv[0], argv[3])
-            print(f"stopped launcher pid {pid}" if pid else "no launcher of the job here")
-            return 0 if pid else 1
-        if len(argv) == 4 and argv[1] == STOP_AGENT_HERE and argv[2] == "--node":
-            pid = stop_agent_here(argv[0], argv[3])
-            print(f"stopped torchrun pid {pid}" if pid else "no torchrun of the job here")
-            return 0 if pid else 1
-        if len(argv) == 4 and argv[1] == STOP_HERE and argv[2] == "--node":
-            pid = stop_here(argv[0], argv[3])
-            print(f"stopped rank pid {pid}" if pid else "no rank of the job here")
-            return 0 if pid else 1
-        args = build_parser().parse_args(argv)
-        if args.action == "preempt":
-            print(f"preemptor job {preempt(args.job_id, args.partition, args.hold)} submitted")
-        elif args.action == "notice":
-            notice(args.job_id)
-            print(f"USR2 sent to job {args.job_id}")
-        elif args.action == "requeue":
-            slurm.requeue(args.job_id)
-            print(f"job {args.job_id} requeued")
-        elif args.action == "crash":
-            run = index.resolve(args.job_id).dir
-            write_crash_request(run, CrashRequest(args.at_update, args.rank))
-            print(f"rank {args.rank} of job {args.job_id} will raise at update {args.at_update}")
-        elif args.action == "slow-save":
-            contract.ask_slow_saves(index.resolve(args.job_id).dir, args.seconds)
-            print(f"job {args.job_id}'s checkpoint writes sleep {args.seconds:g} s first")
-        elif args.action == "slow":
-            until = f"{args.seconds:g} s" if args.seconds else "the job ends or is requeued"
-            print(
-                f"throttling job {args.job_id}'s ranks on {args.node or 'a random node'} to "
-                f"{args.factor:.0%} of the time until {until}",
-                flush=True,
-            )
-            node = slow(args.job_id, args.node, args.factor, args.seconds)
-            print(f"throttle on {node} ended")
-        elif args.action == "hang":
-            node = hang(args.job_id, args.node)
-            print(f"stopped one of job {args.job_id}'s ranks on {node} (SIGSTOP)")
-        elif args.action == "stuck-agent":
-            node = stuck_agent(args.job_id, args.node)
-            print(f"stopped job {args.job_id}'s torchrun agent on {node} (SIGSTOP)")
-        elif args.action == "stuck-launcher":
-            node = stuck_launcher(args.job_id, args.node)
-            print(f"stopped job {args.job_id}'s launcher on {node} (SIGSTOP)")
-        else:
-            node = kill_node(args.job_id, args.node, args.stop_slurmd)
-            print(f"killed job {args.job_id}'s ranks on {node}")
+        here = _run_here(argv)
+        if here is not None:
+            return here
+        _act(build_parser().parse_args(argv))
     except (slurm.SlurmError, index.RunNotFound) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _run_here(argv: list[str]) -> int | None:
+    """The node-local forms (`JOB <here-action> --node NODE`, run by srun on that node): their
+    exit code, or None when argv is none of them."""
+    if len(argv) == 4 and argv[1] == KILL_HERE and argv[2] == "--node":
+        print(f"killed {kill_here(argv[0], argv[3])} process(es)")
+        return 0
+    if len(argv) >= 4 and argv[1] == SLOW_HERE and argv[2] == "--node":
+        here = build_parser().parse_args([argv[0], "slow", *argv[2:]])
+        cycles = throttle_here(argv[0], argv[3], here.factor, here.seconds)
+        print(f"throttled for {cycles} cycle(s)" if cycles else "no rank of the job here")
+        return 0 if cycles else 1
+    if len(argv) == 4 and argv[1] == STOP_LAUNCHER_HERE and argv[2] == "--node":
+        pid = stop_launcher_here(argv[0], argv[3])
+        print(f"stopped launcher pid {pid}" if pid else "no launcher of the job here")
+        return 0 if pid else 1
+    if len(argv) == 4 and argv[1] == STOP_AGENT_HERE and argv[2] == "--node":
+        pid = stop_agent_here(argv[0], argv[3])
+        print(f"stopped torchrun pid {pid}" if pid else "no torchrun of the job here")
+        return 0 if pid else 1
+    if len(argv) == 4 and argv[1] == STOP_HERE and argv[2] == "--node":
+        pid = stop_here(argv[0], argv[3])
+        print(f"stopped rank pid {pid}" if pid else "no rank of the job here")
+        return 0 if pid else 1
+    return None
+
+
+def _act(args: argparse.Namespace) -> None:
+    """Carry out one chaos action on the job and say what was done."""
+    if args.action == "preempt":
+        print(f"preemptor job {preempt(args.job_id, args.partition, args.hold)} submitted")
+    elif args.action == "notice":
+        notice(args.job_id)
+        print(f"USR2 sent to job {args.job_id}")
+    elif args.action == "requeue":
+        slurm.requeue(args.job_id)
+        print(f"job {args.job_id} requeued")
+    elif args.action == "crash":
+        run = index.resolve(args.job_id).dir
+        write_crash_request(run, CrashRequest(args.at_update, args.rank))
+        print(f"rank {args.rank} of job {args.job_id} will raise at update {args.at_update}")
+    elif args.action == "slow-save":
+        contract.ask_slow_saves(index.resolve(args.job_id).dir, args.seconds)
+        print(f"job {args.job_id}'s checkpoint writes sleep {args.seconds:g} s first")
+    elif args.action == "slow":
+        until = f"{args.seconds:g} s" if args.seconds else "the job ends or is requeued"
+        print(
+            f"throttling job {args.job_id}'s ranks on {args.node or 'a random node'} to "
+            f"{args.factor:.0%} of the time until {until}",
+            flush=True,
+        )
+        node = slow(args.job_id, args.node, args.factor, args.seconds)
+        print(f"throttle on {node} ended")
+    elif args.action == "hang":
+        node = hang(args.job_id, args.node)
+        print(f"stopped one of job {args.job_id}'s ranks on {node} (SIGSTOP)")
+    elif args.action == "stuck-agent":
+        node = stuck_agent(args.job_id, args.node)
+        print(f"stopped job {args.job_id}'s torchrun agent on {node} (SIGSTOP)")
+    elif args.action == "stuck-launcher":
+        node = stuck_launcher(args.job_id, args.node)
+        print(f"stopped job {args.job_id}'s launcher on {node} (SIGSTOP)")
+    else:
+        node = kill_node(args.job_id, args.node, args.stop_slurmd)
+        print(f"killed job {args.job_id}'s ranks on {node}")
 
 
 if __name__ == "__main__":
