@@ -34,7 +34,7 @@ from typing import Any
 from hpc_core import instances, ledger, slurm
 from hpc_train import cli
 from hpc_train.faults import quarantine
-from hpc_train.job import command_lines, container, options, presets
+from hpc_train.job import command_lines, container, levers, options, presets
 from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
 from hpc_train.launch import restart_policy
@@ -271,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             print(render_sbatch(spec))
             line, note = training_command(spec, plan)
             print(f"# training command on each node ({note}):\n{line}")
+            gpu = spec.gpus_per_node > 0
+            print("\n".join(levers.describe(spec.lever_choices(gpu), spec.lever_cc(gpu))))
             return 0
         submitted_at = time.time()
         job = submit(spec)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpc_core.slurm import rendezvous_port
-from hpc_train.job import batch, devices, presets
+from hpc_train.job import batch, devices, levers, presets
 from hpc_train.job.spec import JobSpec
 
 TRAIN_MODULE = "hpc_train.worker.train"  # the worker torchrun starts on every rank
@@ -53,6 +53,8 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
     """fairseq-train arguments for ``spec`` with a decided batch ``plan`` (task 0's, at a start)."""
     recipe: presets.Preset = spec.recipe
     per_device = plan.batch_per_device
+    choices = spec.lever_choices(gpu)
+    on = levers.on_names(choices)
     save_dir = Path(spec.save_dir)
     args = [
         str(spec.data),
@@ -60,7 +62,7 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
         "--arch", recipe.arch,
         *recipe.arch_args,
         "--tokens-per-sample", str(recipe.tokens_per_sample),
-        "--optimizer", presets.GPU_OPTIMIZER if gpu else presets.CPU_OPTIMIZER,
+        "--optimizer", presets.GPU_OPTIMIZER if "fused-adamw" in on else presets.CPU_OPTIMIZER,
         "--batch-size", str(per_device),
         "--update-freq", str(plan.update_freq),
         "--lr", str(recipe.peak_lr),
@@ -84,6 +86,7 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
         # fp16/bf16 need a GPU; gloo has no c10d-DDP bucket support in fairseq: legacy_ddp.
         args += ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
         args += ["--num-workers", "0"]
+    args += levers.worker_args(choices)  # the rank takes it off before fairseq parses
     args += list(spec.extra_args)
     return args
 

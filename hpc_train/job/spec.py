@@ -15,7 +15,7 @@ from typing import Any
 
 from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
 from hpc_core.rundir import RunDir
-from hpc_train.job import batch, container, devices, presets
+from hpc_train.job import batch, container, devices, levers, presets
 from hpc_train.job.container import Mount
 from hpc_train.job.limits import HangLimits, StragglerLimits
 
@@ -274,6 +274,17 @@ class JobSpec:
         "--batch-per-device", "sequences per GPU", default=None, type=int, metavar="N",
         default_text="by preset and GPU memory, see hpc_train/job/devices.py",
     )  # fmt: skip
+    # speed levers (hpc_train.job.levers): auto = the GPU's default, listed by --dry-run
+    compile: str = option(
+        "--compile", levers.BY_NAME["compile"].what, default="auto", choices=levers.SETTINGS
+    )
+    flash: str = option(
+        "--flash", levers.BY_NAME["flash"].what, default="auto", choices=levers.SETTINGS
+    )
+    fused_adamw: str = option(
+        "--fused-adamw", levers.BY_NAME["fused-adamw"].what, default="auto",
+        choices=levers.SETTINGS,
+    )  # fmt: skip
     no_watchdog: bool = option(
         "--no-watchdog", "no hang detection (a stuck job then holds its nodes until --time)",
         default=False,
@@ -438,6 +449,18 @@ class JobSpec:
         return devices.precision(self.instance_type, self.precision)
 
     @property
+    def lever_settings(self) -> dict[str, str]:
+        return {"compile": self.compile, "flash": self.flash, "fused-adamw": self.fused_adamw}
+
+    def lever_cc(self, gpu: bool) -> levers.CC | None:
+        """The compute capability the levers are chosen for: the instance type's GPU; None for
+        CPU ranks."""
+        return levers.compute_capability(self.instance_type) if gpu else None
+
+    def lever_choices(self, gpu: bool) -> tuple[levers.Choice, ...]:
+        return levers.choose(self.lever_cc(gpu), self.lever_settings)
+
+    @property
     def container_mount_list(self) -> tuple[Mount, ...]:
         """Every mount of the job's container (``job.container.job_mounts``); () without one."""
         if self.container is None:
@@ -553,6 +576,10 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
     problem = devices.precision_problem(spec.instance_type, spec.gpu_precision)
     if spec.gpus_per_node and problem:
         raise SpecError(problem)
+    gpu_text = f"the GPU of {spec.instance_type}" if spec.gpus_per_node else "a CPU rank"
+    cc = spec.lever_cc(spec.gpus_per_node > 0)
+    if lever_problem := levers.problem(cc, spec.lever_settings, gpu_text):
+        raise SpecError(lever_problem)
     gpu = spec.gpus_per_node > 0
     try:
         plan = spec.batch_plan(spec.largest_world(gpu), gpu)

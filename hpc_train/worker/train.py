@@ -18,7 +18,8 @@ It runs fairseq's own training entry with the few fixes this stack needs:
 - on GPUs: the process bound to LOCAL_RANK's GPU before NCCL starts (bound to it), the group torn
   down at exit, bf16 without fairseq's implied ``--tpu``, ``--optimizer fused_adamw`` registered;
 - fairseq's timestamped log format on stdout, and its known warnings silenced one by one;
-- the data-loader processes stopped at once after the last save (``hpc_train.worker.loaders``).
+- the data-loader processes stopped at once after the last save (``hpc_train.worker.loaders``);
+- the speed levers the launcher chose (``hpc_train.worker.speed``, ``hpc_train.job.levers``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from hpc_train.worker import (
     local_tier,
     preemption,
     save_interval,
+    speed,
     validation_beats,
 )
 from hpc_train.worker.heartbeat import Heartbeat
@@ -233,13 +235,15 @@ def main(argv: list[str] | None = None) -> None:
     quiet_known_warnings()
     worker = WorkerEnv.from_env(os.environ)  # the launcher's word, parsed once
     rank = rank_of(os.environ)
-    args = list(sys.argv[1:] if argv is None else argv) + distributed_args(os.environ)
+    given, asked_levers = speed.split_args(sys.argv[1:] if argv is None else argv)
+    args = given + distributed_args(os.environ)
     run = RunDir(save_dir_of(worker, args))
     log_to_file(run.train_log)
     say_image(rank)
     progress = {"update": 0}
     install_extensions(run, worker, rank, progress)
     start_process_group(os.environ, args)
+    speed.install(asked_levers, cpu="--cpu" in args)  # after the GPU is bound: its capability
     sys.argv = ["fairseq-train", *args]
     try:
         run_fairseq(args)

@@ -87,7 +87,9 @@ def test_args_after_double_dash_reach_fairseq():
         "--dry-run", "--", "--validate-interval-updates", "7",
     )  # fmt: skip
     assert proc.returncode == 0
-    assert proc.stdout.rstrip().endswith("--validate-interval-updates 7")
+    command = next(line for line in proc.stdout.splitlines() if line.startswith("torchrun "))
+    assert command.endswith("--validate-interval-updates 7")
+    assert "# speed levers for CPU ranks" in proc.stdout  # then the levers, listed
 
 
 @pytest.mark.parametrize(

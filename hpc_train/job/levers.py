@@ -1,0 +1,159 @@
+"""Speed levers: which GPU speed-ups a run uses, chosen from the GPU's compute capability
+(issue 29). Pure: no torch, no fairseq.
+
+Each lever is a submit option ``--NAME auto|on|off``. ``auto`` takes the lever's default for the
+GPU of ``--instance-type``; a lever is on by default only where it is known to help, and a lever
+not yet measured on a GPU is wired but off by default and says "unmeasured". ``--dry-run`` lists
+the choices with their reasons; the rank receives them as one worker argument (``worker_args``)
+and checks them again against the GPU it actually has (``hpc_train.worker.speed``).
+
+What each compute capability can run (sm70 V100 on p3dn, sm80 A100 on p4d/p4de, sm90 H100 on p5):
+- ``compile``: Inductor accepts sm70+, but Triton's tensor-core matmuls are deprecated on Volta:
+  there it still fuses the pointwise and norm work (bias+GELU, dropout+residual+LayerNorm) and
+  the matmuls stay on cuBLAS (Inductor's default without max-autotune, on every GPU). CPU
+  ranks run it too (Inductor's C++ backend): that is how its arithmetic is tested here.
+- ``flash``: SDPA's FlashAttention backend needs sm80+ (PyTorch's ``sdp_utils``); sm70 gets the
+  memory-efficient backend. Off: memory-efficient or math, never flash (the p3dn limits run on
+  an H100).
+- ``fused-adamw``: fairseq's Adam through torch's fused AdamW kernel (``worker.optim``); any
+  CUDA GPU; CPU ranks keep fairseq's own ``adam``.
+- precision is not a lever here: ``job.devices`` owns it (bf16 from sm80, fp16 with fairseq's
+  dynamic loss scale on V100; ``--precision``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hpc_core.instances import INSTANCE_TYPES
+
+CC = tuple[int, int]  # CUDA compute capability (major, minor)
+SETTINGS = ("auto", "on", "off")
+WORKER_FLAG = "--hpc-levers"  # the rank's argument: the levers on, comma-separated, or "none"
+
+# The GPU models of hpc_core.instances by compute capability (NVIDIA's CUDA GPUs table).
+COMPUTE_CAPABILITY: dict[str, CC] = {"V100": (7, 0), "A100": (8, 0), "H100": (9, 0)}
+FALLBACK_CC: CC = (7, 0)  # a GPU this table does not know: the oldest the pinned torch runs
+
+
+@dataclass(frozen=True)
+class Lever:
+    name: str  # the submit option is --NAME
+    what: str
+    needs: CC  # the lowest compute capability that runs it
+    cpu: bool  # CPU ranks can run it
+    on_from: CC | None  # on by default from this capability up; None: off by default
+    evidence: str  # what was measured, or "unmeasured"
+
+    def runs_on(self, cc: CC | None) -> bool:
+        return self.cpu if cc is None else cc >= self.needs
+
+
+LEVERS: tuple[Lever, ...] = (
+    Lever(
+        "compile",
+        "torch.compile (Inductor) of each encoder layer: fused elementwise and norm work "
+        "(on sm70 pointwise fusion only; matmuls stay on cuBLAS)",
+        needs=(7, 0),
+        cpu=True,
+        on_from=None,
+        evidence="unmeasured on GPUs; same losses as fairseq's path on CPU (fp32, dropout 0)",
+    ),
+    Lever(
+        "flash",
+        "SDPA may pick its FlashAttention backend (off: memory-efficient, then math)",
+        needs=(8, 0),
+        cpu=False,
+        on_from=(8, 0),
+        evidence="PyTorch's own default where the GPU has it; not measured alone here",
+    ),
+    Lever(
+        "fused-adamw",
+        "fairseq's Adam through torch's fused AdamW kernel (off: fairseq's adam)",
+        needs=(7, 0),
+        cpu=False,
+        on_from=(7, 0),
+        evidence="measured on an H100: one step 1.1 ms vs 16.2 ms (bf16); sm70/sm80 unmeasured",
+    ),
+)
+BY_NAME: dict[str, Lever] = {lever.name: lever for lever in LEVERS}
+
+
+@dataclass(frozen=True)
+class Choice:
+    lever: Lever
+    on: bool
+    why: str
+
+    def line(self) -> str:
+        state = "on " if self.on else "off"
+        return f"{self.lever.name:<12} {state} {self.why} [{self.lever.evidence}]"
+
+
+def compute_capability(instance_type: str | None) -> CC:
+    """The compute capability of ``instance_type``'s GPU; ``FALLBACK_CC`` for a type or GPU
+    this table does not know (only what every supported GPU runs is on by default)."""
+    itype = INSTANCE_TYPES.get(instance_type or "")
+    return COMPUTE_CAPABILITY.get(itype.gpu_model, FALLBACK_CC) if itype else FALLBACK_CC
+
+
+def where(cc: CC | None) -> str:
+    return "CPU ranks" if cc is None else f"sm{cc[0]}{cc[1]}"
+
+
+def choose_one(lever: Lever, cc: CC | None, asked: str = "auto") -> Choice:
+    """One lever's state on ``cc`` (None: CPU ranks) for the setting ``asked``. A lever the
+    device cannot run is off whatever was asked (``problem`` refuses that at submit)."""
+    if not lever.runs_on(cc):
+        return Choice(lever, False, f"{where(cc)} cannot run it")
+    if asked == "on":
+        return Choice(lever, True, "asked for")
+    if asked == "off":
+        return Choice(lever, False, "turned off")
+    default = lever.on_from is not None and cc is not None and cc >= lever.on_from
+    return Choice(lever, default, f"the default for {where(cc)}")
+
+
+def choose(cc: CC | None, asked: Mapping[str, str] | None = None) -> tuple[Choice, ...]:
+    """Every lever's state on ``cc`` (None: CPU ranks); ``asked``: lever name -> auto/on/off."""
+    asked = asked or {}
+    return tuple(choose_one(lever, cc, asked.get(lever.name, "auto")) for lever in LEVERS)
+
+
+def problem(cc: CC | None, asked: Mapping[str, str], gpu_text: str) -> str | None:
+    """One line when a setting cannot be honoured: an unknown lever or setting, or ``on`` for a
+    lever the device cannot run (``gpu_text`` names it for the user)."""
+    for name, setting in asked.items():
+        if name not in BY_NAME:
+            return f"unknown speed lever {name!r} (choose from: {', '.join(BY_NAME)})"
+        if setting not in SETTINGS:
+            return f"--{name} {setting}: choose from {', '.join(SETTINGS)}"
+        lever = BY_NAME[name]
+        if setting == "on" and not lever.runs_on(cc):
+            return f"--{name} on: {gpu_text} ({where(cc)}) cannot run it"
+    return None
+
+
+def on_names(choices: Sequence[Choice]) -> list[str]:
+    return [c.lever.name for c in choices if c.on]
+
+
+def worker_args(choices: Sequence[Choice]) -> list[str]:
+    """The rank's argument carrying the levers that are on (``parse_worker_value`` reads it)."""
+    return [WORKER_FLAG, ",".join(on_names(choices)) or "none"]
+
+
+def parse_worker_value(text: str) -> frozenset[str]:
+    """The lever names in ``WORKER_FLAG``'s value; ValueError for an unknown one."""
+    names = frozenset(n for n in text.split(",") if n and n != "none")
+    unknown = sorted(names - BY_NAME.keys())
+    if unknown:
+        raise ValueError(f"{WORKER_FLAG}: unknown lever(s) {', '.join(unknown)}")
+    return names
+
+
+def describe(choices: Sequence[Choice], cc: CC | None) -> list[str]:
+    """``--dry-run``'s lines: one per lever, with its reason and its evidence."""
+    head = f"# speed levers for {where(cc)} (--NAME auto|on|off; docs/gpu.md):"
+    return [head, *(f"#   {c.line()}" for c in choices)]

@@ -1,0 +1,97 @@
+"""Speed levers chosen per compute capability (sm70 V100, sm80 A100, sm90 H100, CPU ranks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpc_train.job import command_lines, levers
+from hpc_train.job.spec import JobSpec, SpecError, validate
+
+
+def states(cc, asked=None) -> dict[str, bool]:
+    return {c.lever.name: c.on for c in levers.choose(cc, asked)}
+
+
+@pytest.mark.parametrize(
+    ("cc", "expected"),
+    [
+        ((7, 0), {"compile": False, "flash": False, "fused-adamw": True}),  # V100: no flash
+        ((8, 0), {"compile": False, "flash": True, "fused-adamw": True}),
+        ((9, 0), {"compile": False, "flash": True, "fused-adamw": True}),
+        (None, {"compile": False, "flash": False, "fused-adamw": False}),  # CPU ranks
+    ],
+)
+def test_defaults_per_compute_capability(cc, expected):
+    """On by default only where known to help: compile is unmeasured on GPUs, so off."""
+    assert states(cc) == expected
+
+
+@pytest.mark.parametrize("cc", [(7, 0), (8, 0), (9, 0)])
+def test_compile_runs_on_every_supported_gpu_when_asked_and_each_lever_turns_off(cc):
+    assert states(cc, {"compile": "on"})["compile"]
+    off = {name: "off" for name in levers.BY_NAME}
+    assert not any(states(cc, off).values())
+
+
+def test_flash_needs_sm80_whatever_was_asked():
+    assert not states((7, 0), {"flash": "on"})["flash"]
+    assert (
+        levers.problem((7, 0), {"flash": "on"}, "V100") == "--flash on: V100 (sm70) cannot run it"
+    )
+    assert levers.problem((8, 0), {"flash": "on"}, "A100") is None
+    assert levers.problem(None, {"compile": "on"}, "a CPU rank") is None  # Inductor's C++ backend
+    assert "unknown speed lever" in (levers.problem((9, 0), {"cuda-graphs": "on"}, "x") or "")
+    assert "choose from" in (levers.problem((9, 0), {"flash": "yes"}, "x") or "")
+
+
+def test_instance_types_map_to_their_gpus_compute_capability():
+    assert levers.compute_capability("p3dn.24xlarge") == (7, 0)
+    assert levers.compute_capability("p4d.24xlarge") == (8, 0)
+    assert levers.compute_capability("p5.48xlarge") == (9, 0)
+    assert levers.compute_capability("g9.unknown") == levers.FALLBACK_CC
+
+
+def test_the_rank_gets_the_levers_that_are_on_in_one_argument():
+    args = levers.worker_args(levers.choose((9, 0), {"compile": "on"}))
+    assert args == [levers.WORKER_FLAG, "compile,flash,fused-adamw"]
+    assert levers.parse_worker_value(args[1]) == {"compile", "flash", "fused-adamw"}
+    assert levers.worker_args(levers.choose(None)) == [levers.WORKER_FLAG, "none"]
+    assert levers.parse_worker_value("none") == frozenset()
+    with pytest.raises(ValueError, match="unknown lever"):
+        levers.parse_worker_value("compile,warp-speed")
+
+
+def spec(instance_type: str, gpus: int = 8, **kw) -> JobSpec:
+    return JobSpec("roberta-large", Path("/d"), Path("/s"), gpus_per_node=gpus,
+                   instance_type=instance_type, **kw)  # fmt: skip
+
+
+def test_submit_refuses_a_lever_the_instance_types_gpu_cannot_run():
+    with pytest.raises(SpecError, match=r"--flash on: the GPU of p3dn\.24xlarge"):
+        validate(spec("p3dn.24xlarge", flash="on"), check_paths=False)
+    validate(spec("p5.48xlarge", flash="on"), check_paths=False)
+
+
+def test_the_command_line_carries_the_choices():
+    def arg(argv, flag):
+        return argv[argv.index(flag) + 1]
+
+    p3dn, _ = command_lines.fairseq_args(spec("p3dn.24xlarge"), world_size=8, gpu=True)
+    assert arg(p3dn, levers.WORKER_FLAG) == "fused-adamw"  # no flash on a V100
+    assert arg(p3dn, "--optimizer") == "fused_adamw" and "--fp16" in p3dn
+    p5, _ = command_lines.fairseq_args(
+        spec("p5.48xlarge", compile="on", fused_adamw="off"), world_size=8, gpu=True
+    )
+    assert arg(p5, levers.WORKER_FLAG) == "compile,flash"
+    assert arg(p5, "--optimizer") == "adam"  # fused-adamw off: fairseq's own
+
+
+def test_dry_run_lists_every_lever_with_its_reason_and_evidence():
+    lines = levers.describe(spec("p3dn.24xlarge").lever_choices(True), (7, 0))
+    assert lines[0].startswith("# speed levers for sm70")
+    assert len(lines) == 1 + len(levers.LEVERS)
+    flash = next(line for line in lines if "flash" in line)
+    assert "off" in flash and "sm70 cannot run it" in flash
+    assert "unmeasured" in next(line for line in lines if "compile" in line)
