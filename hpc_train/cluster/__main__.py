@@ -12,12 +12,19 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 from hpc_core.rundir import atomic_write
 from hpc_train.cluster import render
-from hpc_train.cluster.validate import NODE_STATES  # no pcluster import at module level
+from hpc_train.cluster.validate import NODE_STATES, Report  # no pcluster import at module level
+
+if TYPE_CHECKING:
+    from hpc_train.cluster.fake_aws import AccountFacts
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+# What add_subparsers returns (argparse names its class privately).
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 FAKE_AWS_NOTE = (
     "AWS is faked by moto inside this command: fake credentials, no network. What the file names "
@@ -33,7 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Render and check AWS ParallelCluster configs for hpc-train.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_render_parser(sub)
+    _add_validate_parser(sub)
+    _add_check_update_parser(sub)
+    return parser
 
+
+def _add_render_parser(sub: Subparsers) -> None:
     names = ", ".join("${" + p.name + "}" for p in render.PLACEHOLDERS)
     rp = sub.add_parser(
         "render",
@@ -53,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     for spec in render.PLACEHOLDERS:
         rp.add_argument(spec.flag, dest=spec.key, metavar=spec.name, help=spec.help)
 
+
+def _add_validate_parser(sub: Subparsers) -> None:
     vp = sub.add_parser(
         "validate",
         help="check rendered configs with ParallelCluster's schema and validators (offline)",
@@ -87,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SUBNET",
         help="this subnet of the config assigns public IPs; may be repeated",
     )
+
+
+def _add_check_update_parser(sub: Subparsers) -> None:
     up = sub.add_parser(
         "check-update",
         help="may a cluster created from OLD be updated to NEW? (pcluster's own update check)",
@@ -119,7 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="running",
         help="the head node's EC2 state (default running)",
     )
-    return parser
 
 
 def cmd_check_update(args: argparse.Namespace) -> int:
@@ -189,62 +206,70 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except validate.BadSuppression as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    from hpc_train.cluster.fake_aws import AccountFacts, BadFact
+    from hpc_train.cluster.fake_aws import AccountFacts
 
     facts = AccountFacts(frozenset(args.private_subnet), frozenset(args.public_subnet))
     print(FAKE_AWS_NOTE)
     worst = EXIT_OK
     for path in args.files:
         print(f"\n== {path}")
-        try:
-            text, data = validate.read_config(path)
-        except validate.UnreadableConfig as err:
-            print(f"error: {err}", file=sys.stderr)
-            worst = EXIT_USAGE
-            continue
-        started = time.monotonic()
-        try:
-            report = validate.validate_config(
-                text, data, cluster_name=args.cluster_name, suppress=suppress, facts=facts
-            )
-        except BadFact as err:
-            print(f"error: {path}: {err}", file=sys.stderr)
-            worst = EXIT_USAGE
-            continue
-        except validate.NotCheckableOffline as err:
-            print(f"error: {path} is not checkable offline: {err}", file=sys.stderr)
-            worst = EXIT_USAGE
-            continue
-        except Exception as err:  # a crash inside pcluster or moto: say so, keep checking the rest
-            reason = " ".join(f"{type(err).__name__}: {err}".split())
-            print(f"error: {path} could not be checked: {reason}", file=sys.stderr)
-            worst = EXIT_USAGE
-            continue
-        took = time.monotonic() - started
-        if report.validators_run:
-            print(f"schema: ok; validators: {report.validators_run} ran in {took:.1f} s")
-            for name, why in report.skipped.items():
-                print(f"skipped {name}: {why}")
-            for name in report.suppressed:
-                print(f"suppressed {name} (--suppress-validators)")
-        for line in report.assumed:
-            print(f"assumed: {line}")
-        for line in report.not_checked:
-            print(f"not checked offline: {line}")
-        for line in report.slurm_kept:
-            print(f"slurm.conf keeps ParallelCluster's own {line}")
-        for host in report.refused:
-            print(
-                f"note: refused a network attempt to {host} (AWS is faked; nothing left the machine)"
-            )
-        for finding in report.findings:
-            print(finding)
-        counts = Counter(f.level for f in report.findings)
-        summary = ", ".join(f"{level.lower()}: {counts[level]}" for level in validate.LEVELS)
-        print(f"result: {'FAILED' if report.errors else 'ok'} ({summary})")
-        if report.errors and worst == EXIT_OK:
-            worst = EXIT_FINDINGS
+        code = _validate_file(path, args.cluster_name, suppress, facts)
+        if code == EXIT_USAGE or (code == EXIT_FINDINGS and worst == EXIT_OK):
+            worst = code
     return worst
+
+
+def _validate_file(path: Path, cluster_name: str, suppress: set[str], facts: AccountFacts) -> int:
+    """Check one FILE and print its report: EXIT_OK, EXIT_FINDINGS, or EXIT_USAGE (said why)."""
+    from hpc_train.cluster import validate
+    from hpc_train.cluster.fake_aws import BadFact
+
+    try:
+        text, data = validate.read_config(path)
+    except validate.UnreadableConfig as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    started = time.monotonic()
+    try:
+        report = validate.validate_config(
+            text, data, cluster_name=cluster_name, suppress=suppress, facts=facts
+        )
+    except BadFact as err:
+        print(f"error: {path}: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except validate.NotCheckableOffline as err:
+        print(f"error: {path} is not checkable offline: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as err:  # a crash inside pcluster or moto: say so, keep checking the rest
+        reason = " ".join(f"{type(err).__name__}: {err}".split())
+        print(f"error: {path} could not be checked: {reason}", file=sys.stderr)
+        return EXIT_USAGE
+    _print_report(report, took=time.monotonic() - started)
+    return EXIT_FINDINGS if report.errors else EXIT_OK
+
+
+def _print_report(report: Report, took: float) -> None:
+    from hpc_train.cluster import validate
+
+    if report.validators_run:
+        print(f"schema: ok; validators: {report.validators_run} ran in {took:.1f} s")
+        for name, why in report.skipped.items():
+            print(f"skipped {name}: {why}")
+        for name in report.suppressed:
+            print(f"suppressed {name} (--suppress-validators)")
+    for line in report.assumed:
+        print(f"assumed: {line}")
+    for line in report.not_checked:
+        print(f"not checked offline: {line}")
+    for line in report.slurm_kept:
+        print(f"slurm.conf keeps ParallelCluster's own {line}")
+    for host in report.refused:
+        print(f"note: refused a network attempt to {host} (AWS is faked; nothing left the machine)")
+    for finding in report.findings:
+        print(finding)
+    counts = Counter(f.level for f in report.findings)
+    summary = ", ".join(f"{level.lower()}: {counts[level]}" for level in validate.LEVELS)
+    print(f"result: {'FAILED' if report.errors else 'ok'} ({summary})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,7 +48,7 @@ import os
 import re
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +203,33 @@ def references(config: Mapping[str, Any]) -> References:
     for ids in _find_key(config, "SubnetIds"):  # queues, login node pools
         subnets.extend(ids if isinstance(ids, list) else [])
     keys = [_mapping(ssh).get("KeyName") for ssh in _find_key(config, "Ssh")]
+    head_subnet = _mapping(_mapping(config.get("HeadNode")).get("Networking")).get("SubnetId")
+    amis = [_mapping(image).get("CustomAmi") for image in _find_key(config, "Image")]
+    groups = [
+        _mapping(pg).get("Name") or _mapping(pg).get("Id")
+        for pg in _find_key(config, "PlacementGroup")
+    ]
+    parent = _mapping(config.get("Build")).get("ParentImage")
+    return References(
+        official_ami_users=_official_ami_users(config),
+        parent_images=(parent,) if isinstance(parent, str) and parent.startswith("ami-") else (),
+        aws_policies=tuple(dict.fromkeys(_aws_policies(config))),
+        head_subnet=head_subnet if isinstance(head_subnet, str) else None,
+        custom_amis=tuple(dict.fromkeys(a for a in amis if isinstance(a, str))),
+        placement_groups=tuple(dict.fromkeys(g for g in groups if isinstance(g, str))),
+        capacity_reservations=_capacity_reservations(config),
+        file_systems=tuple(dict.fromkeys(_file_systems(config))),
+        region=str(config.get("Region") or "us-east-1"),
+        os=str(_mapping(config.get("Image")).get("Os") or "alinux2023"),
+        subnets=tuple(dict.fromkeys(s for s in subnets if isinstance(s, str))),
+        key_pairs=tuple(dict.fromkeys(k for k in keys if isinstance(k, str) and k)),
+        s3_objects=tuple(dict.fromkeys(_s3_locations(config))),
+    )
+
+
+def _s3_locations(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(bucket, key) for every s3:// string, the CustomS3Bucket and each S3Access bucket named
+    without a wildcard; key "" for a bucket alone."""
     s3: list[tuple[str, str]] = []
     for value in _strings(config):
         if value.startswith("s3://"):
@@ -216,13 +243,13 @@ def references(config: Mapping[str, Any]) -> References:
             named = _mapping(item).get("BucketName")
             if isinstance(named, str) and "*" not in named:
                 s3.append((named, ""))
-    head_subnet = _mapping(_mapping(config.get("HeadNode")).get("Networking")).get("SubnetId")
-    amis = [_mapping(image).get("CustomAmi") for image in _find_key(config, "Image")]
-    groups = [
-        _mapping(pg).get("Name") or _mapping(pg).get("Id")
-        for pg in _find_key(config, "PlacementGroup")
-    ]
-    reservations: list[tuple[str, str, str, int]] = []
+    return s3
+
+
+def _capacity_reservations(config: Mapping[str, Any]) -> tuple[tuple[str, str, str, int], ...]:
+    """(id, instance type, capacity type, MaxCount) for each reservation the queues target, one
+    per id, as the first compute resource naming it says (a queue's target is its resources')."""
+    first_by_id: dict[str, tuple[str, str, str, int]] = {}
     for queue in _list(_mapping(config.get("Scheduling")).get("SlurmQueues")):
         queue = _mapping(queue)
         capacity_type = str(queue.get("CapacityType") or "ONDEMAND")
@@ -236,7 +263,12 @@ def references(config: Mapping[str, Any]) -> References:
             if isinstance(target, str) and isinstance(instance_type, str):
                 max_count = resource.get("MaxCount")
                 count = max_count if isinstance(max_count, int) else 10
-                reservations.append((target, instance_type, capacity_type, count))
+                first_by_id.setdefault(target, (target, instance_type, capacity_type, count))
+    return tuple(first_by_id.values())
+
+
+def _file_systems(config: Mapping[str, Any]) -> list[str]:
+    """The existing FSx / EFS file systems (and FSx volumes) the config mounts, by id."""
     file_systems: list[str] = []
     for settings in ("FsxLustreSettings", "EfsSettings", "FsxOntapSettings", "FsxOpenZfsSettings"):
         for found in _find_key(config, settings):
@@ -244,35 +276,21 @@ def references(config: Mapping[str, Any]) -> References:
                 fs_id = _mapping(found).get(key)
                 if isinstance(fs_id, str):
                     file_systems.append(fs_id)
+    return file_systems
+
+
+def _aws_policies(config: Mapping[str, Any]) -> list[str]:
+    """The AWS managed policies AdditionalIamPolicies names (arn:aws:iam::aws:policy/X -> X)."""
     policies = [
         _mapping(item).get("Policy")
         for listed in _find_key(config, "AdditionalIamPolicies")
         for item in _list(listed)
     ]
-    aws_policies = [
+    return [
         p.rpartition("/")[2]
         for p in policies
         if isinstance(p, str) and re.fullmatch(r"arn:aws[a-z-]*:iam::aws:policy/(.+/)?[^/]+", p)
     ]
-    parent = _mapping(config.get("Build")).get("ParentImage")
-    first_by_id: dict[str, tuple[str, str, str, int]] = {}
-    for reservation in reservations:  # one per id, as the first compute resource naming it says
-        first_by_id.setdefault(reservation[0], reservation)
-    return References(
-        official_ami_users=_official_ami_users(config),
-        parent_images=(parent,) if isinstance(parent, str) and parent.startswith("ami-") else (),
-        aws_policies=tuple(dict.fromkeys(aws_policies)),
-        head_subnet=head_subnet if isinstance(head_subnet, str) else None,
-        custom_amis=tuple(dict.fromkeys(a for a in amis if isinstance(a, str))),
-        placement_groups=tuple(dict.fromkeys(g for g in groups if isinstance(g, str))),
-        capacity_reservations=tuple(first_by_id.values()),
-        file_systems=tuple(dict.fromkeys(file_systems)),
-        region=str(config.get("Region") or "us-east-1"),
-        os=str(_mapping(config.get("Image")).get("Os") or "alinux2023"),
-        subnets=tuple(dict.fromkeys(s for s in subnets if isinstance(s, str))),
-        key_pairs=tuple(dict.fromkeys(k for k in keys if isinstance(k, str) and k)),
-        s3_objects=tuple(dict.fromkeys(s3)),
-    )
 
 
 def _official_ami_users(config: Mapping[str, Any]) -> tuple[str, ...]:
@@ -602,68 +620,27 @@ def _unimplemented_calls_faked(account: FakeAccount, refs: References) -> Iterat
     """
     from botocore.client import BaseClient
     from botocore.exceptions import ClientError
-    from pcluster.constants import CAPACITY_RESERVATION_OS_MAP
 
-    zone = f"{refs.region}a"
-    groups = {
-        name: {
-            "GroupName": name,
-            "GroupId": f"pg-{index:017x}",
-            "GroupArn": f"arn:aws:ec2:{refs.region}:{_ACCOUNT_ID}:placement-group/{name}",
-            "Strategy": "cluster",
-            "State": "available",
-        }
-        for index, name in enumerate(refs.placement_groups, start=1)
-    }
-    reservations = {
-        cr: {
-            "CapacityReservationId": cr,
-            "CapacityReservationArn": f"arn:aws:ec2:{refs.region}:{_ACCOUNT_ID}:capacity-reservation/{cr}",
-            "OwnerId": _ACCOUNT_ID,
-            "InstanceType": instance_type,
-            "InstancePlatform": CAPACITY_RESERVATION_OS_MAP.get(refs.os, "Linux/UNIX"),
-            "AvailabilityZone": zone,
-            "Tenancy": "default",
-            "TotalInstanceCount": count,
-            "AvailableInstanceCount": count,
-            "State": "active",
-            "InstanceMatchCriteria": "targeted",
-            "ReservationType": "capacity-block" if kind == "CAPACITY_BLOCK" else "default",
-        }
-        for cr, instance_type, kind, count in refs.capacity_reservations
-    }
+    groups = _placement_group_records(refs)
+    reservations = _capacity_reservation_records(refs)
     account.placement_groups = list(groups)
     account.capacity_reservations = list(reservations)
-
-    def not_found(code: str, message: str, operation: str) -> ClientError:
-        return ClientError({"Error": {"Code": code, "Message": message}}, operation)
-
-    def placement_groups(params: Mapping[str, Any]) -> dict[str, Any]:
-        names = params.get("GroupNames") or []
-        for name in names:
-            if name not in groups:
-                raise not_found(
-                    "InvalidPlacementGroup.Unknown",
-                    f"The Placement Group '{name}' is unknown.",
-                    "DescribePlacementGroups",
-                )
-        return {"PlacementGroups": [groups[n] for n in names] if names else list(groups.values())}
-
-    def capacity_reservations(params: Mapping[str, Any]) -> dict[str, Any]:
-        ids = params.get("CapacityReservationIds") or []
-        for cr in ids:
-            if cr not in reservations:
-                raise not_found(
-                    "InvalidCapacityReservationId.NotFound",
-                    f"The capacity reservation ID '{cr}' does not exist",
-                    "DescribeCapacityReservations",
-                )
-        found = [reservations[c] for c in ids] if ids else list(reservations.values())
-        return {"CapacityReservations": found}
-
     fakes = {
-        ("ec2", "DescribePlacementGroups"): placement_groups,
-        ("ec2", "DescribeCapacityReservations"): capacity_reservations,
+        ("ec2", "DescribePlacementGroups"): _describe(
+            groups,
+            "DescribePlacementGroups",
+            ("GroupNames", "PlacementGroups"),
+            ("InvalidPlacementGroup.Unknown", "The Placement Group '{}' is unknown."),
+        ),
+        ("ec2", "DescribeCapacityReservations"): _describe(
+            reservations,
+            "DescribeCapacityReservations",
+            ("CapacityReservationIds", "CapacityReservations"),
+            (
+                "InvalidCapacityReservationId.NotFound",
+                "The capacity reservation ID '{}' does not exist",
+            ),
+        ),
     }
     real = BaseClient._make_api_call
 
@@ -686,6 +663,70 @@ def _unimplemented_calls_faked(account: FakeAccount, refs: References) -> Iterat
 
     with mock.patch.object(BaseClient, "_make_api_call", make_api_call):
         yield
+
+
+def _placement_group_records(refs: References) -> dict[str, dict[str, Any]]:
+    """DescribePlacementGroups' record of each placement group the config names, by name."""
+    return {
+        name: {
+            "GroupName": name,
+            "GroupId": f"pg-{index:017x}",
+            "GroupArn": f"arn:aws:ec2:{refs.region}:{_ACCOUNT_ID}:placement-group/{name}",
+            "Strategy": "cluster",
+            "State": "available",
+        }
+        for index, name in enumerate(refs.placement_groups, start=1)
+    }
+
+
+def _capacity_reservation_records(refs: References) -> dict[str, dict[str, Any]]:
+    """DescribeCapacityReservations' record of each reservation the config names, by id: active,
+    in the region's first zone, as many instances free as the compute resource's MaxCount."""
+    from pcluster.constants import CAPACITY_RESERVATION_OS_MAP
+
+    return {
+        cr: {
+            "CapacityReservationId": cr,
+            "CapacityReservationArn": f"arn:aws:ec2:{refs.region}:{_ACCOUNT_ID}:capacity-reservation/{cr}",
+            "OwnerId": _ACCOUNT_ID,
+            "InstanceType": instance_type,
+            "InstancePlatform": CAPACITY_RESERVATION_OS_MAP.get(refs.os, "Linux/UNIX"),
+            "AvailabilityZone": f"{refs.region}a",
+            "Tenancy": "default",
+            "TotalInstanceCount": count,
+            "AvailableInstanceCount": count,
+            "State": "active",
+            "InstanceMatchCriteria": "targeted",
+            "ReservationType": "capacity-block" if kind == "CAPACITY_BLOCK" else "default",
+        }
+        for cr, instance_type, kind, count in refs.capacity_reservations
+    }
+
+
+def _describe(
+    held: Mapping[str, dict[str, Any]],
+    operation: str,
+    keys: tuple[str, str],
+    unknown: tuple[str, str],
+) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A Describe* call answered from `held`. `keys`: the request's list of names or ids and the
+    answer's list; every record when none is asked for. `unknown`: the error code and message
+    ('{}': the name) AWS gives for one the account does not hold."""
+    from botocore.exceptions import ClientError
+
+    asked_key, answer_key = keys
+    code, message = unknown
+
+    def describe(params: Mapping[str, Any]) -> dict[str, Any]:
+        asked = params.get(asked_key) or []
+        for name in asked:
+            if name not in held:
+                raise ClientError(
+                    {"Error": {"Code": code, "Message": message.format(name)}}, operation
+                )
+        return {answer_key: [held[n] for n in asked] if asked else list(held.values())}
+
+    return describe
 
 
 def _gap_of(service: str, operation: str, err: Exception) -> Gap | None:

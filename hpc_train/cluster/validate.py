@@ -268,6 +268,25 @@ def validate_config(
         report.validators_run = owners.executed
         report.ran = owners.names
         report.suppressed = sorted(suppressor.asked_and_hit)
+    _record_results(report, results, owners, account.gaps, text, data, paths)
+    _add_own_findings(report, text, data)
+    return report
+
+
+GAP_MARK = "not checked offline: "  # how fake_aws words a call it could not answer
+
+
+def _record_results(
+    report: Report,
+    results: Any,
+    owners: _Owners,
+    gaps: list[Gap],
+    text: str,
+    data: dict[str, Any],
+    paths: Mapping[int, yaml_paths.Path],
+) -> None:
+    """pcluster's validator results into the report: each a finding at its YAML path, or, where
+    the fake account could not answer the validator's call, a 'not checked offline' line."""
     for result in results:
         owner, args = owners.by_result.get(id(result), (None, {}))
         where, fields = yaml_paths.locate(data, paths.get(id(owner), ()), args, paths)
@@ -286,15 +305,16 @@ def validate_config(
                 line=yaml_paths.line_of(text, line_path),
             )
         )
-    report.not_checked += list(_gap_lines(owners, account.gaps, data, paths))
+    report.not_checked += list(_gap_lines(owners, gaps, data, paths))
+
+
+def _add_own_findings(report: Report, text: str, data: dict[str, Any]) -> None:
+    """hpc-train's own checks (no-effect settings, dropped Slurm settings), then every finding
+    sorted by level."""
     report.findings.extend(no_effect_findings(data, text))
     report.findings.extend(dropped_slurm_findings(data, text))
     report.slurm_kept = slurm_conf.kept(data)
     report.findings.sort(key=lambda f: LEVELS.index(f.level) if f.level in LEVELS else 9)
-    return report
-
-
-GAP_MARK = "not checked offline: "  # how fake_aws words a call it could not answer
 
 
 def _gap_lines(
