@@ -116,6 +116,7 @@ from hpc_train import chaos, testing
 from hpc_train.cluster import requeue_hold
 from hpc_train.runs import goodput as run_goodput
 from hpc_train.runs import logparse
+from hpc_train.worker import speed
 
 POLL_S = 0.25
 # the toolkit ways: the integration tests' short hang allowances, a 30 s straggler window with
@@ -322,7 +323,8 @@ exec {bindir}/fairseq-train {args} --distributed-init-method env:// \\
 def fairseq_args(torchrun_line: str) -> list[str]:
     """The fairseq arguments of the toolkit's torchrun line (after ``-m hpc_train.worker.train``)."""
     words = shlex.split(torchrun_line)
-    return words[words.index("hpc_train.worker.train") + 1 :]
+    args, _ = speed.split_args(words[words.index("hpc_train.worker.train") + 1 :])
+    return args  # the toolkit's speed-lever argument is the rank's, not fairseq-train's
 
 
 # --- on the cluster ----------------------------------------------------------------------------

@@ -256,7 +256,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def fairseq_config(args: list[str]) -> Any:
-    """fairseq-train's arguments parsed into its config, with bf16 off TPUs allowed.
+    """fairseq-train's arguments parsed into its config, with bf16 off TPUs allowed (and the
+    speed levers' argument left out: ``speed.split_args``).
 
     fairseq 0.12's ``--bf16`` implies ``--tpu`` (bf16 was a TPU feature then), and with ``tpu``
     set the trainer asks torch_xla for its device. Unless ``--tpu`` was asked for, that implied
@@ -266,6 +267,7 @@ def fairseq_config(args: list[str]) -> Any:
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    args, _ = speed.split_args(args)  # the toolkit's lever argument is not fairseq's
     parsed = options.parse_args_and_arch(options.get_training_parser(), input_args=args)
     if parsed.bf16 and "--tpu" not in args:
         parsed.tpu = False

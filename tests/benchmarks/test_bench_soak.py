@@ -62,7 +62,7 @@ def test_schedule_scaled_keeps_order_and_kinds():
 
 def test_bare_scripts_parse_and_keep_fairseq_args(tmp_path):
     line = ("torchrun --nnodes=2 -m hpc_train.worker.train /d --adam-betas '(0.9, 0.98)' "
-            "--save-dir /s --log-interval 1")  # fmt: skip
+            "--save-dir /s --log-interval 1 --hpc-levers fused-adamw")  # fmt: skip
     args = soak.fairseq_args(line)
     assert args == ["/d", "--adam-betas", "(0.9, 0.98)", "--save-dir", "/s", "--log-interval", "1"]
     rank = soak.bare_rank_sh(args)
