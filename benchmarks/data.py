@@ -58,6 +58,16 @@ WIKITEXT103_BYTES = 543_000_000  # train ~540 MB (issue 13) + valid, test (3,760
 WIKITEXT103_LINES = 1_801_350 + 3_760 + 4_358
 TARGET_VCPUS = 96
 WORKERS = (1, 2)
+# How the wikitext103_hours_* figures are extrapolated from the measured rates.
+EXTRAPOLATION = {
+    "bytes": WIKITEXT103_BYTES,
+    "lines": WIKITEXT103_LINES,
+    "vcpus": TARGET_VCPUS,
+    "per_worker_rate_from": "1 worker",
+    "assumes": "linear scaling in workers (optimistic); ours can be no faster than its "
+    "coordinating process (wikitext103_hours_ours_coordinator); fairseq's reader is "
+    "not measured",
+}
 SMOKE = {"articles": 40, "repeats": 1, "inprocess_lines": 500}  # --smoke: the same, on ~70 kB
 
 
@@ -226,6 +236,46 @@ def serial_stage(src: Path, encoded: bytes, chunk_lines: int, dest: Path) -> flo
     return time.perf_counter() - started
 
 
+def timed_repeats(
+    cmds: dict[str, list[str]], repeats: int, files: tuple[Path, Path], tiny: tuple[Path, Path]
+) -> tuple[dict[str, list[float]], dict[str, list[float]], bytes | None]:
+    """Each command `repeats` times, in turn: its start-up (on the one-line `tiny` input) and its
+    wall time on `files` (source, destination); every output must equal the first one.
+    Returns the wall and start-up seconds per command, and that first output."""
+    src, dest = files
+    wall: dict[str, list[float]] = {name: [] for name in cmds}
+    startup: dict[str, list[float]] = {name: [] for name in cmds}
+    reference: bytes | None = None
+    for repeat in range(repeats):
+        for name, cmd in cmds.items():
+            startup[name].append(timed(with_input(cmd, src, dest, *tiny)))
+            wall[name].append(timed(cmd))
+            output = dest.read_bytes()
+            reference = reference if reference is not None else output
+            if output != reference:
+                raise BenchError(f"{name}: output differs from fairseq_1's")
+            say(f"repeat {repeat + 1}/{repeats} {name}: {wall[name][-1]:.2f} s "
+                f"(start-up {startup[name][-1]:.2f} s)")  # fmt: skip
+    return wall, startup, reference
+
+
+def wikitext103_hours(bytes_per_s: dict[str, float], ceiling: float) -> dict[str, Any]:
+    """WikiText-103's encoding time extrapolated from the 1-worker rates: on TARGET_VCPUS
+    workers, on one process, and the coordinating process's floor (`ceiling`, bytes/s)."""
+    return {
+        "wikitext103_hours_96_vcpus": {
+            name: hours_for(WIKITEXT103_BYTES, bytes_per_s[f"{name}_1"], TARGET_VCPUS)
+            for name in ("ours", "fairseq")
+        },
+        # the one process that reads, hands out and writes for all workers, alone: a floor
+        "wikitext103_hours_ours_coordinator": hours_for(WIKITEXT103_BYTES, ceiling, 1),
+        "wikitext103_hours_1_process": {
+            name: hours_for(WIKITEXT103_BYTES, bytes_per_s[f"{name}_1"], 1)
+            for name in ("ours", "fairseq")
+        },
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started, load_before = time.time(), os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-data-", dir=args.work_dir))
@@ -237,19 +287,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tiny.write_text(" = Start up = \n", encoding="utf-8")
     say(f"text: {n_lines:,} lines, {n_bytes / 1e6:.1f} MB in {work}")
     cmds = commands(src, dest)
-    wall: dict[str, list[float]] = {name: [] for name in cmds}
-    startup: dict[str, list[float]] = {name: [] for name in cmds}
-    reference: bytes | None = None
-    for repeat in range(args.repeats):
-        for name, cmd in cmds.items():
-            startup[name].append(timed(with_input(cmd, src, dest, tiny, tiny_out)))
-            wall[name].append(timed(cmd))
-            output = dest.read_bytes()
-            reference = reference if reference is not None else output
-            if output != reference:
-                raise BenchError(f"{name}: output differs from fairseq_1's")
-            say(f"repeat {repeat + 1}/{args.repeats} {name}: {wall[name][-1]:.2f} s "
-                f"(start-up {startup[name][-1]:.2f} s)")  # fmt: skip
+    wall, startup, reference = timed_repeats(cmds, args.repeats, (src, dest), (tiny, tiny_out))
     seconds = {name: steady_seconds(wall[name], startup[name]) for name in cmds}
     lines_per_s = {name: per_second(n_lines, s) for name, s in seconds.items()}
     bytes_per_s = {name: per_second(n_bytes, s) for name, s in seconds.items()}
@@ -269,16 +307,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "fairseq": ratio(lines_per_s["fairseq_2"], lines_per_s["fairseq_1"]),
         },
         "tokenizers_pipeline_over_ours": ratio(inproc["ours"], inproc["tokenizers"]),  # speed
-        "wikitext103_hours_96_vcpus": {
-            name: hours_for(WIKITEXT103_BYTES, bytes_per_s[f"{name}_1"], TARGET_VCPUS)
-            for name in ("ours", "fairseq")
-        },
-        # the one process that reads, hands out and writes for all workers, alone: a floor
-        "wikitext103_hours_ours_coordinator": hours_for(WIKITEXT103_BYTES, ceiling, 1),
-        "wikitext103_hours_1_process": {
-            name: hours_for(WIKITEXT103_BYTES, bytes_per_s[f"{name}_1"], 1)
-            for name in ("ours", "fairseq")
-        },
+        **wikitext103_hours(bytes_per_s, ceiling),
         "coordinator_mb_per_s": round(ceiling / 1e6, 2),
         "lines_per_s": {k: round(v, 1) for k, v in lines_per_s.items()},
         "mb_per_s": {k: round(v / 1e6, 3) for k, v in bytes_per_s.items()},
@@ -297,15 +326,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "layout": "wikitext-103-raw (demo.wikitext_layout of stdlib docstrings)",
             "in_process_lines": min(n_lines, args.inprocess_lines),
         },
-        "extrapolation": {
-            "bytes": WIKITEXT103_BYTES,
-            "lines": WIKITEXT103_LINES,
-            "vcpus": TARGET_VCPUS,
-            "per_worker_rate_from": "1 worker",
-            "assumes": "linear scaling in workers (optimistic); ours can be no faster than its "
-            "coordinating process (wikitext103_hours_ours_coordinator); fairseq's reader is "
-            "not measured",
-        },
+        "extrapolation": dict(EXTRAPOLATION),
         "settings": {"repeats": args.repeats, "workers": list(WORKERS)},
         **provenance(started, load_before, machine()),
     }

@@ -100,21 +100,10 @@ def sweep(
         rows: list[dict[str, Any]] = []
         for batch in sizes:
             sample = synthetic_sample(batch, length, len(vocab), vocab.pad(), vocab.nspecial)
-            try:
-                for _ in range(warmup):
-                    trainer.train_step([sample], raise_oom=True)
-                if cuda:
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats()
-                started = time.perf_counter()
-                for _ in range(steps):
-                    trainer.train_step([sample], raise_oom=True)
-                if cuda:
-                    torch.cuda.synchronize()
-            except torch.cuda.OutOfMemoryError:
+            seconds = timed_steps(trainer, sample, warmup, steps, cuda)
+            if seconds is None:
                 rows.append({"batch": batch, "oom": True})
                 break
-            seconds = time.perf_counter() - started
             rows.append(
                 {
                     "batch": batch,
@@ -141,6 +130,29 @@ def sweep(
         "rows": rows,
         "optimizer_step_ms": optimizer_steps(shapes, "cuda" if cuda else "cpu"),
     }
+
+
+def timed_steps(
+    trainer: Any, sample: dict[str, Any], warmup: int, steps: int, cuda: bool
+) -> float | None:
+    """Seconds `steps` training steps on `sample` take after `warmup` untimed ones (the GPU's
+    peak counters reset between them); None at the first out-of-memory."""
+    import torch
+
+    try:
+        for _ in range(warmup):
+            trainer.train_step([sample], raise_oom=True)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        for _ in range(steps):
+            trainer.train_step([sample], raise_oom=True)
+        if cuda:
+            torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError:
+        return None
+    return time.perf_counter() - started
 
 
 def optimizer_steps(

@@ -558,20 +558,43 @@ def copy_logs(bench: Bench, dest: Path) -> None:
             shutil.copyfile(path, dest / path.name)
 
 
+def say_no_gpu(out: Path) -> int:
+    """No GPU and no --cpu: say so, keep a GPU result already in ``out``, else record none."""
+    print("bench-gpu-restart: no GPU visible here: nothing measured (--cpu: the tiny preset "
+          "on a CPU rank)")  # fmt: skip
+    old = json.loads(out.read_text()) if out.exists() else {}
+    if old.get("gpu"):
+        print(f"kept the GPU result in {out}")
+    else:
+        write_json(out, {"gpu": False, "date": dt.date.today().isoformat()})
+    return 0
+
+
+def wrap_up(bench: Bench, result: dict[str, Any], args: argparse.Namespace, started: float) -> None:
+    """After the measurement, even a failed one: the failure and the last start's output tail,
+    the figures, the logs and save dir as asked, and the result written."""
+    if "error" in result:
+        print(f"[gpu-restart] FAILED: {result['error']}", flush=True)
+        if bench.starts:
+            tail = bench.starts[-1].out.read_text(errors="replace").splitlines()[-40:]
+            print("\n".join(tail), flush=True)
+    bench.finish(result)
+    if args.logs_dir:
+        copy_logs(bench, args.logs_dir)
+    if not args.keep:
+        shutil.rmtree(bench.save, ignore_errors=True)  # checkpoints are GBs
+    result["date"] = dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds")
+    result["duration_s"] = round(time.time() - started, 1)
+    write_json(args.out, result)
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     started = time.time()
     use_gpu = torch.cuda.is_available() and not args.cpu
     if not use_gpu and not args.cpu:
-        print("bench-gpu-restart: no GPU visible here: nothing measured (--cpu: the tiny preset "
-              "on a CPU rank)")  # fmt: skip
-        old = json.loads(args.out.read_text()) if args.out.exists() else {}
-        if old.get("gpu"):
-            print(f"kept the GPU result in {args.out}")
-        else:
-            write_json(args.out, {"gpu": False, "date": dt.date.today().isoformat()})
-        return 0
+        return say_no_gpu(args.out)
     plan = (SMOKE_PLANS if args.smoke else PLANS)["cuda" if use_gpu else "cpu"]
     work = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
@@ -603,19 +626,7 @@ def run(args: argparse.Namespace) -> int:
         result["error"] = f"{type(err).__name__}: {err}"
         raise
     finally:
-        if "error" in result:
-            print(f"[gpu-restart] FAILED: {result['error']}", flush=True)
-            if bench.starts:
-                tail = bench.starts[-1].out.read_text(errors="replace").splitlines()[-40:]
-                print("\n".join(tail), flush=True)
-        bench.finish(result)
-        if args.logs_dir:
-            copy_logs(bench, args.logs_dir)
-        if not args.keep:
-            shutil.rmtree(bench.save, ignore_errors=True)  # checkpoints are GBs
-        result["date"] = dt.datetime.fromtimestamp(started, dt.UTC).isoformat(timespec="seconds")
-        result["duration_s"] = round(time.time() - started, 1)
-        write_json(args.out, result)
+        wrap_up(bench, result, args, started)
     print(table(rows(result)))
     print(json.dumps(result["figures"], indent=1))
     print(f"written {args.out} ({result['duration_s']} s)")

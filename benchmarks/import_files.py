@@ -189,7 +189,7 @@ def cluster(result: dict[str, Any], nodes: int, ranks: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.import_files",
         description=__doc__,
@@ -203,7 +203,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--imports", nargs="+", choices=tuple(IMPORTS), default=list(IMPORTS), help="what to trace"
     )
-    args = report.parse(parser, argv, "import_files", SMOKE)
+    return parser
+
+
+def say_measured(name: str, result: dict[str, Any], nodes: int, ranks_per_node: int) -> None:
+    """One import's figures on this machine, then scaled to the cluster (`cluster`)."""
+    c = result["calls"]
+    opens = sum(c.get(n, {}).get("total", 0) for n in OPENS)
+    stats = sum(c.get(n, {}).get("total", 0) for n in STATS)
+    print(
+        f"import {name}: {result['calls_total'].get('total', 0)} calls: {opens} opens "
+        f"({result['opened_ok']} ok, {result['opened_ok_in_env']} of them in the env), "
+        f"{stats} stat-like, {c.get('getdents64', {}).get('total', 0)} getdents64; "
+        f"{result['distinct_paths_in_env']} distinct paths in the env, "
+        f"{result['bytes_in_env_opened'] / 1e6:.0f} MB of files opened there; "
+        f"{result['wall_s']} s without strace"
+    )
+    k = result["cluster"]
+    print(
+        f"  x {k['ranks']} ranks ({nodes} nodes x {ranks_per_node}): "
+        f"{k['calls_total']:,} calls, {k['opens_ok_in_env']:,} opens in env, "
+        f"{k['stat_like_calls']:,} stat-like calls; at least "
+        f"{k['distinct_env_paths_x_nodes']:,} lookups if each node caches perfectly"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = report.parse(build_parser(), argv, "import_files", SMOKE)
     strace = shutil.which("strace")
     if strace is None:
         print("import_files: strace is not installed (apt-get install strace)", file=sys.stderr)
@@ -222,24 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         result["wall_s"] = wall(args.python, code, args.repeat)
         result["cluster"] = cluster(result, args.nodes, args.ranks_per_node)
         imports[name] = result
-        c = result["calls"]
-        opens = sum(c.get(n, {}).get("total", 0) for n in OPENS)
-        stats = sum(c.get(n, {}).get("total", 0) for n in STATS)
-        print(
-            f"import {name}: {result['calls_total'].get('total', 0)} calls: {opens} opens "
-            f"({result['opened_ok']} ok, {result['opened_ok_in_env']} of them in the env), "
-            f"{stats} stat-like, {c.get('getdents64', {}).get('total', 0)} getdents64; "
-            f"{result['distinct_paths_in_env']} distinct paths in the env, "
-            f"{result['bytes_in_env_opened'] / 1e6:.0f} MB of files opened there; "
-            f"{result['wall_s']} s without strace"
-        )
-        k = result["cluster"]
-        print(
-            f"  x {k['ranks']} ranks ({args.nodes} nodes x {args.ranks_per_node}): "
-            f"{k['calls_total']:,} calls, {k['opens_ok_in_env']:,} opens in env, "
-            f"{k['stat_like_calls']:,} stat-like calls; at least "
-            f"{k['distinct_env_paths_x_nodes']:,} lookups if each node caches perfectly"
-        )
+        say_measured(name, result, args.nodes, args.ranks_per_node)
     record = {
         "benchmark": "import_files",
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

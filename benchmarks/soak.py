@@ -492,17 +492,69 @@ def is_running(job: str) -> bool:
     return slurm.job_state(job).state == "RUNNING"
 
 
+@dataclass
+class _Injections:
+    """One way's schedule as it is worked through: what is still to inject, what was (and failed),
+    the thread injecting now, and when the job's first update came."""
+
+    pending: list[tuple[float, str]]
+    done: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    worker: threading.Thread | None = None
+    first: float | None = None
+
+
 def soak(
     way: Way, args: argparse.Namespace, jobs: Jobs, submitted: float, replacer: Replacer
 ) -> dict[str, Any]:
     """Poll the way's log for the budget, injecting the schedule; the figures."""
     deadline = submitted + args.budget_s
-    schedule = scaled(SCHEDULE, args.scale)
-    first: float | None = None
-    done: list[dict[str, Any]] = []
-    pending = list(schedule)
-    errors: list[str] = []
-    worker: threading.Thread | None = None
+    inj = _Injections(pending=list(scaled(SCHEDULE, args.scale)))
+    _inject_over_budget(way, args, jobs, submitted, deadline, inj)
+    state = slurm.job_state(way.job)
+    if inj.worker is not None:
+        inj.worker.join(timeout=60)
+    way.poll()
+    lines = [(t, s) for t, s in way.lines if t <= deadline]
+    updates = updates_of(lines)
+    events = way.events()
+    inj.done.sort(key=lambda f: f["time"])
+    failures = _failure_figures(way, inj.done, lines, updates, events, deadline)
+    first_failure = min((f["time"] for f in inj.done), default=deadline)
+    clean = clean_s_per_update(updates, first_failure)
+    reached = max((u for _, u in updates), default=0)
+    first = inj.first
+    return {
+        "job_id": way.job,
+        "updates_reached": reached,
+        "reached_max_update": reached >= args.max_update,  # then idle to the budget's end
+        "clean_s_per_update": clean,
+        "goodput": ratio(reached * clean, args.budget_s) if clean else None,
+        "first_update_after_submit_s": round(first - submitted, 1) if first else None,
+        "failures": failures,
+        "skipped": [kind for _, kind in inj.pending],
+        "inject_errors": inj.errors,
+        "updates_recomputed": duplicates(updates),
+        "state_at_end": state.state,
+        "restarts": state.restarts,
+        "alive_at_end": state.state in ("RUNNING", "PENDING", "REQUEUED", "CONFIGURING"),
+        "replaced": [[n, t] for n, t in replacer.replaced if submitted <= t <= deadline],
+        "ledger_goodput": run_goodput.account(events, deadline).as_json() if events else None,
+        "ledger": [{"kind": e.kind, "time": round(e.time, 3), **e.data} for e in events],
+        "save_dir": str(way.save),
+    }
+
+
+def _inject_over_budget(
+    way: Way,
+    args: argparse.Namespace,
+    jobs: Jobs,
+    submitted: float,
+    deadline: float,
+    inj: _Injections,
+) -> None:
+    """Until the deadline (or the job's end for good): poll the log and inject each failure when
+    it is due and the job trains again after the last one, one at a time, each in a thread."""
     dead_since: float | None = None
     looked = 0.0
     while time.time() < deadline:
@@ -516,36 +568,41 @@ def soak(
         if dead_since is not None and time.time() - dead_since > DEAD_GRACE_S:
             say(f"{way.name}: job {way.job} ended for good; the rest of the budget is idle")
             break
-        if first is None and updates_of(way.lines):
-            first = updates_of(way.lines)[0][0]
-            say(f"{way.name}: first update {first - submitted:.1f} s after submission")
-        busy = worker is not None and worker.is_alive()
+        if inj.first is None and updates_of(way.lines):
+            inj.first = updates_of(way.lines)[0][0]
+            say(f"{way.name}: first update {inj.first - submitted:.1f} s after submission")
+        busy = inj.worker is not None and inj.worker.is_alive()
         now = time.time()
-        due = first is not None and pending and not busy and now >= first + pending[0][0]
-        last = done[-1]["time"] if done else None
+        pending = inj.pending
+        due = inj.first is not None and pending and not busy and now >= inj.first + pending[0][0]
+        last = inj.done[-1]["time"] if inj.done else None
         if due and training_again(way.updates, last, now) and is_running(way.job):
             offset, kind = pending.pop(0)
 
             def go(kind: str = kind, offset: float = offset) -> None:
                 try:
-                    done.append({**inject(kind, way, args, jobs), "offset_s": offset})
-                    say(f"{way.name}: {kind} injected ({done[-1]['node'] or '-'})")
+                    inj.done.append({**inject(kind, way, args, jobs), "offset_s": offset})
+                    say(f"{way.name}: {kind} injected ({inj.done[-1]['node'] or '-'})")
                 except (slurm.SlurmError, BenchError, OSError) as err:
-                    errors.append(f"{kind}: {err}")
+                    inj.errors.append(f"{kind}: {err}")
                     say(f"{way.name}: {kind} failed: {err}")
 
-            worker = threading.Thread(target=go, daemon=True)
-            worker.start()
+            inj.worker = threading.Thread(target=go, daemon=True)
+            inj.worker.start()
         time.sleep(POLL_S)
-    state = slurm.job_state(way.job)
-    if worker is not None:
-        worker.join(timeout=60)
-    way.poll()
-    lines = [(t, s) for t, s in way.lines if t <= deadline]
-    updates = updates_of(lines)
-    events = way.events()
+
+
+def _failure_figures(
+    way: Way,
+    done: list[dict[str, Any]],
+    lines: list[tuple[float, str]],
+    updates: list[tuple[float, int]],
+    events: list[ledger.Event],
+    deadline: float,
+) -> list[dict[str, Any]]:
+    """Each injected failure (by time) with its recovery: the first resumed update (the ledger's
+    for the toolkit, the log's for bare), the update it resumed from, the updates recomputed."""
     failures = []
-    done.sort(key=lambda f: f["time"])
     for f, after in zip(done, [*(f["time"] for f in done[1:]), deadline], strict=True):
         # a failure's resume comes before the next failure (a slow node may cause none)
         resumed_log = resume_in_log([(t, s) for t, s in lines if t < after], f["time"])
@@ -558,28 +615,7 @@ def soak(
             "resumed_from_update": resumed_log[1] - 1 if resumed_log else None,
             "updates_recomputed": recomputed_at(updates, resumed_log) if resumed_log else None,
         })  # fmt: skip
-    first_failure = min((f["time"] for f in done), default=deadline)
-    clean = clean_s_per_update(updates, first_failure)
-    reached = max((u for _, u in updates), default=0)
-    return {
-        "job_id": way.job,
-        "updates_reached": reached,
-        "reached_max_update": reached >= args.max_update,  # then idle to the budget's end
-        "clean_s_per_update": clean,
-        "goodput": ratio(reached * clean, args.budget_s) if clean else None,
-        "first_update_after_submit_s": round(first - submitted, 1) if first else None,
-        "failures": failures,
-        "skipped": [kind for _, kind in pending],
-        "inject_errors": errors,
-        "updates_recomputed": duplicates(updates),
-        "state_at_end": state.state,
-        "restarts": state.restarts,
-        "alive_at_end": state.state in ("RUNNING", "PENDING", "REQUEUED", "CONFIGURING"),
-        "replaced": [[n, t] for n, t in replacer.replaced if submitted <= t <= deadline],
-        "ledger_goodput": run_goodput.account(events, deadline).as_json() if events else None,
-        "ledger": [{"kind": e.kind, "time": round(e.time, 3), **e.data} for e in events],
-        "save_dir": str(way.save),
-    }
+    return failures
 
 
 def toolkit_way(name: str, options: Sequence[str], args: argparse.Namespace, jobs: Jobs) -> Way:
