@@ -40,8 +40,9 @@ NO_BF16 = frozenset({"V100"})  # no bf16 arithmetic units: bf16 would be emulate
 # fairseq's data loader processes per GPU rank. One (fairseq's default) made about 1,000
 # masked-LM sequences/s on a core of the development machine: about what one H100 trains at
 # 256 sequences per batch (~430k words/s), so the GPU waited on it.
-# Every instance type has >= 6 cores per GPU. Cost: fairseq's exit after training takes longer
-# (each loader process's join times out; measured in benchmarks/results/gpu.json, exit_s).
+# Every instance type has >= 6 cores per GPU. torch's own exit would join each loader process
+# with a 5 s timeout (42 s with 4, benchmarks/results/gpu.json exit_s): the rank stops them
+# itself after its last save (hpc_train.worker.loaders).
 LOADER_WORKERS = 4
 
 # Kept free of the GPU's memory: the allocator's fragmentation, the CUDA context, NCCL's buffers
