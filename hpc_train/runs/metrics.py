@@ -348,7 +348,15 @@ class Family:
 
 def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) -> list[Family]:
     """The metric families of these runs (pure: ``views`` say everything)."""
-    f = {
+    f = _run_families()
+    for v in views:
+        _add_run(f, v)
+    return [*f.values(), *_scrape_families(views, slurm_up, scrape_s)]
+
+
+def _run_families() -> dict[str, Family]:
+    """The per-run families, empty, by a short key."""
+    return {
         "info": Family("run_info", "gauge", "a run the toolkit knows (value 1)",
                        (*LABELS, "max_update")),
         "state": Family("run_state", "gauge", "the run's state (Slurm's, else its ledger's): 1",
@@ -390,56 +398,74 @@ def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) ->
         "problems": Family("run_problems", "gauge",
                            "unreadable things in the run (corrupt ledger lines, a missing dir)"),
     }  # fmt: skip
-    for v in views:
-        lab = v.labels
-        f["info"].add((*lab, str(v.max_update or "")), 1)
-        f["state"].add((*lab, v.state), 1)
-        f["problems"].add(lab, len(v.problems))
-        if v.missing:
-            continue
-        s = v.summary
-        f["update"].add(lab, s.updates)
-        f["max_update"].add(lab, v.max_update)
-        f["loss"].add(lab, s.final_loss)
-        f["wps"].add(lab, s.wps[-1] if s.wps else None)
-        progress = v.last_progress
-        f["progress"].add(lab, progress)
-        if v.alive and v.job_state is not None and v.job_state.state == "RUNNING":
-            f["since_progress"].add(lab, None if progress is None else max(0.0, v.now - progress))
-            allowance, own = v.judged_allowance_s()
-            f["allowance"].add((*lab, "on" if own else "off"), allowance)
-        if v.alive and v.job_state is not None and v.job_state.state == "RUNNING":
-            f["since_ckpt"].add(lab, v.checkpoint_age_s())  # a pending job saves nothing
-        f["ckpt_interval"].add(lab, v.checkpoint_interval_s())
-        if v.checkpoints:
-            f["ckpt_update"].add(lab, float(v.checkpoints[-1].get("update", 0)))
-        since = v.pending_since()
-        f["pending"].add(lab, None if since is None else max(0.0, v.now - since))
-        causes: dict[str, int] = {}
-        for _, why in goodput.restarts(v.events):
-            cause = goodput.short_cause(why)
-            causes[cause] = causes.get(cause, 0) + 1
-        for cause, n in sorted(causes.items()):
-            f["restarts"].add((*lab, cause), n)
-        g = v.goodput()
-        if g is not None:
-            f["ettr"].add(lab, g.ettr)
-            f["wall"].add(lab, g.wall_s)
-            f["productive"].add(lab, g.productive_s)
-            for cause, seconds in g.parts.items():
-                if cause != "productive":
-                    f["lost"].add((*lab, cause.replace(" ", "_").replace("-", "")), seconds)
-        blamed: dict[str, int] = {}
-        held = set()
-        for note in v.nodes_named():
-            if note.kind == "blamed":
-                blamed[note.node] = blamed.get(note.node, 0) + 1
-                if note.quarantined:
-                    held.add(note.node)
-        for node, n in sorted(blamed.items()):
-            f["blamed"].add((*lab, node), n)
-        for node in sorted(held):
-            f["quarantined"].add((*lab, node), 1)
+
+
+def _add_run(f: dict[str, Family], v: RunView) -> None:
+    """One run's samples into the per-run families ``f``."""
+    lab = v.labels
+    f["info"].add((*lab, str(v.max_update or "")), 1)
+    f["state"].add((*lab, v.state), 1)
+    f["problems"].add(lab, len(v.problems))
+    if v.missing:
+        return
+    s = v.summary
+    f["update"].add(lab, s.updates)
+    f["max_update"].add(lab, v.max_update)
+    f["loss"].add(lab, s.final_loss)
+    f["wps"].add(lab, s.wps[-1] if s.wps else None)
+    progress = v.last_progress
+    f["progress"].add(lab, progress)
+    if v.alive and v.job_state is not None and v.job_state.state == "RUNNING":
+        f["since_progress"].add(lab, None if progress is None else max(0.0, v.now - progress))
+        allowance, own = v.judged_allowance_s()
+        f["allowance"].add((*lab, "on" if own else "off"), allowance)
+        f["since_ckpt"].add(lab, v.checkpoint_age_s())  # a pending job saves nothing
+    f["ckpt_interval"].add(lab, v.checkpoint_interval_s())
+    if v.checkpoints:
+        f["ckpt_update"].add(lab, float(v.checkpoints[-1].get("update", 0)))
+    since = v.pending_since()
+    f["pending"].add(lab, None if since is None else max(0.0, v.now - since))
+    _add_restarts_and_goodput(f, v)
+    _add_nodes(f, v)
+
+
+def _add_restarts_and_goodput(f: dict[str, Family], v: RunView) -> None:
+    """The run's restarts by cause and its goodput (ETTR, wall, productive, lost by cause)."""
+    lab = v.labels
+    causes: dict[str, int] = {}
+    for _, why in goodput.restarts(v.events):
+        cause = goodput.short_cause(why)
+        causes[cause] = causes.get(cause, 0) + 1
+    for cause, n in sorted(causes.items()):
+        f["restarts"].add((*lab, cause), n)
+    g = v.goodput()
+    if g is None:
+        return
+    f["ettr"].add(lab, g.ettr)
+    f["wall"].add(lab, g.wall_s)
+    f["productive"].add(lab, g.productive_s)
+    for cause, seconds in g.parts.items():
+        if cause != "productive":
+            f["lost"].add((*lab, cause.replace(" ", "_").replace("-", "")), seconds)
+
+
+def _add_nodes(f: dict[str, Family], v: RunView) -> None:
+    """The nodes the run blamed (times each) and those it quarantined."""
+    blamed: dict[str, int] = {}
+    held = set()
+    for note in v.nodes_named():
+        if note.kind == "blamed":
+            blamed[note.node] = blamed.get(note.node, 0) + 1
+            if note.quarantined:
+                held.add(note.node)
+    for node, n in sorted(blamed.items()):
+        f["blamed"].add((*v.labels, node), n)
+    for node in sorted(held):
+        f["quarantined"].add((*v.labels, node), 1)
+
+
+def _scrape_families(views: Sequence[RunView], slurm_up: bool, scrape_s: float) -> list[Family]:
+    """The scrape's own families: Slurm up, runs by state, the scrape's duration."""
     up = Family("slurm_up", "gauge", "1 when slurmctld answered this scrape", ())
     up.add((), 1 if slurm_up else 0)
     runs = Family("runs", "gauge", "runs the toolkit knows, by state", ("state",))
@@ -450,7 +476,7 @@ def families(views: Sequence[RunView], slurm_up: bool, scrape_s: float = 0.0) ->
         runs.add((state,), n)
     took = Family("scrape_duration_seconds", "gauge", "seconds this scrape took to read", ())
     took.add((), scrape_s)
-    return [*f.values(), up, runs, took]
+    return [up, runs, took]
 
 
 class RunsCollector:
