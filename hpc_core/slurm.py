@@ -357,6 +357,36 @@ def requeue_hold_s() -> float:
     return requeue_hold_of(show_config())
 
 
+DEFAULT_SLURMD_TIMEOUT_S = 300.0  # Slurm's own default (slurm.conf(5))
+
+
+def slurmd_timeout_of(config: str) -> float:
+    """How long slurmctld waits for a silent slurmd before it marks the node DOWN
+    (``SlurmdTimeout = 20 sec`` in ``scontrol show config``'s text)."""
+    value = (config_value(config, "SlurmdTimeout") or "").split()
+    return float(value[0]) if value and value[0].isdigit() else DEFAULT_SLURMD_TIMEOUT_S
+
+
+def slurmd_timeout_s() -> float:
+    """``slurmd_timeout_of`` the cluster at hand (one ``scontrol show config``)."""
+    return slurmd_timeout_of(show_config())
+
+
+def step_starts(job_id: str | int, node: str, timeout: float = 20.0) -> bool:
+    """Does ``node``'s slurmd still start a step of the running job ``job_id`` (``srun
+    --overlap true`` there, outside the caller's own step)? False when none started, whatever
+    the reason (the slurmd gone, a busy controller, the job ending): a doubt, not a verdict."""
+    outside = {
+        k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"
+    }
+    try:
+        run(["srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "-N1", "-n1",
+             "true"], timeout=timeout, env=outside)  # fmt: skip
+    except SlurmError:
+        return False
+    return True
+
+
 def hostnames(nodelist: str) -> list[str]:
     """Expand a Slurm node list (``n[1-3]``) into host names."""
     return run(["scontrol", "show", "hostnames", nodelist]).split()

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
-from hpc_core.wait import FAST, wait_until
+from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train.contract import last_round, read_beats, read_stop, round_key
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.faults.agent_exit import NodeExit
@@ -35,6 +35,7 @@ Log = Callable[[str], None]
 Note = Callable[..., None]
 # a node Slurm no longer runs jobs on: its own failure, not one a requeue can fix by itself
 LOST_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
+LOST_POLL = Backoff(1.0, 1.5, 5.0)  # Slurm's word on a node whose slurmd may be gone
 
 
 class Blame(NamedTuple):
@@ -45,13 +46,9 @@ class Blame(NamedTuple):
     evidence: Evidence
 
 
-# a caller that names no evidence: drained, as every blame was before evidence was weighed
-UNWEIGHED = Verdict(True, "drained: the caller named no evidence")
-
-
 def blame(
     run: RunDir, job: str, restart: int, node: str, why: str, drain: bool, note: Note, log: Log,
-    evidence: Evidence | None = None, **data: Any,
+    evidence: Evidence, **data: Any,
 ) -> Verdict:  # fmt: skip
     """Record ``node``'s blame against its machine and update the quarantine list; drain it
     where the verdict on ``evidence`` (``weigh``, with the machine's earlier blames) says so,
@@ -63,7 +60,7 @@ def blame(
         log(f"cannot tell {node}'s machine ({err}): the blame counts against the name")
     now = time.time()
     earlier = quarantine.earlier(ledger.read(run.ledger), node, machine, now)
-    verdict = UNWEIGHED if evidence is None else weigh(evidence, earlier)
+    verdict = weigh(evidence, earlier)
     info = {"node": node, "why": why, "machine": machine}
     entries = quarantine.update(run, also=[ledger.Event("blamed", now, job, restart, info)])
     drained = False
@@ -74,7 +71,7 @@ def blame(
         except slurm.SlurmError as err:
             log(f"could not drain {node}: {err}")
     note("blamed", node=node, why=why, drained=drained, machine=machine,
-         evidence=str(evidence or ""), verdict=verdict.why, **data)  # fmt: skip
+         evidence=str(evidence), verdict=verdict.why, **data)  # fmt: skip
     kept = "; --no-drain: left out, not drained" if verdict.drain and not drain else ""
     held = (
         f" (quarantined: machine {machine or '?'} blamed twice within a day)"
@@ -179,3 +176,30 @@ def lost_nodes(nodes: Sequence[str], log: Log) -> list[tuple[str, str]]:
         if any(mark in state.upper() for mark in LOST_STATES):
             lost.append((node, f"{state} ({info.get('Reason', 'no reason given')})"))
     return lost
+
+
+def unless_lost(found: Blame, job: str, log: Log, wait_s: float | None = None) -> Blame:
+    """A signal kill (``found``) whose node Slurm then finds lost is a lost node: a node lost
+    whole (chaos kill-node --stop-slurmd, a dead instance) first looks like its ranks killed,
+    and Slurm marks it DOWN only after SlurmdTimeout. So: lost where Slurm says so already
+    (``lost_nodes``); else, where no step starts on it any more (``slurm.step_starts``), lost
+    once Slurm marks it not responding or down within ``wait_s`` (default: SlurmdTimeout, by
+    which it has marked it DOWN). The probe alone never makes a node lost (a busy controller or
+    the job's end fail it too): without Slurm's word the signal kill stands."""
+    if not (gone := lost_nodes([found.node], log)):
+        if slurm.step_starts(job, found.node):
+            return found
+        if wait_s is None:
+            try:
+                wait_s = slurm.slurmd_timeout_s()
+            except slurm.SlurmError:
+                wait_s = slurm.DEFAULT_SLURMD_TIMEOUT_S
+        log(f"no step starts on {found.node}: waiting up to {wait_s:.0f} s for Slurm's word")
+        with contextlib.suppress(TimeoutError):
+            gone = wait_until(lambda: lost_nodes([found.node], log) or None,
+                              f"Slurm's word on {found.node}", wait_s, LOST_POLL)  # fmt: skip
+        if not gone:
+            log(f"Slurm still counts {found.node} as up: weighed as {found.evidence}")
+            return found
+    why = f"{found.why}, then Slurm lost it: {gone[0][1]}"
+    return Blame(found.node, why, Evidence.LOST)

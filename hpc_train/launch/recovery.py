@@ -9,6 +9,8 @@ spares (``launch.spares``). The other tasks wait for task 0's word (``follow_ver
 
 - ``decide``: torchrun's exit and what the watchers saw -> ``Recovery`` (outcome, suspect, crash);
 - ``refuse``: a start that could not run (a node short of GPUs): blame, requeue or fail;
+  a node is left out where its blame's verdict drains it (``faults.evidence``), never on a blame
+  alone: a first signal kill restarts on its node, in the job or by a requeue that may use it;
 - ``on_silent``: a stuck launcher found by the pulse (``watch.launchers``): blame, save, requeue.
 """
 
@@ -65,6 +67,7 @@ class Recovery:
     suspect: Suspect | None  # the node blamed (or evicted)
     stuck: str | None  # why torchrun was killed after its ranks ended, if it was
     hang: str | None  # the hang that stopped the ranks
+    leave_out: tuple[str, ...] = ()  # the suspect, where its blame's verdict drains it
 
     @property
     def detail(self) -> str:
@@ -94,10 +97,14 @@ def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) 
         crash, repeated,
     )  # fmt: skip
     outcome = restart_policy.evicting(outcome, ended.evicted.node if ended.evicted else None)
-    suspect = blame.for_stop(here, outcome.cause) if outcome.blame else ended.evicted
+    if outcome.blame:
+        suspect, leave = blame.for_stop(here, outcome.cause)
+    else:  # a straggler evicted: blamed as it was (always drained: a measured straggler)
+        suspect, leave = ended.evicted, ended.evicted is not None
     if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
         crash = ("crash", f"{suspect.node}: {suspect.why}")
-    return Recovery(outcome, returncode, crash, suspect, stuck, hang)
+    left = (suspect.node,) if suspect is not None and leave else ()
+    return Recovery(outcome, returncode, crash, suspect, stuck, hang, left)
 
 
 def after_stuck_agent(
@@ -149,12 +156,12 @@ def refuse(here: Here, decision: StartDecision, spent: int) -> None:
     if here.start.task != 0:
         raise RuntimeError(f"{why}; task 0 requeues")
     here.note("stopped", cause="bad node", why=decision.refused)
-    blame.refused(here, decision.bad_nodes, decision.refused)
+    left_out = blame.refused(here, decision.bad_nodes, decision.refused)
     outcome = restart_policy.after_refusal(why, spent, here.spec.max_restarts)
     if outcome.action is Action.FAIL:
         raise RuntimeError(outcome.why)
-    left = ", ".join(decision.bad_nodes)
-    requeue.requeue(here, decision.bad_nodes, f"{why}: requeued without {left}")
+    left = ", ".join(left_out)
+    requeue.requeue(here, left_out, f"{why}: requeued without {left}")
 
 
 def next_round(here: Here, members: Sequence[str], why: str, standby: Sequence[str] = ()) -> Next:
@@ -195,7 +202,7 @@ def on_silent(here: Here, silence: Silence, training: bool) -> str:
         log(f"{why}; not acted on: {gone}")
         return ""
     log(why)
-    blame.stuck_launcher(here, silence.node, why, deputy)
+    leave = blame.stuck_launcher(here, silence.node, why, deputy)
     if training and not deputy:
         slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
         return "hang"
@@ -206,7 +213,7 @@ def on_silent(here: Here, silence: Silence, training: bool) -> str:
             saved = bool(wait_until(lambda: read_stop(here.run, *here.key), "the save on notice",
                                     save_wait_s(here.spec), FAST))  # fmt: skip
     (here.deputy_note if deputy else here.note)("stopped", cause="hang", why=why, saved=saved)
-    if requeue.send(here, [silence.node], why, deputy) is not None:
+    if requeue.send(here, [silence.node] if leave else [], why, deputy) is not None:
         slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it
     return ""
 

@@ -109,7 +109,10 @@ def after_exit(
         if not may_requeue(restart, max_restarts):
             budget = f"no restarts left (--max-restarts {max_restarts})"
             return Decision(Action.FAIL, f"{why}; {budget}", "hang", blame=True)
-        again = f"requeueing without the suspect node (restart {restart + 1}/{max_restarts})"
+        again = (
+            "requeueing without the suspect node where its blame drains it "
+            f"(restart {restart + 1}/{max_restarts})"
+        )
         return Decision(Action.REQUEUE, f"{why}: {again}", "hang", blame=True)
     if returncode == 0 and not saved_on_notice:
         return Decision(Action.FINISHED, "training finished", "finished")

@@ -44,10 +44,12 @@ def release_spares(here: Here, action: str, why: str) -> None:
 
 
 def restart_in_job(here: Here, rec: Recovery) -> Next:
-    """Task 0 after a bad end: restart training in the allocation without the node blamed (a
-    hot spare in its place), or requeue when fewer than ``--nodes`` MIN would be left."""
+    """Task 0 after a bad end: restart training in the allocation without the node its blame's
+    verdict leaves out (``Recovery.leave_out``: a hot spare in its place; a node blamed but not
+    drained, a first signal kill, trains on), or requeue when fewer than ``--nodes`` MIN would
+    be left (the requeue excludes only the nodes left out)."""
     start, spec = here.start, here.spec
-    left_out = [rec.suspect.node] if rec.suspect is not None else []
+    left_out = list(rec.leave_out)
     healthy = [h for h in start.hosts if h not in left_out]
     members, standby = refill(healthy, start.standby, start.num_nodes)  # a spare for each
     if not spec.in_job_restarts or len(members) < spec.nodes_min:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, Beat
+from hpc_train.faults.evidence import Evidence, of_hang
 from hpc_train.job.limits import HangLimits
 
 SLOW_PHASES = frozenset({CHECKPOINT, EPOCH, STOPPING})
@@ -96,6 +97,7 @@ class Suspect:
     node: str
     rank: int | None
     why: str
+    evidence: Evidence | None = None  # what the blame rests on (hpc_train.faults.evidence)
 
 
 def suspect(
@@ -108,15 +110,17 @@ def suspect(
     """
     silent = [n for n in nodes if n not in reported]
     if silent:
-        return Suspect(silent[0], None, f"node {silent[0]} sent no report (its launcher is gone)")
+        why = f"node {silent[0]} sent no report (its launcher is gone)"
+        return Suspect(silent[0], None, why, of_hang(stack=False))
     oldest = sorted(ranks, key=lambda r: (r.update, r.time, r.rank))
     for r in oldest:
         if not r.stack:
             why = (
                 f"rank {r.rank} on {r.node} gave no Python stack (stopped, or stuck outside Python)"
             )
-            return Suspect(r.node, r.rank, why)
+            return Suspect(r.node, r.rank, why, of_hang(stack=False))
     if oldest:
         r = oldest[0]
-        return Suspect(r.node, r.rank, f"rank {r.rank} on {r.node} has the oldest heartbeat")
+        why = f"rank {r.rank} on {r.node} has the oldest heartbeat"
+        return Suspect(r.node, r.rank, why, of_hang(stack=True))
     return None

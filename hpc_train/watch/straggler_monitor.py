@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from hpc_core.rundir import RunDir
 from hpc_train.contract import node_name, read_beats
 from hpc_train.faults import node_blame
+from hpc_train.faults.evidence import Evidence
 from hpc_train.job.limits import StragglerLimits
 from hpc_train.watch import stragglers
 from hpc_train.watch.hangs import Suspect
@@ -103,9 +104,12 @@ class Watch(Watcher[Suspect | None]):
     def evict_node(self, found: stragglers.Straggler) -> None:
         why = f"straggler in job {self.job_id}: {found.describe()}"
         node_blame.blame(
-            self.run, self.job_id, self.restart, found.node, why, self.drain, self.note, self.log
+            self.run, self.job_id, self.restart, found.node, why, self.drain, self.note, self.log,
+            Evidence.STRAGGLER,
+        )  # fmt: skip
+        self.evicted = Suspect(
+            found.node, None, f"straggler: {found.describe()}", Evidence.STRAGGLER
         )
-        self.evicted = Suspect(found.node, None, f"straggler: {found.describe()}")
         ranks = read_beats(self.run.heartbeats(self.key, self.restart, node_name()))
         for beat in ranks:  # one rank's notice is every rank's (they all-reduce it)
             with contextlib.suppress(ProcessLookupError):

@@ -32,6 +32,9 @@ class FakeSlurm:
         self.released: list[tuple[str, str]] = []  # (job, node) given back from a running job
         # sinfo -N of the job's partition: four idle nodes unless a test says otherwise
         self.partition: dict[str, str] = {f"n{i}": "idle" for i in range(1, 5)}
+        self.gone: set[str] = set()  # nodes whose slurmd is gone: no step starts there
+
+    DEFAULT_SLURMD_TIMEOUT_S = slurm.DEFAULT_SLURMD_TIMEOUT_S
 
     def job_state(self, job_id: str) -> slurm.JobState:
         return slurm.JobState(job_id, self.state, self.restarts, "n[1-2]", "")
@@ -45,6 +48,12 @@ class FakeSlurm:
     def exclude(self, job_id: str, nodes: list[str]) -> list[str]:
         self.excluded.append((job_id, list(nodes)))
         return list(nodes)
+
+    def step_starts(self, job_id: str, node: str, timeout: float = 20.0) -> bool:
+        return node not in self.gone
+
+    def slurmd_timeout_s(self) -> float:
+        return 0.5  # the local cluster's is 20 s: a test's wait for Slurm's word stays short
 
     def node_info(self, node: str) -> dict[str, str]:
         return self.nodes.get(node, {"State": "IDLE"})

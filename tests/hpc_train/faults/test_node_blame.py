@@ -87,9 +87,11 @@ def test_blamed_twice_the_node_is_quarantined_and_its_drain_reason_says_so(tmp_p
         ledger.record(run.ledger, kind, "9", len(notes), **data)
 
     said: list[str] = []
-    node_blame.blame(run, "9", 0, "n2", "hang in job 9: x", True, note, said.append)
-    node_blame.blame(run, "9", 1, "n2", "crash in job 9: y", True, note, said.append)
-    node_blame.blame(run, "9", 2, "n3", "z", False, note, said.append)
+    node_blame.blame(run, "9", 0, "n2", "hang in job 9: x", True, note, said.append,
+                     Evidence.HANG_NO_STACK)  # fmt: skip
+    node_blame.blame(run, "9", 1, "n2", "crash in job 9: y", True, note, said.append,
+                     Evidence.OWN_ERROR)  # its machine's second blame: drained  # fmt: skip
+    node_blame.blame(run, "9", 2, "n3", "z", False, note, said.append, Evidence.HARDWARE)
     first, second = fake_slurm.drained
     assert first == ("n2", "hpc-train: hang in job 9: x")
     assert second[1].startswith("hpc-train: quarantined, blamed 2x within 24 h: crash in job 9")
@@ -111,13 +113,14 @@ def test_a_name_blamed_on_two_machines_is_not_quarantined(tmp_path, fake_slurm):
         ledger.record(run.ledger, kind, "9", 0, **data)
 
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.5"}
-    node_blame.blame(run, "9", 0, "n2", "crash", True, note, said.append)
+    node_blame.blame(run, "9", 0, "n2", "crash", True, note, said.append, Evidence.HARDWARE)
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.9"}  # replaced
-    node_blame.blame(run, "9", 1, "n2", "lost", True, note, said.append)
+    node_blame.blame(run, "9", 1, "n2", "lost", True, note, said.append, Evidence.LOST)
     assert [d[1] for d in fake_slurm.drained] == ["hpc-train: crash", "hpc-train: lost"]
     assert quarantine.nodes(run) == [] and "quarantined" not in said[1]
     assert [e.get("machine") for e in ledger.read(run.ledger)] == ["10.0.1.5", "10.0.1.9"]
-    node_blame.blame(run, "9", 2, "n2", "hang", True, note, said.append)  # the new one again
+    node_blame.blame(run, "9", 2, "n2", "hang", True, note, said.append,
+                     Evidence.HANG_NO_STACK)  # the new one again  # fmt: skip
     assert "quarantined: machine 10.0.1.9" in said[2] and quarantine.nodes(run) == ["n2"]
 
 
@@ -339,11 +342,6 @@ def test_a_killed_rank_is_the_restarts_cause_not_its_peers_lost_connection(
     assert stopped.get("reached") == 7  # how far the start got, for the goodput
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 30 item 7: the launcher passes the evidence to node_blame.blame and leaves out "
-    "only a node the verdict drains; wired after the launcher's split (then drop this mark)",
-)
 def test_task_0_requeues_a_first_signal_kill_without_draining_or_excluding_its_node(
     tmp_path, fake_slurm, monkeypatch
 ):

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import (
     DONE,
@@ -21,6 +22,7 @@ from hpc_train.contract import (
     write_verdict,
 )
 from hpc_train.faults import agent_exit
+from hpc_train.faults.evidence import Evidence
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import blame, lifecycle, recovery, requeue, spares
 from hpc_train.launch.context import Here
@@ -74,11 +76,15 @@ def test_a_clean_exit_finishes_with_no_blame_and_a_crash_is_blamed_on_task_0(
     rec = recovery.decide(here, recovery.Ended(0, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.FINISHED and rec.suspect is None
     suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: suspect)
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))
     monkeypatch.setattr(recovery, "crash_report", lambda here: (None, False))
     rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.REQUEUE and rec.suspect == suspect
-    assert rec.detail == "torchrun exited with 1"
+    assert rec.detail == "torchrun exited with 1" and rec.leave_out == ("n2",)
+    # blamed, but the verdict keeps it (a first signal kill): nothing is left out
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, False))
+    rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
+    assert rec.suspect == suspect and rec.leave_out == ()
 
 
 def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
@@ -92,7 +98,7 @@ def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
     assert rec.returncode == 0 and rec.hang is None
     assert rec.outcome.cause == "notice" and not rec.outcome.blame and rec.suspect is None
     assert rec.stuck == "torchrun still there"
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: None)  # no hang reports here
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (None, False))  # no hang reports
     unsaved = recovery.decide(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
     assert unsaved.hang == "torchrun stuck: torchrun still there" and unsaved.returncode == -9
 
@@ -116,7 +122,7 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
     nxt = spares.restart_in_job(here, rec)
     assert nxt == (
         start.next_round(["n1", "n3"], "n1"),
@@ -130,10 +136,34 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
     here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, restart_in_job=True)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        spares.restart_in_job(here, rec)
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
+
+
+def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path, fake_slurm):
+    """Blamed but not drained (a first signal kill): the in-job restart keeps it, no spare
+    comes in for it, nothing goes back to Slurm."""
+    start = dataclasses.replace(TWO, standby=("n3",))
+    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
+    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
+    assert spares.restart_in_job(here, rec)[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
+    verdict = read_verdict(here.run, "41", 0)
+    assert (verdict.members, verdict.standby) == (["n1", "n2"], ["n3"])
+    assert notes[-1][1]["left_out"] == [] and notes[-1][1]["spare_in"] == []
+    assert fake_slurm.released == [] and fake_slurm.drained == []
+
+
+def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
+    """Without --restart-in-job a crash is a requeue: it excludes no node the verdict kept."""
+    here, _ = here_of(tmp_path, TWO)
+    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         spares.restart_in_job(here, rec)
-    assert fake_slurm.requeued == ["41"]
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
 
 
 def test_a_spare_joins_the_round_that_takes_it_as_start_next_round_says(tmp_path, fake_slurm):
@@ -161,10 +191,42 @@ def test_a_crash_is_blamed_on_the_node_whose_agent_was_killed(tmp_path, fake_slu
     here, notes = here_of(tmp_path, TWO)
     agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
     agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
-    found = blame.for_stop(here, "crash")
-    assert found is not None and found.node == "n2"
+    found, leave = blame.for_stop(here, "crash")
+    assert found is not None and found.node == "n2" and found.evidence is Evidence.SIGNAL
+    assert fake_slurm.drained == [] and not leave  # a first kill by a signal: kept
+    assert [k for k, _ in notes] == ["blamed"] and notes[0][1]["drained"] is False
+    # the machine's second blame (its first recorded in the ledger, as task 0's note does)
+    # drains it, and the verdict leaves it out
+    ledger.record(here.run.ledger, "blamed", "41", 0, **notes[0][1])
+    found, leave = blame.for_stop(here, "crash")
+    assert [n for n, _ in fake_slurm.drained] == ["n2"] and leave
+
+
+def test_a_signal_kill_on_a_node_slurm_then_loses_is_a_lost_node(tmp_path, fake_slurm):
+    """kill-node --stop-slurmd: the node's torchrun is SIGKILLed, then its slurmd dies. No step
+    starts there and Slurm marks it not responding: a lost node, drained at the first blame."""
+    here, notes = here_of(tmp_path, TWO)
+    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    fake_slurm.gone.add("n2")
+    fake_slurm.nodes["n2"] = {"State": "ALLOCATED+NOT_RESPONDING", "Reason": "Not responding"}
+    found, leave = blame.for_stop(here, "crash")
+    assert found is not None and found.evidence is Evidence.LOST and leave
+    assert "then Slurm lost it: ALLOCATED+NOT_RESPONDING" in found.why
     assert [n for n, _ in fake_slurm.drained] == ["n2"]
-    assert [k for k, _ in notes] == ["blamed"]
+    assert notes[0][1]["evidence"] == str(Evidence.LOST) and notes[0][1]["drained"] is True
+
+
+def test_a_failed_probe_alone_never_drains(tmp_path, fake_slurm):
+    """No step starts on the node, but Slurm still counts it as up (a busy controller, the
+    job ending): the signal kill stands, not drained."""
+    here, notes = here_of(tmp_path, TWO)
+    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    fake_slurm.gone.add("n2")
+    found, leave = blame.for_stop(here, "crash")
+    assert found is not None and found.evidence is Evidence.SIGNAL and not leave
+    assert fake_slurm.drained == [] and notes[0][1]["drained"] is False
 
 
 def test_lifecycle_builds_the_ranks_env_from_the_start_key(tmp_path):

@@ -488,8 +488,8 @@ def test_the_other_nodes_follow_task_0s_verdict(tmp_path, fake_slurm):
 
 
 def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, monkeypatch):
-    """With --nodes 2-2 a blamed node leaves one: below MIN, so task 0 requeues (and tells the
-    others so)."""
+    """With --nodes 2-2 a node its blame drains leaves one: below MIN, so task 0 requeues
+    without it (and tells the others so)."""
     from hpc_train.contract import REQUEUE, read_verdict
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
@@ -500,7 +500,7 @@ def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, mon
     agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
     fake = FakeTorchrun(in_job_spec(tmp_path, nodes_min=2), 1)
     suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: suspect)
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))  # drained
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         fake.run(two_nodes(0), gpus=0)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -517,7 +517,7 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     tmp_path, fake_slurm, monkeypatch
 ):
     """--nodes 2 --spares 1 on n1-n3: n1, n2 train, n3 stands by. n2's torchrun is killed and
-    n2 blamed: task 0 restarts in the job on n1 and n3 (two nodes again, no requeue), records
+    n2 blamed and drained (the verdict: say, its machine's second blame): task 0 restarts in the job on n1 and n3 (two nodes again, no requeue), records
     the swap, and gives n2 back to Slurm once its task has ended."""
     from hpc_train.contract import RESTART_IN_JOB, NodeReport, read_verdict, write_node_report
 
@@ -528,7 +528,7 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
     fake = FailsOnce(spares_spec(tmp_path))
     suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: suspect)
+    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))  # drained
     first = starts.allocation_start("41", 0, ("n1", "n2", "n3"), 0, spares=1)
     assert first is not None and first.standby == ("n3",)
     done = fake.run(first, gpus=0)
