@@ -327,10 +327,20 @@ def throughput_for(instance_type: str, override: float | None) -> tuple[float, s
     return costs.DEFAULT_THROUGHPUT_MBS, "default FSx PERSISTENT_2 1.2 TiB x 125 MB/s/TiB"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    table = load_prices()
+@dataclass(frozen=True)
+class _Plan:
+    """What ``main`` reports: the save estimate, the rows, the notice-save verdicts."""
+
+    updates: int
+    save_s: float
+    save_from: str
+    nbytes: int
+    rows: list[Row]
+    verdicts: list[costs.Verdict]
+
+
+def _price(parser: cli.Parser, args: argparse.Namespace, table: PriceTable) -> Price:
+    """The instance type's prices, the flags' where given; a bad flag is the parser's error."""
     if args.instance_type not in table.prices:
         known = ", ".join(sorted(table.prices))
         parser.error(f"--instance-type {args.instance_type}: no price (known: {known})")
@@ -342,61 +352,86 @@ def main(argv: Sequence[str] | None = None) -> int:
             word = "> 0" if least == 0 else ">= 0"
             parser.error(f"--{flag.replace('_', '-')} must be {word} (got {value:g})")
     listed = table.prices[args.instance_type]
-    price = Price(
+    return Price(
         listed.on_demand if args.on_demand_price is None else args.on_demand_price,
         listed.spot if args.spot_price is None else args.spot_price,
     )
-    updates = presets.get(args.preset).updates(args.updates)
-    throughput, throughput_from = throughput_for(args.instance_type, args.throughput_mbs)
-    try:
-        nbytes = costs.preset_checkpoint_bytes(args.preset)
-        if args.save_seconds is None:
-            save_s = costs.save_seconds(nbytes, throughput, files=2)
-            save_from = f"{nbytes / 1e9:.2f} GB x 2 files at {throughput:g} MB/s, {throughput_from}"
-        else:
-            save_s, save_from = args.save_seconds, "--save-seconds"
-        rows = plan_rows(
-            args.nodes, args.update_seconds, updates, save_s, args.restart_seconds,
-            args.mtbf_hours, args.spot_rate, price,
-        )  # fmt: skip
-        notice_s = costs.save_seconds(nbytes, throughput, files=1)
-        verdicts = costs.window_check(
-            notice_s,
-            costs.windows(SIGNAL_DELAY_S, spot=args.spot_rate > 0),
-            update_s=max(args.update_seconds),
-        )
-    except ValueError as err:  # PlanError included
-        parser.error(str(err))
-    if args.json:
-        out = {
-            "instance_type": args.instance_type,
-            "preset": args.preset,
-            "updates": updates,
-            "save_s": save_s,
-            "save_from": save_from,
-            "restart_s": args.restart_seconds,
-            "node_mtbf_h": args.mtbf_hours,
-            "spot_rate_per_h": args.spot_rate,
-            "prices": {**asdict(price), "as_of": table.as_of, "region": table.region},
-            "checkpoint_bytes": nbytes,
-            "notice_save": [{"window": asdict(v.window), "needed_s": v.needed_s, "fits": v.fits}
-                            for v in verdicts],
-            "rows": [asdict(r) for r in rows],
-        }  # fmt: skip
-        print(json.dumps(out, indent=2))
-        return 0
+
+
+def _plan(
+    args: argparse.Namespace, price: Price, updates: int, throughput: tuple[float, str]
+) -> _Plan:
+    """The save estimate (or --save-seconds), the rows and the notice-save verdicts; a bad
+    figure raises ValueError."""
+    mbs, mbs_from = throughput
+    nbytes = costs.preset_checkpoint_bytes(args.preset)
+    if args.save_seconds is None:
+        save_s = costs.save_seconds(nbytes, mbs, files=2)
+        save_from = f"{nbytes / 1e9:.2f} GB x 2 files at {mbs:g} MB/s, {mbs_from}"
+    else:
+        save_s, save_from = args.save_seconds, "--save-seconds"
+    rows = plan_rows(
+        args.nodes, args.update_seconds, updates, save_s, args.restart_seconds,
+        args.mtbf_hours, args.spot_rate, price,
+    )  # fmt: skip
+    notice_s = costs.save_seconds(nbytes, mbs, files=1)
+    verdicts = costs.window_check(
+        notice_s,
+        costs.windows(SIGNAL_DELAY_S, spot=args.spot_rate > 0),
+        update_s=max(args.update_seconds),
+    )
+    return _Plan(updates, save_s, save_from, nbytes, rows, verdicts)
+
+
+def _as_json(args: argparse.Namespace, plan: _Plan, price: Price, table: PriceTable) -> str:
+    out = {
+        "instance_type": args.instance_type,
+        "preset": args.preset,
+        "updates": plan.updates,
+        "save_s": plan.save_s,
+        "save_from": plan.save_from,
+        "restart_s": args.restart_seconds,
+        "node_mtbf_h": args.mtbf_hours,
+        "spot_rate_per_h": args.spot_rate,
+        "prices": {**asdict(price), "as_of": table.as_of, "region": table.region},
+        "checkpoint_bytes": plan.nbytes,
+        "notice_save": [{"window": asdict(v.window), "needed_s": v.needed_s, "fits": v.fits}
+                        for v in plan.verdicts],
+        "rows": [asdict(r) for r in plan.rows],
+    }  # fmt: skip
+    return json.dumps(out, indent=2)
+
+
+def _print_table(args: argparse.Namespace, plan: _Plan, price: Price, table: PriceTable) -> None:
     print(
-        f"{args.instance_type}, {args.preset}, {updates} updates; save {save_s:.1f} s "
-        f"({save_from}), restart {args.restart_seconds:g} s, node MTBF {args.mtbf_hours:g} h, "
+        f"{args.instance_type}, {args.preset}, {plan.updates} updates; save {plan.save_s:.1f} s "
+        f"({plan.save_from}), restart {args.restart_seconds:g} s, node MTBF {args.mtbf_hours:g} h, "
         f"spot {args.spot_rate:g} interruptions/node-h"
     )
-    print("\n".join(render(rows)))
+    print("\n".join(render(plan.rows)))
     print(
         f"prices: ${price.on_demand:g}/h on-demand, ${price.spot:g}/h spot; list prices as of "
         f"{table.as_of} ({table.region}), may be stale: see {PRICES.name}"
     )
-    for v in verdicts:
+    for v in plan.verdicts:
         print(v.line() if v.fits else f"warning: {v.line()}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    table = load_prices()
+    price = _price(parser, args, table)
+    updates = presets.get(args.preset).updates(args.updates)
+    throughput = throughput_for(args.instance_type, args.throughput_mbs)
+    try:
+        plan = _plan(args, price, updates, throughput)
+    except ValueError as err:  # PlanError included
+        parser.error(str(err))
+    if args.json:
+        print(_as_json(args, plan, price, table))
+    else:
+        _print_table(args, plan, price, table)
     return 0
 
 
