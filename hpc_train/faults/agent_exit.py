@@ -34,6 +34,9 @@ EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 # signals a rank or an agent receives from its own side: the agent stopping its other ranks, Slurm
 # ending the step (a requeue, a cancel), a user's Ctrl-C. Not evidence against the node.
 STOPPED_BY_US = frozenset({-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP})
+# a rank that dies of SIGABRT raised it itself (C++'s terminate: gloo or NCCL aborting on a lost
+# peer, seen on the local cluster as the surviving node's root cause): not a kill from outside
+SELF_ABORT = -signal.SIGABRT
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class NodeExit:
         if self.returncode < 0 and self.returncode not in STOPPED_BY_US:
             return f"torchrun on {self.node} was killed ({_signal_name(self.returncode)})"
         code = self.root_exitcode
-        if code is not None and code < 0 and code not in STOPPED_BY_US:
+        if code is not None and code < 0 and code not in STOPPED_BY_US and code != SELF_ABORT:
             return f"rank {self.root_rank} on {self.node} was killed ({_signal_name(code)})"
         return None
 

@@ -50,6 +50,15 @@ def test_what_counts_as_killed():
     assert NodeExit(0, "n1", 1, 0, 1).killed() is None  # a Python exception: its report says
 
 
+def test_a_rank_that_aborted_itself_was_not_killed():
+    """A peer's rank aborting on the lost connection (SIGABRT, its own) is no kill: the one node
+    whose torchrun was SIGKILLed still stands out (seen on the local Slurm: the survivor's root
+    cause exited -6)."""
+    survivor = agent_exit.NodeExit(0, "n1", 1, 0, -6)
+    assert survivor.killed() is None
+    assert agent_exit.NodeExit(1, "n2", 1, 2, -9).killed() == "rank 2 on n2 was killed (SIGKILL)"
+
+
 def test_the_tee_passes_every_line_through_and_keeps_the_summary():
     proc = subprocess.Popen(
         [sys.executable, "-c", f"import sys; sys.stderr.write({SUMMARY!r})"],
