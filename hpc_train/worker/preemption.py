@@ -85,6 +85,36 @@ def agree(device: Any, proposal: int = 0) -> tuple[bool, int]:
     return bool(notice), int(agreed)
 
 
+def _save_and_stop(
+    cfg: Any, trainer: Any, epoch_itr: Any, marker: Path, update: int
+) -> tuple[list[None], bool]:
+    """The agreed notice's save: ``checkpoint_last.pt`` (durable: async saves flushed), then
+    rank 0's stop marker at ``marker``, then a barrier; returns fairseq's (valid losses, stop)."""
+    from fairseq import checkpoint_utils
+
+    started = time.monotonic()
+    logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
+    _notice["saving"] = True
+    try:
+        checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
+    finally:
+        _notice["saving"] = False
+    async_save.flush()  # durable before the stop marker says so
+    since = time.monotonic() - (_notice["at"] or started)
+    logger.info(
+        f"saved on notice at update {update} in {time.monotonic() - started:.1f} s "
+        f"({since:.1f} s after the signal)"
+    )
+    if trainer.data_parallel_rank == 0:
+        # last: once it exists the checkpoint is durable and task 0's launcher may requeue
+        write_stop(marker, StopMarker(update, _notice["why"]))
+    if dist_initialized():
+        import torch.distributed as dist
+
+        dist.barrier()  # every node's launcher sees the marker once its workers exit
+    return [None], True
+
+
 def install_save_on_notice(
     marker: Path,
     heartbeat: Heartbeat | None = None,
@@ -98,7 +128,6 @@ def install_save_on_notice(
     ``end_of_epoch`` on the epoch's last one). ``auto`` (rank 0 under ``--save-interval auto``):
     times updates and save points and proposes the interval every rank then sets."""
     import fairseq_cli.train as fairseq_train
-    from fairseq import checkpoint_utils
 
     original = fairseq_train.validate_and_save
 
@@ -126,26 +155,6 @@ def install_save_on_notice(
             if auto is not None:
                 auto.step_ended(began, time.monotonic(), saves)
             return valid_losses, should_stop
-        started = time.monotonic()
-        logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
-        _notice["saving"] = True
-        try:
-            checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
-        finally:
-            _notice["saving"] = False
-        async_save.flush()  # durable before the stop marker says so
-        since = time.monotonic() - (_notice["at"] or started)
-        logger.info(
-            f"saved on notice at update {update} in {time.monotonic() - started:.1f} s "
-            f"({since:.1f} s after the signal)"
-        )
-        if trainer.data_parallel_rank == 0:
-            # last: once it exists the checkpoint is durable and task 0's launcher may requeue
-            write_stop(marker, StopMarker(update, _notice["why"]))
-        if dist_initialized():
-            import torch.distributed as dist
-
-            dist.barrier()  # every node's launcher sees the marker once its workers exit
-        return [None], True
+        return _save_and_stop(cfg, trainer, epoch_itr, marker, update)
 
     fairseq_train.validate_and_save = validate_and_save
