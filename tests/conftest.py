@@ -29,9 +29,11 @@ def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> 
 
     Worker gw0, or a run without workers, keeps the default cluster (``make cluster-up``'s). Worker
     gwN (N >= 1) gets a cluster of its own beside it: its own directory (munge, spool, pid files),
-    ports 1000 N above the default cluster's (``base_port``), and job ids from N million + 1, so
+    ports 1000 N above the default cluster's (``base_port``), and job ids from 1,010,000 N + 1, so
     that two clusters on one machine never share a job id (chaos finds a job's processes by
-    SLURM_JOB_ID) and every node name a test knows (n1..n4) stays the same.
+    SLURM_JOB_ID) nor, for as long as each hands out fewer than 10,000 ids, a torchrun rendezvous
+    port (``hpc_core.slurm.rendezvous_port``: 29500 + the id mod 20,000; every node is 127.0.0.1
+    here); every node name a test knows (n1..n4) stays the same.
     """
     n = int(worker[2:]) if worker and worker.startswith("gw") else 0
     if n == 0:
@@ -40,7 +42,7 @@ def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> 
     return {
         "HPC_TRAIN_CLUSTER_DIR": cluster,
         "HPC_TRAIN_CLUSTER_PORT": str(base_port + 1000 * n),
-        "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": str(1_000_000 * n + 1),
+        "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": str(1_010_000 * n + 1),
         "SLURM_CONF": f"{cluster}/etc/slurm.conf",
     }
 
