@@ -13,6 +13,7 @@ import pytest
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train import chaos
+from hpc_train.faults.evidence import Evidence
 
 pytestmark = pytest.mark.slurm
 
@@ -56,10 +57,12 @@ def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_
         with contextlib.suppress(slurm.SlurmError):
             slurm.resume(victim)  # drained by the blame: back for the next tests
     assert final.state == "COMPLETED", final
-    # blamed once, by task 0 (its peer's ranks died silently) or after Slurm's own requeue
-    # (the node is DOWN): drained with the reason
+    # blamed once, by task 0 (its ranks were killed, then no step started there and Slurm
+    # marked it not responding: node_blame.unless_lost) or after Slurm's own requeue (the node
+    # is DOWN): a lost node, drained at its first blame, with the reason
     blamed = [e for e in ledger.read(RunDir(save).ledger) if e.kind == "blamed"]
     assert [(e.get("node"), e.get("drained")) for e in blamed] == [(victim, True)], blamed
+    assert blamed[0].get("evidence") == str(Evidence.LOST), blamed[0].data
     assert re.match(r"(crash|node failure) in job", blamed[0].get("why")), blamed[0].data
     assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: "), info
     assert int(slurm.job_info(job)["Restarts"]) >= 1
@@ -77,32 +80,58 @@ def test_node_failure_requeues_and_completes(runs, slurm_cluster, restart_local_
     assert len(starts) >= 2 and "on notice at update" not in starts[1].get("previous")
 
 
+def _first_updates(save) -> int:
+    return len([e for e in ledger.read(RunDir(save).ledger) if e.kind == "first_update"])
+
+
 def test_a_killed_node_is_blamed_drained_excluded_and_the_run_completes(runs):
     """`chaos JOB kill-node` (SIGKILL of one node's torchrun and ranks; its slurmd lives): the
-    peers fail, task 0 reads every node's exit record, blames the node whose torchrun was
-    killed, drains it, requeues without it; the run completes elsewhere."""
-    runs.wait_idle_nodes(2)
-    max_update = 100
+    peers fail, task 0 reads every node's exit record and blames the node whose torchrun was
+    killed. A first kill by a signal is no evidence about the node (docs/faults.md, "Blame on
+    evidence"): recorded, not drained, and the requeued job may run on it again (the other two
+    nodes are held, so it does). Killed there again, its machine's second blame drains it and
+    the requeue excludes it; the run completes elsewhere."""
+    runs.wait_idle_nodes(4)
+    max_update = 400  # two kills and two requeues land mid-run
     job, save = runs.submit(
         "killed", max_update, fairseq=(*PER_UPDATE, "--save-interval-updates", "10")
     )
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
+    # the two other nodes held: the requeue after the first kill can only use the same two
+    holder = slurm.sbatch(["-p", "low", "-N2", "--exclusive", "-o", "/dev/null",
+                           "--job-name=hold-2-nodes", "--wrap=sleep 900"])  # fmt: skip
     runs.wait_for_update(save, 25)
     victim = nodes[-1]
     try:
+        chaos.kill_node(job, victim, stop_slurmd=False)
+        runs.wait_for("training again after the first kill", lambda: _first_updates(save) > 1)
+        first = slurm.node_info(victim)
+        again_on = slurm.hostnames(slurm.job_state(job).nodes)
+        first_excluded = slurm.job_info(job)["ExcNodeList"]
+        slurm.cancel(holder)
+        runs.wait_for_update(save, runs.summary(save).updates + 10)
         chaos.kill_node(job, victim, stop_slurmd=False)
         final = runs.wait_done(job)
         info = slurm.node_info(victim)
         excluded = slurm.job_info(job)["ExcNodeList"]
         restarted_on = slurm.hostnames(slurm.job_info(job)["NodeList"])
     finally:
+        with contextlib.suppress(slurm.SlurmError):
+            slurm.cancel(holder)
         slurm.resume(victim)
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     events = ledger.read(RunDir(save).ledger)
-    blamed = [(e.get("node"), e.get("drained"), e.get("why")) for e in events if e.kind == "blamed"]
-    assert len(blamed) == 1 and blamed[0][:2] == (victim, True), blamed
-    assert f"torchrun on {victim} was killed (SIGKILL)" in blamed[0][2]
-    assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: crash in job"), info
+    blamed = [(e.get("node"), e.get("drained"), e.get("why"), e.get("evidence"))
+              for e in events if e.kind == "blamed"]  # fmt: skip
+    # the first kill: recorded, not drained, not excluded, the job ran on the node again
+    assert [b[:2] for b in blamed] == [(victim, False), (victim, True)], blamed
+    assert blamed[0][3] == blamed[1][3] == str(Evidence.SIGNAL), blamed
+    assert "DRAIN" not in first["State"] and first_excluded in ("", "(null)"), first
+    assert victim in again_on, again_on
+    # the second: drained, excluded, the run completed without it
+    assert f"torchrun on {victim} was killed (SIGKILL)" in blamed[1][2]
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: "), info
+    assert "crash in job" in info["Reason"], info
     assert victim in slurm.hostnames(excluded) and victim not in restarted_on
     assert runs.summary(save).updates == max_update
     seen = subprocess.run(

@@ -1,6 +1,8 @@
 """In-job restarts on the local Slurm (tiny preset, 2 emulated nodes, ``--restart-in-job``):
 a killed node's ranks or a hang is recovered inside the same allocation on the healthy node:
-no requeue (Slurm's Restarts stays 0), the blamed node drained, the run completes."""
+no requeue (Slurm's Restarts stays 0), the blamed node drained, the run completes. A kill by a
+signal is no evidence about the node (docs/faults.md, "Blame on evidence"): its first restarts
+on the node, recorded and not drained; the second drains it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train import chaos
+from hpc_train.faults.evidence import Evidence
 from hpc_train.runs import goodput
 
 pytestmark = pytest.mark.slurm
@@ -23,17 +26,46 @@ IN_JOB = (
 )  # fmt: skip
 
 
-def _recovered_in_job(runs, name: str, interrupt) -> None:
+def _kill(job: str, node: str) -> None:
+    chaos.kill_node(job, node, stop_slurmd=False)
+
+
+def _first_kill_kept(runs, save, job: str, victim: str, rounds: list[list[str]]) -> None:
+    """Kill ``victim``'s ranks once: blamed on a signal kill, not drained, the in-job restart
+    keeps it (``rounds``: the round's training nodes, unchanged); training goes on."""
+    count = len([e for e in ledger.read(RunDir(save).ledger) if e.kind == "first_update"])
+    _kill(job, victim)
+
+    def again() -> bool:
+        events = ledger.read(RunDir(save).ledger)
+        return len([e for e in events if e.kind == "first_update"]) > count
+
+    runs.wait_for("training again after the first kill", again, 240)
+    events = ledger.read(RunDir(save).ledger)
+    (blamed,) = [e for e in events if e.kind == "blamed"]
+    assert (blamed.get("node"), blamed.get("drained")) == (victim, False), blamed.data
+    assert blamed.get("evidence") == str(Evidence.SIGNAL), blamed.data
+    (restarted,) = [e for e in events if e.kind == "restarted"]
+    assert restarted.get("left_out") == [] and restarted.get("members") == rounds[0]
+    assert "DRAIN" not in slurm.node_info(victim)["State"]
+    assert victim in slurm.hostnames(slurm.job_state(job).nodes)
+    runs.wait_for_update(save, runs.summary(save).updates + 10)
+
+
+def _recovered_in_job(runs, name: str, interrupt, kills_first: bool = False) -> None:
+    """``interrupt`` once (with ``kills_first``: after a first kill of the same node, kept)."""
     runs.wait_idle_nodes(2)
     # the interrupt lands mid-run on a loaded machine too (~25 updates/s), and training outlasts
     # the release of the node left out (its task's end, then EXIT_GRACE_S)
-    max_update = 600
+    max_update = 1200 if kills_first else 600
     job, save = runs.submit(name, max_update, nodes="1-2", fairseq=PER_UPDATE, extra_cli=IN_JOB)
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     assert len(nodes) == 2, nodes
     runs.wait_for_update(save, 25)
     victim = nodes[-1]
     try:
+        if kills_first:
+            _first_kill_kept(runs, save, job, victim, [nodes])
         hit = time.monotonic()
         interrupt(job, victim)
         released = _released(runs, save, job, victim)
@@ -45,18 +77,20 @@ def _recovered_in_job(runs, name: str, interrupt) -> None:
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     assert final.restarts == 0  # never requeued: the allocation was kept
     events = ledger.read(RunDir(save).ledger)
-    (restarted,) = [e for e in events if e.kind == "restarted"]
+    restarted = [e for e in events if e.kind == "restarted"][-1]  # the one that drained it
     assert restarted.get("left_out") == [victim] and restarted.get("members") == [nodes[0]]
+    assert [e.get("drained") for e in events if e.kind == "blamed"][-1] is True
     assert not [e for e in events if e.kind == "requeued"]
     assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: "), info
     assert released < [e for e in events if e.kind == "finished"][-1].time
     starts = [e for e in events if e.kind == "started"]
-    assert [s.get("nodes") for s in starts] == [nodes, [nodes[0]]]
-    assert starts[1].get("previous", "").startswith("in-job restart after ")
+    rounds = [nodes, nodes, [nodes[0]]] if kills_first else [nodes, [nodes[0]]]
+    assert [s.get("nodes") for s in starts] == rounds
+    assert all(s.get("previous", "").startswith("in-job restart after ") for s in starts[1:])
     summary = runs.summary(save)
     assert summary.updates == max_update and summary.resumed_at[0] >= 20
     g = goodput.account(events, events[-1].time)
-    assert sum(g.parts.values()) == pytest.approx(g.wall_s) and g.restarts == 1
+    assert sum(g.parts.values()) == pytest.approx(g.wall_s) and g.restarts == len(rounds) - 1
     assert g.in_job_restart_s > 0  # the hand-over inside the allocation, not queue
     assert took < 240, took
 
@@ -80,9 +114,9 @@ def _released(runs, save: str, job: str, victim: str) -> float:
 
 
 def test_a_killed_nodes_ranks_are_recovered_in_the_allocation(runs):
-    _recovered_in_job(
-        runs, "injob-kill", lambda job, node: chaos.kill_node(job, node, stop_slurmd=False)
-    )
+    """Killed twice on the same node: the first restarts on it (not drained), the second (its
+    machine's second blame) drains it and the run goes on without it."""
+    _recovered_in_job(runs, "injob-kill", _kill, kills_first=True)
 
 
 def test_a_hang_is_recovered_in_the_allocation(runs):
@@ -91,10 +125,11 @@ def test_a_hang_is_recovered_in_the_allocation(runs):
 
 def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     """``--nodes 2 --spares 1``: three nodes allocated, two train. One training node's ranks
-    are killed: task 0 blames and drains it and restarts in the allocation on the healthy node
-    and the spare: two nodes again, the same update_freq, Slurm's Restarts 0."""
+    are killed twice: the first kill restarts on it (not drained, the spare stands by); the
+    second (its machine's second blame) drains it and task 0 restarts in the allocation on the
+    healthy node and the spare: two nodes again, the same update_freq, Slurm's Restarts 0."""
     runs.wait_idle_nodes(3)
-    max_update = 600  # training outlasts the release of the node left out
+    max_update = 1200  # training outlasts two kills and the release of the node left out
     job, save = runs.submit("injob-spare", max_update, nodes="2", fairseq=PER_UPDATE,
                             extra_cli=("--spares", "1", *IN_JOB[1:]))  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
@@ -104,7 +139,8 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     assert trained.get("nodes") == nodes[:2] and trained.get("spares") == nodes[2:]
     victim = nodes[1]
     try:
-        chaos.kill_node(job, victim, stop_slurmd=False)
+        _first_kill_kept(runs, save, job, victim, [nodes[:2]])
+        _kill(job, victim)
         _released(runs, save, job, victim)
         final = runs.wait_done(job)
         info = slurm.node_info(victim)
@@ -113,13 +149,14 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     assert final.restarts == 0
     events = ledger.read(RunDir(save).ledger)
-    (restarted,) = [e for e in events if e.kind == "restarted"]
+    kept, restarted = [e for e in events if e.kind == "restarted"]
+    assert kept.get("left_out") == [] and kept.get("spare_in") == []
     assert restarted.get("left_out") == [victim] and restarted.get("spare_in") == [nodes[2]]
     assert "DRAIN" in info["State"], info
     starts = [e for e in events if e.kind == "started"]
-    assert [s.get("nodes") for s in starts] == [nodes[:2], [nodes[0], nodes[2]]]
+    assert [s.get("nodes") for s in starts] == [nodes[:2], nodes[:2], [nodes[0], nodes[2]]]
     shapes = [(s.get("world"), s.get("update_freq")) for s in starts]
-    assert shapes[0] == shapes[1] and shapes[0][0] == 2, shapes  # the recipe's batch, unchanged
+    assert len(set(shapes)) == 1 and shapes[0][0] == 2, shapes  # the recipe's batch, unchanged
     assert runs.summary(save).updates == max_update
     # the loss curve stays the recipe's: every update's loss (the resumed one where an update was
     # trained twice) equals that of the same run on two nodes never interrupted
@@ -133,7 +170,9 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
 def test_a_lost_node_is_recovered_in_the_allocation(runs, restart_local_cluster):
     """A node lost whole (its ranks killed, then its slurmd: Slurm marks it DOWN after
     SlurmdTimeout): the job was submitted with --no-kill, so the allocation survives; task 0
-    blames the node and trains on without it. Slurm's Restarts 0, the run completes."""
+    finds no step starts there and Slurm marks it not responding: a lost node, not a plain
+    signal kill, drained at its first blame, and trains on without it. Slurm's Restarts 0, the
+    run completes."""
     runs.wait_idle_nodes(2)
     max_update = 1500  # training goes on past SlurmdTimeout (20 s): the node is DOWN mid-run
     job, save = runs.submit("injob-lost", max_update, nodes="1-2", fairseq=PER_UPDATE,
@@ -156,5 +195,7 @@ def test_a_lost_node_is_recovered_in_the_allocation(runs, restart_local_cluster)
     events = ledger.read(RunDir(save).ledger)
     (restarted,) = [e for e in events if e.kind == "restarted"]
     assert restarted.get("left_out") == [victim] and restarted.get("members") == [nodes[0]]
+    (blamed,) = [e for e in events if e.kind == "blamed"]
+    assert blamed.get("evidence") == str(Evidence.LOST) and blamed.get("drained") is True
     assert not [e for e in events if e.kind == "requeued"]
     assert runs.summary(save).updates == max_update
