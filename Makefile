@@ -69,16 +69,17 @@ demo: install cluster-up demo-data
 	  --data $(STATE)/data/demo-bin --save-dir $(DEMO_RUN) --time 20 --follow
 
 # Lint first (seconds): a red main is a formatting nit away from a real bug. Then the suite on
-# TEST_WORKERS pytest-xdist workers, each with a local cluster of its own (worker gw0 the one
-# cluster-up starts; gwN its own beside it: tests/conftest.py, worker_cluster_env), a whole test
-# file to a worker (its module fixtures run once); the 20 slowest tests are printed at the end.
-TEST_WORKERS ?= 2
+# TEST_WORKERS pytest-xdist workers (3 on 2 cores: most real-Slurm tests wait on Slurm), each
+# with a local cluster of its own (gw0 the one cluster-up starts; gwN its own beside it:
+# tests/conftest.py, worker_cluster_env), a whole test file to a worker (its module fixtures
+# run once), the heaviest files first; the 20 slowest tests are printed at the end.
+TEST_WORKERS ?= 3
 test: install cluster-up lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 # The fast tier: what a change to pure code or launcher decisions needs. No cluster, no training.
 test-fast: install-python
-	$(PY) -m pytest -q -m "not slurm and not fairseq and not slow and not aws"
+	$(PY) -m pytest -q -n 2 -m "not slurm and not fairseq and not slow and not aws"
 
 lint: install-python
 	$(VENV)/bin/ruff check hpc_core hpc_train nccl_checks benchmarks tests

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -29,11 +30,12 @@ def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> 
 
     Worker gw0, or a run without workers, keeps the default cluster (``make cluster-up``'s). Worker
     gwN (N >= 1) gets a cluster of its own beside it: its own directory (munge, spool, pid files),
-    ports 1000 N above the default cluster's (``base_port``), and job ids from 1,010,000 N + 1, so
+    ports 1000 N above the default cluster's (``base_port``), and job ids from 1,006,000 N + 1, so
     that two clusters on one machine never share a job id (chaos finds a job's processes by
-    SLURM_JOB_ID) nor, for as long as each hands out fewer than 10,000 ids, a torchrun rendezvous
-    port (``hpc_core.slurm.rendezvous_port``: 29500 + the id mod 20,000; every node is 127.0.0.1
-    here); every node name a test knows (n1..n4) stays the same.
+    SLURM_JOB_ID) nor, for up to 3 workers and as long as each cluster hands out fewer than 6,000
+    ids, a torchrun rendezvous port (``hpc_core.slurm.rendezvous_port``: 29500 + the id mod
+    20,000, 6,000 N apart; every node is 127.0.0.1 here); every node name a test knows (n1..n4)
+    stays the same.
     """
     n = int(worker[2:]) if worker and worker.startswith("gw") else 0
     if n == 0:
@@ -42,7 +44,7 @@ def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> 
     return {
         "HPC_TRAIN_CLUSTER_DIR": cluster,
         "HPC_TRAIN_CLUSTER_PORT": str(base_port + 1000 * n),
-        "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": str(1_010_000 * n + 1),
+        "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": str(1_006_000 * n + 1),
         "SLURM_CONF": f"{cluster}/etc/slurm.conf",
     }
 
@@ -69,6 +71,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(TIER_FIXTURES[fixture])
         if gpu and item.get_closest_marker("nogpu"):
             item.add_marker(pytest.mark.skip(reason="asserts the no-GPU path; a driver is here"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        heavy_files_first(items)
+
+
+def heavy_files_first(items: list[pytest.Item]) -> None:
+    """Under ``--dist loadfile`` a file is one unit of work, handed to the next free worker in
+    collection order: the files with the most real-Slurm and training tests go first, so that
+    a long one never starts last and leaves the other workers idle (a file keeps its order)."""
+    heavy = Counter(
+        item.path
+        for item in items
+        if item.get_closest_marker("slurm") or item.get_closest_marker("fairseq")
+    )
+    items.sort(key=lambda item: -heavy[item.path])
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -32,6 +32,7 @@ def test_chaos_help_lists_examples_and_hides_its_internal_step():
     assert chaos.KILL_HERE not in text and "SUPPRESS" not in text
 
 
+@pytest.mark.fairseq  # imports real fairseq in a fresh interpreter (about 4 s)
 def test_importing_fairseq_through_hpc_train_says_nothing_about_tensorboardx():
     import subprocess
     import sys

@@ -42,6 +42,7 @@ def stuck_loader(workers: int):
     return it
 
 
+@pytest.mark.slow  # waits out torch's 5 s join by design: not in make test-fast
 def test_torchs_own_shutdown_waits_5_s_per_stuck_loader_process():
     """Why ``loaders`` exists: torch joins each process with its 5 s timeout, one at a time."""
     it = stuck_loader(1)
