@@ -12,7 +12,8 @@ What this proves:
   ~/.cache/hpc-train-tests/cuda12 (checked again on every run), so a rerun takes seconds.
   Skipped, saying so, where developer.download.nvidia.com cannot be reached (this development
   machine reaches only PyPI and Debian; PyPI has no CUDA 12 nvcc: its nvidia-cuda-nvcc-cu12
-  wheels hold ptxas and libnvvm only). No GPU is needed anywhere.
+  wheels hold ptxas and libnvvm only). No GPU is needed anywhere. Where it skips, the same CUDA
+  12.6.3 compiler is still proven for sm_70 through its NVRTC from PyPI: test_nvrtc_sm70.py.
 """
 
 from __future__ import annotations
