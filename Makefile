@@ -71,11 +71,12 @@ demo: install cluster-up demo-data
 # Lint first (seconds): a red main is a formatting nit away from a real bug. Then the suite on
 # TEST_WORKERS pytest-xdist workers (3 on 2 cores: most real-Slurm tests wait on Slurm), each
 # with a local cluster of its own (gw0 the one cluster-up starts; gwN its own beside it:
-# tests/conftest.py, worker_cluster_env), a whole test file to a worker (its module fixtures
-# run once), the heaviest files first; the 20 slowest tests are printed at the end.
+# tests/conftest.py, worker_cluster_env), a test to the next free worker, real-Slurm tests first
+# (a file whose tests share a module fixture stays on one worker: spread_over_workers); the 20
+# slowest tests are printed at the end.
 TEST_WORKERS ?= 3
 test: install cluster-up lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 # The fast tier: what a change to pure code or launcher decisions needs. No cluster, no training.
 test-fast: install-python

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import threading
-from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -30,12 +29,13 @@ def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> 
 
     Worker gw0, or a run without workers, keeps the default cluster (``make cluster-up``'s). Worker
     gwN (N >= 1) gets a cluster of its own beside it: its own directory (munge, spool, pid files),
-    ports 1000 N above the default cluster's (``base_port``), and job ids from 1,006,000 N + 1, so
+    ports 1000 N above the default cluster's (``base_port``), and job ids from 1,001,000 N + 1, so
     that two clusters on one machine never share a job id (chaos finds a job's processes by
-    SLURM_JOB_ID) nor, for up to 3 workers and as long as each cluster hands out fewer than 6,000
-    ids, a torchrun rendezvous port (``hpc_core.slurm.rendezvous_port``: 29500 + the id mod
-    20,000, 6,000 N apart; every node is 127.0.0.1 here); every node name a test knows (n1..n4)
-    stays the same.
+    SLURM_JOB_ID) nor, as long as each hands out fewer than 1,000 ids, a torchrun rendezvous port
+    (``hpc_core.slurm.rendezvous_port``: 29500 + the id mod 20,000, here 29501 + 1000 N and up;
+    every node is 127.0.0.1). The ports stay under Linux's ephemeral range (32768 and up): with
+    ids 6,000 apart, gw1's job 1006021 listened on 35521 and its peer's connect timed out (a CI
+    run, 2026-11-27). Every node name a test knows (n1..n4) stays the same.
     """
     n = int(worker[2:]) if worker and worker.startswith("gw") else 0
     if n == 0:
@@ -44,7 +44,7 @@ def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> 
     return {
         "HPC_TRAIN_CLUSTER_DIR": cluster,
         "HPC_TRAIN_CLUSTER_PORT": str(base_port + 1000 * n),
-        "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": str(1_006_000 * n + 1),
+        "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": str(1_001_000 * n + 1),
         "SLURM_CONF": f"{cluster}/etc/slurm.conf",
     }
 
@@ -61,6 +61,7 @@ def nvidia_driver_present() -> bool:
     return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own: it reads the xdist_group marks set here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by the fixtures they use (slurm, fairseq, aws) and skip `nogpu` tests on a machine
     with an NVIDIA driver (they check what this toolkit says where there is none)."""
@@ -72,19 +73,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if gpu and item.get_closest_marker("nogpu"):
             item.add_marker(pytest.mark.skip(reason="asserts the no-GPU path; a driver is here"))
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        heavy_files_first(items)
+        spread_over_workers(items)
 
 
-def heavy_files_first(items: list[pytest.Item]) -> None:
-    """Under ``--dist loadfile`` a file is one unit of work, handed to the next free worker in
-    collection order: the files with the most real-Slurm and training tests go first, so that
-    a long one never starts last and leaves the other workers idle (a file keeps its order)."""
-    heavy = Counter(
-        item.path
-        for item in items
-        if item.get_closest_marker("slurm") or item.get_closest_marker("fairseq")
-    )
-    items.sort(key=lambda item: -heavy[item.path])
+SHARED_SCOPES = ("package", "module", "class")
+
+
+def spread_over_workers(items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (make test) each test goes to the next free worker, in
+    collection order, unless it shares a fixture with its neighbours: a test that uses a module-
+    or class-scoped fixture stays with the rest of its file (``xdist_group``: the fixture runs
+    once). The real-Slurm tests come first, then the other slow tiers, so that no long test
+    starts last and leaves the other workers idle (a stable sort: each file keeps its order)."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope in SHARED_SCOPES for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(str(item.path)))
+
+    def tier(item: pytest.Item) -> int:
+        if item.get_closest_marker("slurm"):
+            return 0
+        slow = ("fairseq", "slow", "aws")
+        return 1 if any(item.get_closest_marker(m) for m in slow) else 2
+
+    items.sort(key=tier)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -45,7 +45,8 @@ def _first_kill_kept(runs, save, job: str, victim: str, rounds: list[list[str]])
     (blamed,) = [e for e in events if e.kind == "blamed"]
     assert (blamed.get("node"), blamed.get("drained")) == (victim, False), blamed.data
     assert blamed.get("evidence") == str(Evidence.SIGNAL), blamed.data
-    (restarted,) = [e for e in events if e.kind == "restarted"]
+    # the restart after this kill (not one after a start-up crash of an earlier round)
+    (restarted,) = [e for e in events if e.kind == "restarted" and e.time >= blamed.time]
     assert restarted.get("left_out") == [] and restarted.get("members") == rounds[0]
     assert "DRAIN" not in slurm.node_info(victim)["State"]
     assert victim in slurm.hostnames(slurm.job_state(job).nodes)

@@ -9,6 +9,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.faults import node_blame, quarantine
+from hpc_train.faults.evidence import Evidence
 
 HOUR = 3600.0
 
@@ -120,8 +121,8 @@ def test_a_node_given_a_new_address_is_a_new_machine_to_the_quarantine(slurm_clu
     def note(kind: str, **data: object) -> None:
         ledger.record(run.ledger, kind, "9", 0, **data)
 
-    for why in ("hang", "crash"):
-        node_blame.blame(run, "9", 0, "n3", why, False, note, said.append)
+    for why, evidence in (("hang", Evidence.HANG_NO_STACK), ("crash", Evidence.SIGNAL)):
+        node_blame.blame(run, "9", 0, "n3", why, False, note, said.append, evidence)
     assert "quarantined: machine 127.0.0.1" in said[1]
     assert quarantine.nodes(run) == ["n3"]
     try:
