@@ -69,12 +69,13 @@ demo: install cluster-up demo-data
 	  --data $(STATE)/data/demo-bin --save-dir $(DEMO_RUN) --time 20 --follow
 
 # Lint first (seconds): a red main is a formatting nit away from a real bug. Then the suite on
-# TEST_WORKERS pytest-xdist workers (3 on 2 cores: most real-Slurm tests wait on Slurm), each
+# TEST_WORKERS pytest-xdist workers (2: with 3 on 2 cores the load stays near 7 and the suite is
+# no faster; docs/testing.md), each
 # with a local cluster of its own (gw0 the one cluster-up starts; gwN its own beside it:
 # tests/conftest.py, worker_cluster_env), a test to the next free worker, real-Slurm tests first
 # (a file whose tests share a module fixture stays on one worker: spread_over_workers); the 20
 # slowest tests are printed at the end.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 test: install cluster-up lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
