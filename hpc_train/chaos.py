@@ -370,19 +370,20 @@ def _run_here(argv: list[str]) -> int | None:
         cycles = throttle_here(argv[0], argv[3], here.factor, here.seconds)
         print(f"throttled for {cycles} cycle(s)" if cycles else "no rank of the job here")
         return 0 if cycles else 1
-    if len(argv) == 4 and argv[1] == STOP_LAUNCHER_HERE and argv[2] == "--node":
-        pid = stop_launcher_here(argv[0], argv[3])
-        print(f"stopped launcher pid {pid}" if pid else "no launcher of the job here")
-        return 0 if pid else 1
-    if len(argv) == 4 and argv[1] == STOP_AGENT_HERE and argv[2] == "--node":
-        pid = stop_agent_here(argv[0], argv[3])
-        print(f"stopped torchrun pid {pid}" if pid else "no torchrun of the job here")
-        return 0 if pid else 1
-    if len(argv) == 4 and argv[1] == STOP_HERE and argv[2] == "--node":
-        pid = stop_here(argv[0], argv[3])
-        print(f"stopped rank pid {pid}" if pid else "no rank of the job here")
+    if len(argv) == 4 and argv[1] in STOPS_HERE and argv[2] == "--node":
+        stop, what = STOPS_HERE[argv[1]]
+        pid = stop(argv[0], argv[3])
+        print(f"stopped {what} pid {pid}" if pid else f"no {what} of the job here")
         return 0 if pid else 1
     return None
+
+
+# the node-local SIGSTOPs: what each stops, as _run_here says it
+STOPS_HERE: dict[str, tuple[Callable[[str, str], int | None], str]] = {
+    STOP_LAUNCHER_HERE: (stop_launcher_here, "launcher"),
+    STOP_AGENT_HERE: (stop_agent_here, "torchrun"),
+    STOP_HERE: (stop_here, "rank"),
+}
 
 
 def _act(args: argparse.Namespace) -> None:
