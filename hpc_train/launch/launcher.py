@@ -29,7 +29,8 @@ Interruptions:
 - no progress (a hang): each node's watchdog thread (``hpc_train.watch.hang_monitor``) saves its
   ranks' stacks and stops them; task 0 names the suspect node, drains it (unless
   ``--no-drain``), and requeues without it (or restarts in the job without it). A torchrun that
-  outlives its ranks is killed by the same thread (a stuck agent).
+  outlives its ranks is killed by the same thread (a stuck agent); ranks that outlive their
+  torchrun (a killed agent) are killed as it exits (``lifecycle.end_leftovers``).
 - a requeue that could not start (too few usable nodes in the partition) is said and, where
   nothing replaces drained nodes, stops the run instead.
 - a straggler (a node's own compute >= 20 % slower for minutes): task 0 names it
@@ -228,6 +229,7 @@ class Launcher:
                 pulse.beat(WAITING)
                 watchers.start(here, nproc, self._proc.pid, spent, self._notice_of_own)
                 returncode = self._proc.wait()
+                lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
                 root = tee.root_cause(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
                 agent_exit.write(here.run, *here.key, agent_exit.NodeExit(
                     here.start.task, node_name(), returncode, *(root or (None, None))))  # fmt: skip

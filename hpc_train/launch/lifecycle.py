@@ -6,12 +6,15 @@ goes to ``recovery.refuse``), ``announce`` (the fairseq arguments; ``started`` i
 ``environment`` (the ranks' ``contract.WorkerEnv``), then torchrun with its ``Watchers``: the
 spot notice (``watch.spot``), the hang monitor (``watch.hang_monitor``), task 0's straggler
 and grow-back threads (``watch.straggler_monitor``, ``watch.grow_monitor``). When torchrun
-exits, ``recovery.decide`` says what follows.
+exits, what it left running of this start is ended (``end_leftovers``: the ranks of a killed
+agent), and ``recovery.decide`` says what follows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -20,8 +23,8 @@ from functools import partial
 from pathlib import Path
 
 from hpc_core import instances, slurm
-from hpc_core.wait import process_exited
-from hpc_train.contract import STOP, StartDecision, WorkerEnv, node_name
+from hpc_core.wait import FAST, process_exited, wait_until
+from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, node_name
 from hpc_train.job import command_lines
 from hpc_train.launch import blame, recovery, requeue, restart_policy, spares
 from hpc_train.launch.context import Here, log
@@ -48,6 +51,64 @@ def visible_gpus() -> int:
 def torchrun_path() -> str:
     candidate = Path(sys.executable).with_name("torchrun")
     return str(candidate) if candidate.exists() else "torchrun"
+
+
+LEFTOVER_WAIT_S = 5.0  # for the processes torchrun left to be gone after their SIGKILL
+
+
+def leftovers(
+    save_dir: Path, key: tuple[str, int], node: str, proc: Path = Path("/proc")
+) -> list[int]:
+    """The live processes of this start (``key``) on this ``node``: its ranks and their loader
+    processes, whose environment names the start and the save dir (``WorkerEnv``); on a host
+    shared by several nodes (the local cluster) each carries its own ``SLURMD_NODENAME``. Read
+    from /proc; another user's processes cannot be read and are none of them."""
+    want = {SAVE_DIR: str(save_dir), START: f"{key[0]}:{key[1]}"}
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        env = _environ(entry, f"{START}={want[START]}")
+        if env is None or any(env.get(k) != v for k, v in want.items()):
+            continue
+        if env.get("SLURMD_NODENAME", node) != node:  # another node's, on a shared host
+            continue
+        if not process_exited(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _environ(entry: Path, mark: str) -> dict[str, str] | None:
+    """The environment a process of /proc (``entry``) started with, if it holds ``mark`` (most
+    do not: no need to parse theirs); None otherwise, or if it cannot be read."""
+    try:
+        raw = (entry / "environ").read_bytes()
+    except OSError:
+        return None
+    if mark.encode() not in raw:
+        return None
+    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+
+
+def end_leftovers(here: Here, returncode: int) -> list[int]:
+    """torchrun has exited: SIGKILL what it left running of this start on this node (the
+    pids). Only a torchrun killed itself (SIGKILL, the OOM killer) leaves any: it starts its
+    ranks in sessions of their own, so they outlive it and train on with their peers, unwatched,
+    and no node's torchrun ever ends: task 0 never decides and this node waits for its word in
+    vain. Their end is the one their peers see (a lost connection): the start ends everywhere
+    and task 0 weighs this node's exit record (``agent_exit.NodeExit.killed``)."""
+    pids = leftovers(here.spec.save_dir, here.key, node_name())
+    if not pids:
+        return []
+    log(f"torchrun exited with {returncode} and left {len(pids)} process(es) of this start "
+        f"running (pids {', '.join(map(str, pids))}): killing them (SIGKILL)")  # fmt: skip
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: all(process_exited(p) for p in pids) or None,
+                   "the leftover processes' end", LEFTOVER_WAIT_S, FAST)  # fmt: skip
+    return pids
 
 
 def previous_end(here: Here, came_from: str | None) -> str:

@@ -19,9 +19,13 @@ from hpc_train.faults.evidence import Evidence
 pytestmark = pytest.mark.slurm
 
 PER_UPDATE = ("--log-interval", "1", "--save-interval-updates", "10")
+# the schedule's faults come faster than its saves (every 10 updates): on a loaded machine each
+# restart may resume from the notice's save, and the no-progress guard (its own tests) would
+# stop the run at the fourth; it is off here
 CLI = (
     "--spares", "1", "--restart-in-job", "--hang-timeout-floor", "10", "--hang-factor", "10",
     "--hang-save-timeout", "60", "--hang-startup-timeout", "180",
+    "--max-no-progress-restarts", "0",
 )  # fmt: skip
 # on the node, through srun --overlap: SIGKILL one rank of the job, or its torchrun agent
 KILL = """
@@ -58,12 +62,6 @@ def _resumed(runs, save: Path, after: int, what: str) -> None:
     runs.wait_for(f"training again after {what}", trained, 240)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, first run 2026-11-27: the notice, the first kill (kept) and the hang "
-    "(drained, spare n3 in) go as designed, but after the spare's torchrun is SIGKILLed no round "
-    "ends and none starts for 240 s (no stopped/restarted event); not yet diagnosed",
-)
 def test_the_soak_schedule_drains_only_the_hung_node_and_the_run_goes_on(runs):
     runs.wait_idle_nodes(3)
     job, save = runs.submit("blame-evidence", 200_000, nodes="2", fairseq=PER_UPDATE,

@@ -5,9 +5,12 @@ workers do after a save on notice). The real-Slurm tests in tests/integration co
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
-from hpc_core.wait import FAST, wait_until
+from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import (
     ENDED,
     LauncherBeat,
@@ -27,6 +30,7 @@ from hpc_train.contract import (
     write_stop,
 )
 from hpc_train.faults import agent_exit, failures, quarantine
+from hpc_train.faults.evidence import Evidence
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import blame, lifecycle, restart_policy, starts
 from hpc_train.launch import launcher as launcher_module
@@ -506,6 +510,73 @@ def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, mon
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
     verdict = read_verdict(run, "41", 0)
     assert verdict is not None and verdict.action == REQUEUE
+
+
+class AgentKilled(FakeTorchrun):
+    """torchrun replaced by ``python -c``: in the first round it starts a "rank" in a session
+    of its own (as torchrun starts its ranks: they outlive it), writes its pid to ``pid_file``
+    and is SIGKILLed (chaos's kill of the agent); it exits 0 after (the next round trains)."""
+
+    def __init__(self, spec: JobSpec, pid_file: Path) -> None:
+        super().__init__(spec, 0)
+        self.pid_file, self.rounds = pid_file, 0
+
+    def torchrun_command(self, start, nproc, args):
+        self.rounds += 1
+        if self.rounds > 1:
+            return super().torchrun_command(start, nproc, args)
+        body = (
+            "import os, signal, subprocess, sys\n"
+            "rank = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+            " start_new_session=True)\n"
+            f"open({str(self.pid_file)!r}, 'w').write(str(rank.pid))\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n"
+        )
+        return [sys.executable, "-c", body]
+
+
+def test_a_killed_agents_rank_is_ended_and_the_run_restarts_in_the_job_on_its_node(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """torchrun SIGKILLed, its rank alive (in a session of its own it outlives its agent and
+    would train on with its peers: no node's torchrun would end, task 0 would never decide and
+    the others would wait for its word in vain): the launcher ends the rank as torchrun exits,
+    and the kill by a signal restarts in the job on the same node, not drained."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    run, pid_file = RunDir(tmp_path), tmp_path / "rank.pid"
+    fake = AgentKilled(in_job_spec(tmp_path), pid_file)
+    try:
+        done = fake.run(launcher_module.Start("41", 0, 1, "n1", 0, ("n1",)), gpus=0)
+        assert process_exited(int(pid_file.read_text()))  # ended with its agent, not left on
+    finally:
+        with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert done["restarts"] == 0 and fake.rounds == 2
+    assert fake_slurm.requeued == [] and fake_slurm.drained == []
+    events = ledger.read(run.ledger)
+    blamed = [(e.get("node"), e.get("evidence"), e.get("drained")) for e in events
+              if e.kind == "blamed"]  # fmt: skip
+    assert blamed == [("n1", str(Evidence.SIGNAL), False)]
+    assert [e.get("left_out") for e in events if e.kind == "restarted"] == [[]]
+    assert agent_exit.read(run, "41", 0, 1)[0].returncode == -signal.SIGKILL
+
+
+def test_only_this_starts_processes_on_this_node_are_its_leftovers(tmp_path):
+    """``lifecycle.leftovers`` matches a process by the start and save dir in its environment
+    and, on a host several nodes share (the local cluster), by its node."""
+    env = {**os.environ, "HPC_TRAIN_SAVE_DIR": str(tmp_path), "HPC_TRAIN_START": "41.2:1"}
+    others = [{"SLURMD_NODENAME": "n1"}, {"HPC_TRAIN_START": "41.1:1"},
+              {"HPC_TRAIN_SAVE_DIR": "/elsewhere"}]  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**env, "SLURMD_NODENAME": "n3", **o}) for o in [{}, *others]]  # fmt: skip
+    try:
+        found = lifecycle.leftovers(tmp_path, ("41.2", 1), "n3")
+        assert found == [procs[0].pid]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert lifecycle.leftovers(tmp_path, ("41.2", 1), "n3") == []  # gone (zombies count too)
 
 
 def spares_spec(tmp_path: Path) -> JobSpec:
