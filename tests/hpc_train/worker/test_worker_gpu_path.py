@@ -49,7 +49,8 @@ def test_hydra_schema_warning_is_silenced_and_nothing_else() -> None:
         warnings.warn(hydra_text, UserWarning, stacklevel=1)
         warnings.warn("Distributed is already initialized, cannot initialize twice!", stacklevel=1)
         warnings.warn("something else is validated against ConfigStore schema", stacklevel=1)
-    assert [str(w.message) for w in seen] == [
+    # a ResourceWarning is the garbage collector's, whenever it runs (an earlier test's file)
+    assert [str(w.message) for w in seen if w.category is not ResourceWarning] == [
         "something else is validated against ConfigStore schema"
     ]
 
