@@ -27,6 +27,7 @@ workers exchange, and the one way to write a file whole.
         failures/<job>-<restart>-rank<r>.json  the exception that ended a worker, at which update
         chaos-crash.json              ``chaos JOB crash``: the update at which a worker raises
         chaos-slow-save.json          ``chaos JOB slow-save``: seconds every checkpoint write sleeps
+        chaos-pace.json               ``chaos JOB pace``: the least seconds an update takes
         audit/<job>-<restart>/rank-<r>.jsonl  ``--audit-samples``: the sample ids each rank trained
         audit/plan-epoch<e>.json      the sample ids of epoch e's batch plan
         quarantine.json               nodes blamed twice within a day: kept out of this run
@@ -225,6 +226,11 @@ class RunDir:
     def chaos_slow_save(self) -> Path:
         """``chaos JOB slow-save``: the seconds each background checkpoint write sleeps first."""
         return self.state / "chaos-slow-save.json"
+
+    @property
+    def chaos_pace(self) -> Path:
+        """``chaos JOB pace``: the least seconds each update takes (the ranks sleep the rest)."""
+        return self.state / "chaos-pace.json"
 
     @property
     def oci_bundle(self) -> Path:

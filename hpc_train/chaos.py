@@ -11,12 +11,14 @@
     python -m hpc_train.chaos JOBID crash --at-update 30   # rank 0 raises there, every start
     python -m hpc_train.chaos JOBID slow --node n2 --factor 0.5  # one node's ranks at half speed
     python -m hpc_train.chaos JOBID slow-save --seconds 8  # every checkpoint write 8 s slower
+    python -m hpc_train.chaos JOBID pace --seconds 0.1     # at most 10 updates/s (0: unpaced)
 
 Every action is real Slurm: preemption through the higher-priority partition, signals through
 scancel, a node's processes killed on that node through ``srun --overlap``; an injected crash
 is a file in the run's state dir the workers look for at every update (``hpc_train.worker.crash``);
 a slow save (the rehearsal of a slow FSx) one the checkpoint writer looks for at every save
-(``hpc_train.worker.async_save``).
+(``hpc_train.worker.async_save``); a pace (a run slowed so a fault's allowance ends mid-run) one
+the workers look for at every update (``hpc_train.worker.pace``).
 """
 
 from __future__ import annotations
@@ -343,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     slow_save.add_argument(
         "--seconds", type=_seconds, required=True, metavar="S", help="the sleep (0: stop)"
     )
+    pace = sub.add_parser(
+        "pace", help="every update takes at least S seconds (a fast run slowed for a rehearsal)"
+    )
+    pace.add_argument(
+        "--seconds", type=_seconds, required=True, metavar="S", help="the least (0: stop)"
+    )
     return parser
 
 
@@ -403,6 +411,9 @@ def _act(args: argparse.Namespace) -> None:
     elif args.action == "slow-save":
         contract.ask_slow_saves(index.resolve(args.job_id).dir, args.seconds)
         print(f"job {args.job_id}'s checkpoint writes sleep {args.seconds:g} s first")
+    elif args.action == "pace":
+        contract.ask_pace(index.resolve(args.job_id).dir, args.seconds)
+        print(f"job {args.job_id}'s updates take at least {args.seconds:g} s each")
     elif args.action == "slow":
         until = f"{args.seconds:g} s" if args.seconds else "the job ends or is requeued"
         print(

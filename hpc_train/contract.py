@@ -18,6 +18,7 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | ``.hpc-train/failures/<job>-<restart>-rank<r>.json`` | ``FailureRecord`` | a rank, as an exception ends it (``worker.crash``) | task 0 (``faults.failures``) |
 | ``.hpc-train/chaos-crash.json`` | ``CrashRequest`` | ``hpc-train chaos JOB crash`` | every rank, each update (``worker.crash``) |
 | ``.hpc-train/chaos-slow-save.json`` | ``{"seconds": S}`` (``ask_slow_saves``) | ``hpc-train chaos JOB slow-save`` | each rank's checkpoint writer, per save (``worker.async_save``) |
+| ``.hpc-train/chaos-pace.json`` | ``{"seconds": S}`` (``ask_pace``) | ``hpc-train chaos JOB pace``; the tests' runs, before they are submitted | every rank, each update (``worker.pace``) |
 | ``.hpc-train/nodes/<job>-<restart>-task<t>.exit.json`` | ``faults.agent_exit.NodeExit`` | each launcher (launcher to launcher) | task 0 |
 | ``.hpc-train/audit/<job>-<restart>/rank-<r>.jsonl`` | ``AuditLine`` (one a line) | each rank (``--audit-samples``) | ``runs.audit`` |
 | ``.hpc-train/audit/plan-epoch<e>.json`` (``RunDir.audit_plan``) | the epoch's sample ids, a sorted JSON list | rank 0, at its first step of the epoch (``worker.data_position``, ``--audit-samples``) | ``runs.audit`` (each id once per epoch) |
@@ -421,21 +422,41 @@ def read_crash_request(run: RunDir) -> CrashRequest | None:
         return None
 
 
-def ask_slow_saves(run: RunDir, seconds: float) -> None:
-    """``chaos JOB slow-save``: every background checkpoint write of this run (this start and
-    later ones) sleeps ``seconds`` first; 0 ends the rehearsal."""
+def _ask_seconds(path: Path, seconds: float) -> None:
+    """A chaos request of ``{"seconds": S}`` at ``path``; 0 withdraws it."""
     if seconds > 0:
-        atomic_write(run.chaos_slow_save, json.dumps({"seconds": seconds}))
+        atomic_write(path, json.dumps({"seconds": seconds}))
     else:
-        run.chaos_slow_save.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
 
 
-def slow_save_s(run: RunDir | None) -> float:
-    """The seconds ``ask_slow_saves`` asked for (0: none); one stat() when nothing was asked."""
-    path = None if run is None else run.chaos_slow_save
+def _asked_seconds(path: Path | None) -> float:
+    """The seconds a chaos request at ``path`` asks for (0: none); one stat() when it is absent."""
     if path is None or not path.exists():
         return 0.0
     try:
         return max(0.0, float(json.loads(path.read_text())["seconds"]))
     except (OSError, ValueError, KeyError, TypeError):
         return 0.0
+
+
+def ask_slow_saves(run: RunDir, seconds: float) -> None:
+    """``chaos JOB slow-save``: every background checkpoint write of this run (this start and
+    later ones) sleeps ``seconds`` first; 0 ends the rehearsal."""
+    _ask_seconds(run.chaos_slow_save, seconds)
+
+
+def slow_save_s(run: RunDir | None) -> float:
+    """The seconds ``ask_slow_saves`` asked for (0: none); one stat() when nothing was asked."""
+    return _asked_seconds(None if run is None else run.chaos_slow_save)
+
+
+def ask_pace(run: RunDir, seconds: float) -> None:
+    """``chaos JOB pace``: every update of this run (this start and later ones) takes at least
+    ``seconds``, each rank sleeping what its update left of them; 0 ends the rehearsal."""
+    _ask_seconds(run.chaos_pace, seconds)
+
+
+def pace_s(run: RunDir) -> float:
+    """The seconds ``ask_pace`` asked for (0: none); one stat() when nothing was asked."""
+    return _asked_seconds(run.chaos_pace)

@@ -21,6 +21,7 @@ from pathlib import Path
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
+from hpc_train import contract
 from hpc_train.runs import follow
 
 STEADY = Backoff(0.5, 1.0, 0.5)  # rehearsals poll at a steady 0.5 s
@@ -36,9 +37,13 @@ def submit_tiny(
     fairseq: Sequence[str] = (),
     env: dict[str, str] | None = None,
     time_min: int = 10,
+    pace_s: float = 0.0,
 ) -> str:
     """Submit the tiny preset on CPU nodes through the real CLI (``python -m hpc_train.submit``
-    with ``options``, then ``-- fairseq``); the job id. RuntimeError with the CLI's error."""
+    with ``options``, then ``-- fairseq``); the job id. RuntimeError with the CLI's error.
+    ``pace_s``: every update takes at least that long (``chaos JOB pace``, asked before the
+    submission: a run sized in seconds, not for the fastest machine)."""
+    contract.ask_pace(RunDir(save), pace_s)
     cmd = [
         sys.executable, "-m", "hpc_train.submit", "--preset", "tiny", "--nodes", nodes,
         "--gpus-per-node", "0", "--data", str(data), "--save-dir", str(save),

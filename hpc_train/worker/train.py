@@ -44,6 +44,7 @@ from hpc_train.worker import (
     ledger_hooks,
     loaders,
     local_tier,
+    pace,
     preemption,
     save_interval,
     speed,
@@ -222,7 +223,9 @@ def install_extensions(
     ledger_hooks.install(run, worker.start, rank)
     # 8. the update reached (for a crash report) and chaos's injected crash, every update
     crash.install(run, rank, progress)
-    # 9. the data position converted on a load at another width (each sample once per epoch),
+    # 9. a rehearsal's pace (chaos JOB pace): a sleep between updates, timed by nothing above
+    pace.install(run)
+    # 10. the data position converted on a load at another width (each sample once per epoch),
     #    and --audit-samples: it patches the data iterator, train() and Trainer.train_step,
     #    which no step above touches; last, since nothing above depends on it
     data_position.install(run, worker.start, rank, audit=worker.audit_samples)

@@ -32,10 +32,11 @@ class Runs:
         env: dict[str, str] | None = None,
         save: Path | None = None,
         extra_cli: Sequence[str] = (),
+        pace_s: float = 0.0,
     ) -> tuple[str, Path]:
         save = save or self.root / name
         job = rehearsal.submit_tiny(
-            self.corpus, save, max_update, name, nodes, extra_cli, fairseq, env
+            self.corpus, save, max_update, name, nodes, extra_cli, fairseq, env, pace_s=pace_s
         )
         return job, save
 

@@ -64,8 +64,9 @@ def _resumed(runs, save: Path, after: int, what: str) -> None:
 
 def test_the_soak_schedule_drains_only_the_hung_node_and_the_run_goes_on(runs):
     runs.wait_idle_nodes(3)
+    # trains until the test cancels it, paced (chaos pace, <= 10 updates/s): CPU left to others
     job, save = runs.submit("blame-evidence", 200_000, nodes="2", fairseq=PER_UPDATE,
-                            extra_cli=CLI)  # fmt: skip
+                            extra_cli=CLI, pace_s=0.1)  # fmt: skip
     runs.wait_running(job)
     runs.wait_for_update(save, 20)
     try:

@@ -92,9 +92,9 @@ def test_a_killed_node_is_blamed_drained_excluded_and_the_run_completes(runs):
     nodes are held, so it does). Killed there again, its machine's second blame drains it and
     the requeue excludes it; the run completes elsewhere."""
     runs.wait_idle_nodes(4)
-    max_update = 400  # two kills and two requeues land mid-run
+    max_update = 200  # paced at <= 10 updates/s: two kills and two requeues land mid-run
     job, save = runs.submit(
-        "killed", max_update, fairseq=(*PER_UPDATE, "--save-interval-updates", "10")
+        "killed", max_update, fairseq=(*PER_UPDATE, "--save-interval-updates", "10"), pace_s=0.1
     )
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     # the two other nodes held: the requeue after the first kill can only use the same two

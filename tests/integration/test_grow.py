@@ -13,6 +13,7 @@ from hpc_train import chaos
 from hpc_train.runs import audit, goodput
 
 pytestmark = pytest.mark.slurm
+PACE_S = 0.1  # chaos pace: at most 10 updates/s, so a run is sized in seconds (worker.pace)
 
 
 def hold_nodes(runs, count: int) -> str:
@@ -39,8 +40,9 @@ def test_a_run_grows_back_when_the_blocker_ends_and_loses_nothing(runs):
     runs.wait_idle_nodes(4)
     blocker = hold_nodes(runs, 3)
     try:
-        max_update = 1000
+        max_update = 400  # paced: the grow lands near update 150
         job, save = runs.submit("grow", max_update, nodes="1-3", fairseq=("--log-interval", "1"),
+                                pace_s=PACE_S,
                                 extra_cli=("--grow-after", "5", "--global-batch", "24",
                                            "--audit-samples"))  # fmt: skip
         assert len(slurm.hostnames(runs.wait_running(job).nodes)) == 1
@@ -69,8 +71,8 @@ def test_a_grow_and_a_notice_landing_together_lose_nothing(runs):
     runs.wait_idle_nodes(4)
     blocker = hold_nodes(runs, 2)
     try:
-        max_update = 1000
-        job, save = runs.submit("grow-notice", max_update, nodes="2-4",
+        max_update = 450  # paced: the grow lands near update 230
+        job, save = runs.submit("grow-notice", max_update, pace_s=PACE_S, nodes="2-4",
                                 fairseq=("--log-interval", "1"),
                                 extra_cli=("--grow-after", "5", "--global-batch", "32",
                                            "--audit-samples"))  # fmt: skip
@@ -100,8 +102,8 @@ def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_old_width(runs):
     blocker = hold_nodes(runs, 3)
     taker = None
     try:
-        max_update = 800
-        job, save = runs.submit("grow-taken", max_update, nodes="1-3",
+        max_update = 400  # paced: the grow lands near update 130
+        job, save = runs.submit("grow-taken", max_update, pace_s=PACE_S, nodes="1-3",
                                 fairseq=("--log-interval", "1"),
                                 extra_cli=("--grow-after", "5", "--global-batch", "24",
                                            "--audit-samples"))  # fmt: skip
@@ -141,8 +143,8 @@ def test_a_grow_slurm_would_not_start_now_is_not_attempted(runs):
     blocker = hold_nodes(runs, 3)
     limited = False
     try:
-        max_update = 800
-        job, save = runs.submit("no-grow", max_update, nodes="1-3",
+        max_update = 400  # paced: 40 s of training at least, the refused ask ~15 s in
+        job, save = runs.submit("no-grow", max_update, pace_s=PACE_S, nodes="1-3",
                                 fairseq=("--log-interval", "1"),
                                 extra_cli=("--grow-after", "5", "--global-batch", "24"))  # fmt: skip
         assert len(slurm.hostnames(runs.wait_running(job).nodes)) == 1

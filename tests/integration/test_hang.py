@@ -17,6 +17,7 @@ from hpc_train.runs import goodput
 pytestmark = pytest.mark.slurm
 
 PER_UPDATE = ("--log-interval", "1")
+PACE_S = 0.1  # chaos pace: at most 10 updates/s, so a run is sized in seconds (worker.pace)
 # small allowances, so a hang shows in seconds: 10 s without an update (factor 10 x ~0.3 s)
 WATCHDOG = (
     "--hang-timeout-floor", "10", "--hang-factor", "10",
@@ -135,9 +136,9 @@ def test_a_stuck_launcher_is_blamed_the_ranks_save_and_the_run_goes_on_elsewhere
     and drains its node, sends the notice: the ranks save, the job is requeued without the node,
     and the run completes with no update trained twice."""
     runs.wait_idle_nodes(4)
-    max_update = 2500  # ~25-35 updates/s here: training outlasts the allowance
+    max_update = 600  # paced, <= 10 updates/s: training outlasts the allowance by 20 s at least
     job, save = runs.submit(f"stuck-launcher-{task}", max_update, nodes="2", fairseq=PER_UPDATE,
-                            extra_cli=WATCHDOG)  # fmt: skip
+                            extra_cli=WATCHDOG, pace_s=PACE_S)  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     runs.wait_for_update(save, 10)
     victim = nodes[task]

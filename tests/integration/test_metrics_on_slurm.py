@@ -20,6 +20,7 @@ from hpc_core.wait import Backoff, wait_until
 pytestmark = pytest.mark.slurm
 
 STEADY = Backoff(0.5, 1.0, 0.5)
+MAX_UPDATE = 400
 
 
 def free_port() -> int:
@@ -62,7 +63,9 @@ def stop(proc: subprocess.Popen) -> None:
 
 def test_prometheus_scrapes_a_training_run_and_sees_its_update_advance(runs, tmp_path):
     runs.wait_idle_nodes(1)
-    job, save = runs.submit("metrics-scraped", 1500, nodes="1", fairseq=("--log-interval", "1"))
+    # paced (chaos pace, <= 10 updates/s): 40 s of training at least, for ten updates scraped
+    job, save = runs.submit("metrics-scraped", MAX_UPDATE, nodes="1",
+                            fairseq=("--log-interval", "1"), pace_s=0.1)  # fmt: skip
     port, prom_port = free_port(), free_port()
     served = subprocess.Popen(
         [sys.executable, "-m", "hpc_train.command", "metrics", "serve", "--port", str(port),
@@ -102,8 +105,8 @@ def test_prometheus_scrapes_a_training_run_and_sees_its_update_advance(runs, tmp
         running = query(base, f'hpc_train_run_state{{slurm_job="{job}",state="RUNNING"}}')
         assert running and running[0]["value"][1] == "1", running
         assert query(base, "hpc_train_slurm_up")[0]["value"][1] == "1"
-        assert (
-            query(base, f'hpc_train_run_max_update{{slurm_job="{job}"}}')[0]["value"][1] == "1500"
+        assert query(base, f'hpc_train_run_max_update{{slurm_job="{job}"}}')[0]["value"][1] == str(
+            MAX_UPDATE
         )
         ranged = query(base, f'max_over_time(hpc_train_run_update{{slurm_job="{job}"}}[10m]) - '
                        f'min_over_time(hpc_train_run_update{{slurm_job="{job}"}}[10m])')  # fmt: skip

@@ -19,9 +19,11 @@ from hpc_train.worker import checkpoints
 pytestmark = pytest.mark.slurm
 
 PER_UPDATE = ("--log-interval", "1")  # one loss line per update: compare update by update
-# a notice lands a moment after the preemptor is submitted, and the tiny preset trains ~25
-# updates/s: room for three notices 15 updates apart even when each lands 100 updates late
-MAX_UPDATE = 500
+# a notice lands a moment after the preemptor is submitted, and the preempted run is paced at
+# <= 10 updates/s (chaos pace; worker.pace): room for three notices 15 updates apart even when
+# each lands 40 updates (4 s) late. The reference trains unpaced: the pace changes no loss.
+MAX_UPDATE = 250
+PACE_S = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def reference(runs):
 def preempted_three_times(runs):
     """Preempted three times; `hpc-train logs JOB --follow` attached after update 15 (piped),
     its output and exit status are the fixture's fourth item."""
-    job, save = runs.submit("preempted", MAX_UPDATE, fairseq=PER_UPDATE)
+    job, save = runs.submit("preempted", MAX_UPDATE, fairseq=PER_UPDATE, pace_s=PACE_S)
     last, follower = 0, None
     try:
         for i in range(3):

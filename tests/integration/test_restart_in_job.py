@@ -20,6 +20,7 @@ from hpc_train.runs import goodput
 pytestmark = pytest.mark.slurm
 
 PER_UPDATE = ("--log-interval", "1", "--save-interval-updates", "10")
+PACE_S = 0.1  # chaos pace: at most 10 updates/s, so a run is sized in seconds (worker.pace)
 IN_JOB = (
     "--restart-in-job", "--hang-timeout-floor", "10", "--hang-factor", "10",
     "--hang-save-timeout", "60", "--hang-startup-timeout", "180",
@@ -56,10 +57,11 @@ def _first_kill_kept(runs, save, job: str, victim: str, rounds: list[list[str]])
 def _recovered_in_job(runs, name: str, interrupt, kills_first: bool = False) -> None:
     """``interrupt`` once (with ``kills_first``: after a first kill of the same node, kept)."""
     runs.wait_idle_nodes(2)
-    # the interrupt lands mid-run on a loaded machine too (~25 updates/s), and training outlasts
-    # the release of the node left out (its task's end, then EXIT_GRACE_S)
-    max_update = 1200 if kills_first else 600
-    job, save = runs.submit(name, max_update, nodes="1-2", fairseq=PER_UPDATE, extra_cli=IN_JOB)
+    # paced (<= 10 updates/s): the interrupt lands mid-run, and training outlasts the release of
+    # the node left out (its task's end, then EXIT_GRACE_S): measured 27-33 s after update 1
+    max_update = 600 if kills_first else 500
+    job, save = runs.submit(name, max_update, nodes="1-2", fairseq=PER_UPDATE, extra_cli=IN_JOB,
+                            pace_s=PACE_S)  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     assert len(nodes) == 2, nodes
     runs.wait_for_update(save, 25)
@@ -130,9 +132,9 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     second (its machine's second blame) drains it and task 0 restarts in the allocation on the
     healthy node and the spare: two nodes again, the same update_freq, Slurm's Restarts 0."""
     runs.wait_idle_nodes(3)
-    max_update = 1200  # training outlasts two kills and the release of the node left out
+    max_update = 600  # paced: training outlasts two kills and the release of the node left out
     job, save = runs.submit("injob-spare", max_update, nodes="2", fairseq=PER_UPDATE,
-                            extra_cli=("--spares", "1", *IN_JOB[1:]))  # fmt: skip
+                            extra_cli=("--spares", "1", *IN_JOB[1:]), pace_s=PACE_S)  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     assert len(nodes) == 3, nodes
     runs.wait_for_update(save, 25)
@@ -175,9 +177,9 @@ def test_a_lost_node_is_recovered_in_the_allocation(runs, restart_local_cluster)
     signal kill, drained at its first blame, and trains on without it. Slurm's Restarts 0, the
     run completes."""
     runs.wait_idle_nodes(2)
-    max_update = 1500  # training goes on past SlurmdTimeout (20 s): the node is DOWN mid-run
+    max_update = 700  # paced: training goes on past SlurmdTimeout (20 s): the node DOWN mid-run
     job, save = runs.submit("injob-lost", max_update, nodes="1-2", fairseq=PER_UPDATE,
-                            extra_cli=IN_JOB)  # fmt: skip
+                            extra_cli=IN_JOB, pace_s=PACE_S)  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
     assert len(nodes) == 2, nodes
     runs.wait_for_update(save, 25)

@@ -26,7 +26,9 @@ def test_a_throttled_node_is_named_a_straggler_then_evicted_and_the_run_complete
     ranks the notice; all save at the same update; the job is requeued without the node and
     completes on the nodes left (``--nodes 1-2``), with no update lost."""
     runs.wait_idle_nodes(2)
-    max_update = 1500  # ~16 updates/s here: long enough to be throttled for the window
+    # throttled to 0.4, the job trains at most ~14 updates/s (the all-reduce waits for the slow
+    # node; measured 9/s): the eviction, ~30 s after update 20, lands before update ~450
+    max_update = 700
     job, save = runs.submit(
         "straggler", max_update, nodes="1-2",
         fairseq=("--log-interval", "1", "--save-interval-updates", "50"),
