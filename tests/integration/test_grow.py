@@ -40,7 +40,7 @@ def test_a_run_grows_back_when_the_blocker_ends_and_loses_nothing(runs):
     runs.wait_idle_nodes(4)
     blocker = hold_nodes(runs, 3)
     try:
-        max_update = 400  # paced: the grow lands near update 150
+        max_update = 300  # paced: the grow lands near update 130 (measured)
         job, save = runs.submit("grow", max_update, nodes="1-3", fairseq=("--log-interval", "1"),
                                 pace_s=PACE_S,
                                 extra_cli=("--grow-after", "5", "--global-batch", "24",
@@ -71,7 +71,7 @@ def test_a_grow_and_a_notice_landing_together_lose_nothing(runs):
     runs.wait_idle_nodes(4)
     blocker = hold_nodes(runs, 2)
     try:
-        max_update = 450  # paced: the grow lands near update 230
+        max_update = 350  # paced: the grow lands near update 210 (measured)
         job, save = runs.submit("grow-notice", max_update, pace_s=PACE_S, nodes="2-4",
                                 fairseq=("--log-interval", "1"),
                                 extra_cli=("--grow-after", "5", "--global-batch", "32",
@@ -102,7 +102,7 @@ def test_a_grow_whose_nodes_are_taken_meanwhile_resumes_at_the_old_width(runs):
     blocker = hold_nodes(runs, 3)
     taker = None
     try:
-        max_update = 400  # paced: the grow lands near update 130
+        max_update = 300  # paced: the grow lands near update 110 (measured)
         job, save = runs.submit("grow-taken", max_update, pace_s=PACE_S, nodes="1-3",
                                 fairseq=("--log-interval", "1"),
                                 extra_cli=("--grow-after", "5", "--global-batch", "24",
@@ -143,7 +143,7 @@ def test_a_grow_slurm_would_not_start_now_is_not_attempted(runs):
     blocker = hold_nodes(runs, 3)
     limited = False
     try:
-        max_update = 400  # paced: 40 s of training at least, the refused ask ~15 s in
+        max_update = 300  # paced: 30 s of training at least, the refused ask ~15 s in
         job, save = runs.submit("no-grow", max_update, pace_s=PACE_S, nodes="1-3",
                                 fairseq=("--log-interval", "1"),
                                 extra_cli=("--grow-after", "5", "--global-batch", "24"))  # fmt: skip

@@ -58,8 +58,8 @@ def _recovered_in_job(runs, name: str, interrupt, kills_first: bool = False) -> 
     """``interrupt`` once (with ``kills_first``: after a first kill of the same node, kept)."""
     runs.wait_idle_nodes(2)
     # paced (<= 10 updates/s): the interrupt lands mid-run, and training outlasts the release of
-    # the node left out (its task's end, then EXIT_GRACE_S): measured 27-33 s after update 1
-    max_update = 600 if kills_first else 500
+    # the node left out (its task's end, then EXIT_GRACE_S): measured 27-32 s after update 1
+    max_update = 450 if kills_first else 400
     job, save = runs.submit(name, max_update, nodes="1-2", fairseq=PER_UPDATE, extra_cli=IN_JOB,
                             pace_s=PACE_S)  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
@@ -132,7 +132,7 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
     second (its machine's second blame) drains it and task 0 restarts in the allocation on the
     healthy node and the spare: two nodes again, the same update_freq, Slurm's Restarts 0."""
     runs.wait_idle_nodes(3)
-    max_update = 600  # paced: training outlasts two kills and the release of the node left out
+    max_update = 450  # paced: training outlasts two kills and the release (measured 28 s in)
     job, save = runs.submit("injob-spare", max_update, nodes="2", fairseq=PER_UPDATE,
                             extra_cli=("--spares", "1", *IN_JOB[1:]), pace_s=PACE_S)  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
@@ -177,7 +177,7 @@ def test_a_lost_node_is_recovered_in_the_allocation(runs, restart_local_cluster)
     signal kill, drained at its first blame, and trains on without it. Slurm's Restarts 0, the
     run completes."""
     runs.wait_idle_nodes(2)
-    max_update = 700  # paced: training goes on past SlurmdTimeout (20 s): the node DOWN mid-run
+    max_update = 600  # paced: training goes on past SlurmdTimeout (20 s): the node DOWN mid-run
     job, save = runs.submit("injob-lost", max_update, nodes="1-2", fairseq=PER_UPDATE,
                             extra_cli=IN_JOB, pace_s=PACE_S)  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
