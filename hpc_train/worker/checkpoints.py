@@ -32,11 +32,13 @@ from typing import Any
 
 from hpc_core import rundir
 from hpc_core.rundir import LAST
+from hpc_train.worker import lean_import
 
 
 def allowed_globals() -> list[Any]:
     """The globals fairseq 0.12 checkpoints need (measured with
     ``torch.serialization.get_unsafe_globals_in_checkpoint``)."""
+    lean_import.import_fairseq()  # task 0's launcher too: without scikit-learn and SciPy
     from fairseq.distributed.utils import _TensorPlaceholder
     from omegaconf import base, dictconfig, listconfig, nodes
 

@@ -235,7 +235,7 @@ def install_extensions(
 
 def main(argv: list[str] | None = None) -> None:
     preemption.install_handler()  # first; a notice before it: the launcher's record
-    lean_import.import_fairseq()  # fairseq without scikit-learn and SciPy: ~1 s less a rank
+    lean_import.import_fairseq()  # without scikit-learn and SciPy: ~1.3 s of CPU less a start
     setup_logging()
     quiet_known_warnings()
     worker = WorkerEnv.from_env(os.environ)  # the launcher's word, parsed once
