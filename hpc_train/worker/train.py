@@ -235,9 +235,9 @@ def install_extensions(
 
 def main(argv: list[str] | None = None) -> None:
     preemption.install_handler()  # first; a notice before it: the launcher's record
-    lean_import.import_fairseq()  # without scikit-learn and SciPy: ~1.3 s of CPU less a start
-    setup_logging()
+    setup_logging()  # before fairseq's import: the root logger is the first configurer's
     quiet_known_warnings()
+    lean_import.import_fairseq()  # without scikit-learn and SciPy: ~1.3 s of CPU less a start
     worker = WorkerEnv.from_env(os.environ)  # the launcher's word, parsed once
     rank = rank_of(os.environ)
     given, asked_levers = speed.split_args(sys.argv[1:] if argv is None else argv)
