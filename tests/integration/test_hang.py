@@ -136,7 +136,7 @@ def test_a_stuck_launcher_is_blamed_the_ranks_save_and_the_run_goes_on_elsewhere
     and drains its node, sends the notice: the ranks save, the job is requeued without the node,
     and the run completes with no update trained twice."""
     runs.wait_idle_nodes(4)
-    max_update = 500  # paced, <= 10 updates/s: the notice lands near update 330 (measured)
+    max_update = 600  # paced, <= 10 updates/s: the notice landed near update 250-330 (measured)
     job, save = runs.submit(f"stuck-launcher-{task}", max_update, nodes="2", fairseq=PER_UPDATE,
                             extra_cli=WATCHDOG, pace_s=PACE_S)  # fmt: skip
     nodes = slurm.hostnames(runs.wait_running(job).nodes)
