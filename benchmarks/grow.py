@@ -43,7 +43,7 @@ from hpc_train import testing
 
 GOAL_RECOMPUTED = 0
 # --smoke: the same two runs, short: the blocker holds its nodes 15 s, a 1 s settle window
-SMOKE = {"max_update": 200, "blocked_s": 15, "grow_after": 1.0, "quiet_timeout": 30}
+SMOKE = {"max_update": 200, "blocked_s": 10, "grow_after": 1.0, "quiet_timeout": 30}
 
 
 def segments(events: Sequence[ledger.Event]) -> list[dict[str, Any]]:

@@ -146,7 +146,7 @@ BARE_TARGETS = ("fairseq-train", "bin/torchrun")
 HERE = "_here"
 # --smoke: the three ways, 40 s each, the schedule compressed (most of it lands after the budget
 # and is recorded as skipped), short holds
-SMOKE = {"budget_s": 40, "scale": 0.02, "hold_s": 2, "taken_s": 5, "slow_s": 5, "replace_s": 5,
+SMOKE = {"budget_s": 25, "scale": 0.02, "hold_s": 2, "taken_s": 5, "slow_s": 5, "replace_s": 5,
          "quiet_timeout": 30}  # fmt: skip
 
 
