@@ -70,7 +70,7 @@ demo: install cluster-up demo-data
 
 # Lint first (seconds): a red main is a formatting nit away from a real bug. Then the suite on
 # TEST_WORKERS pytest-xdist workers (3: the real-Slurm runs are paced, so they mostly wait on
-# Slurm and leave the CPU to a third worker: 25.6 min against 2 workers' 32.5; docs/testing.md),
+# Slurm and leave the CPU to a third worker: 25.6-31.2 min against 2 workers' 32.5; testing.md),
 # each with a local cluster of its own (gw0 the one cluster-up starts; gwN its own beside it:
 # tests/conftest.py, worker_cluster_env), a test to the next free worker, real-Slurm tests first
 # (a file whose tests share a module fixture stays on one worker: spread_over_workers); the 20
