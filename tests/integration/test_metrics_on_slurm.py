@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -38,6 +39,14 @@ def tool(name: str) -> str:
 def get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return resp.read().decode()
+
+
+def ready(base: str) -> bool | None:
+    """Prometheus says Ready; None while it is not listening yet (refused under load: run 4)."""
+    try:
+        return "Ready" in get(f"{base}/-/ready") or None
+    except (urllib.error.URLError, ConnectionError):
+        return None
 
 
 def query(base: str, expr: str) -> list[dict]:
@@ -87,8 +96,7 @@ def test_prometheus_scrapes_a_training_run_and_sees_its_update_advance(runs, tmp
     try:
         assert served.stdout is not None
         assert "serving http://127.0.0.1:" in served.stdout.readline()
-        wait_until(lambda: "Ready" in get(f"{base}/-/ready") or None, "prometheus ready", 60,
-                   STEADY)  # fmt: skip
+        wait_until(lambda: ready(base), "prometheus ready", 60, STEADY)
         runs.wait_running(job)
         runs.wait_for_update(save, 3, timeout=300)
 
