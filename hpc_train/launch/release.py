@@ -31,6 +31,7 @@ from hpc_train.contract import ENDED, read_launcher_beat
 ENDED_WAIT_S = 120.0  # for a left-out launcher's last beat: it only has to read task 0's word
 EXIT_GRACE_S = 10.0  # from that beat to its process's exit (submitit writes its result)
 POLL = Backoff(1.0, 1.5, 5.0)
+WATCHER = "release-left-out"  # the watcher thread's name
 
 
 def task_ended(run: RunDir, key: tuple[str, int], task: int) -> bool:
@@ -104,7 +105,7 @@ def start(
         return None
     thread = threading.Thread(
         target=release_when_ended, args=(left, log, note),
-        name="release-left-out", daemon=True,
+        name=WATCHER, daemon=True,
     )  # fmt: skip
     thread.start()
     return thread

@@ -5,11 +5,14 @@ The real-Slurm versions of these tests are in tests/integration."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hpc_core import slurm
+from hpc_core.wait import FAST
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.job import container
 from hpc_train.launch import lifecycle, recovery, release, requeue, signals
@@ -85,8 +88,19 @@ class FakeSlurm:
         self.cancelled.append(job_id)
 
 
+def _end_release_watchers(fake: FakeSlurm) -> None:
+    """A test's in-job restart starts ``release``'s watcher thread (a daemon that polls for up
+    to ``ENDED_WAIT_S``). Left running, it would go on polling the next test's fake and release
+    a node there (CI, stop 33). So the job ends here, and each watcher sees it and returns."""
+    fake.state = "COMPLETED"
+    for thread in threading.enumerate():
+        if thread.name == release.WATCHER:
+            thread.join(timeout=10)
+            assert not thread.is_alive(), "a release watcher outlived its test"
+
+
 @pytest.fixture
-def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSlurm]:
     fake = FakeSlurm()
     for part in (lifecycle, recovery, requeue, signals):  # the launcher's parts that ask Slurm
         monkeypatch.setattr(part, "slurm", fake)
@@ -95,8 +109,10 @@ def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     monkeypatch.setattr(release, "slurm", fake)
     monkeypatch.setattr(release, "EXIT_GRACE_S", 0.0)
     monkeypatch.setattr(requeue, "REQUEUE_GRACE_S", 0.0)
+    monkeypatch.setattr(release, "POLL", FAST)
     monkeypatch.setattr(lifecycle, "endpoint_to_watch", lambda: None)
-    return fake
+    yield fake
+    _end_release_watchers(fake)
 
 
 def _tensors(value, prefix: str = ""):

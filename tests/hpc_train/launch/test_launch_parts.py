@@ -5,6 +5,7 @@ tests/hpc_train/conftest.py (it records requeues, drains, exclusions: no Slurm h
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from hpc_train.contract import (
 from hpc_train.faults import agent_exit
 from hpc_train.faults.evidence import Evidence
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch import blame, lifecycle, recovery, requeue, spares
+from hpc_train.launch import blame, lifecycle, recovery, release, requeue, spares
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.launch.starts import Start, start_key
@@ -131,6 +132,21 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
     verdict = read_verdict(here.run, "41", 0)
     assert (verdict.action, verdict.members, verdict.standby) == (RESTART_IN_JOB, ["n1", "n3"], [])
     assert notes[-1][0] == "restarted" and notes[-1][1]["spare_in"] == ["n3"]
+
+
+def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake_slurm):
+    """The restart's watcher waits on the left-out node's task; once the job is no longer
+    running it returns without releasing anything (a test's watcher must not outlive it: one
+    that polled the next test's fake released a node there, CI stop 33)."""
+    here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, restart_in_job=True)
+    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
+    spares.restart_in_job(here, rec)
+    (watcher,) = [t for t in threading.enumerate() if t.name == release.WATCHER]
+    assert watcher.is_alive()  # n2's task has not said it ended
+    fake_slurm.state = "COMPLETED"
+    watcher.join(timeout=10)
+    assert not watcher.is_alive() and fake_slurm.released == []
 
 
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
