@@ -42,7 +42,7 @@ from hpc_core.rundir import RunDir
 from hpc_train import testing
 
 GOAL_RECOMPUTED = 0
-# --smoke: the same two runs, short: the blocker holds its nodes 15 s, a 1 s settle window
+# --smoke: the same two runs, short: the blocker holds its nodes 10 s, a 1 s settle window
 SMOKE = {"max_update": 200, "blocked_s": 10, "grow_after": 1.0, "quiet_timeout": 30}
 
 
