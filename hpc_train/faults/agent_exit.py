@@ -9,8 +9,8 @@ only its torchrun agent saw it die, and says so on stderr in its failure summary
       rank      : 1 (local_rank: 1)
       exitcode  : -9 (pid: 16440)  (SIGKILL)
 
-The launcher passes torchrun's stderr through (``Tee``: every line still reaches the task log)
-and keeps that record. Each node's launcher writes its ``NodeExit`` to the run directory; task 0
+The launcher passes torchrun's stderr through (``Tee``: every line still reaches the task log,
+by way of a file that never blocks a writer) and keeps that record. Each node's launcher writes its ``NodeExit`` to the run directory; task 0
 reads them all when it looks for the node at fault (``hpc_train.faults.node_blame``). An agent that is
 itself killed says nothing: its launcher's exit status for torchrun is the record then.
 """
@@ -21,6 +21,7 @@ import contextlib
 import json
 import re
 import signal
+import tempfile
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -82,33 +83,72 @@ def root_cause(lines: Iterable[str]) -> tuple[int, int] | None:
 
 
 class Tee:
-    """Copies torchrun's stderr to ``out`` line by line, keeping the failure summary."""
+    """torchrun's stderr, copied to ``out`` line by line, the failure summary kept.
+
+    torchrun and its ranks write to a file (``file``: pass it as ``stderr``), never to a pipe: a
+    pipe holds 64 KiB, and a launcher that is stopped (a stuck agent, SIGSTOP) or slow would
+    block every rank that writes more than that to stderr (seen: rank 0 stalled at update 249
+    behind a stopped launcher). A thread follows the file; ``finish`` reads what is left once
+    torchrun has exited. The file is unlinked from the start (a ``TemporaryFile``)."""
 
     KEEP = 200  # lines kept from the ``Root Cause`` line on
+    POLL_S = 0.2  # how often the thread looks for new lines at the end of the file
 
-    def __init__(self, source: IO[bytes], out: IO[str]) -> None:
-        self.source, self.out = source, out
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
         self.kept: list[str] = []
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        # a second open file description: its own offset, while the writers append
+        self._reader = open(f"/proc/self/fd/{self.file.fileno()}", "rb")  # noqa: SIM115
+        self._ended = threading.Event()
         self._thread = threading.Thread(target=self._copy, name="torchrun-stderr", daemon=True)
+
+    def __enter__(self) -> Tee:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def start(self) -> Tee:
         self._thread.start()
         return self
 
     def _copy(self) -> None:
-        for raw in iter(self.source.readline, b""):
-            line = raw.decode(errors="replace")
-            with contextlib.suppress(OSError, ValueError):  # never block torchrun's writers
-                self.out.write(line)
-                self.out.flush()
-            if ROOT in line or (self.kept and len(self.kept) < self.KEEP):
-                self.kept.append(line)
+        partial = b""
+        while True:
+            ended = self._ended.is_set()  # read after: all torchrun wrote before its end
+            chunk = self._reader.readline()
+            if chunk:
+                partial += chunk
+                if partial.endswith(b"\n"):
+                    self._line(partial.decode(errors="replace"))
+                    partial = b""
+            elif ended:
+                break
+            else:
+                self._ended.wait(self.POLL_S)
+        if partial:
+            self._line(partial.decode(errors="replace"))
 
-    def root_cause(self, timeout: float) -> tuple[int, int] | None:
-        """The root-cause record, once torchrun has exited (orphaned ranks may keep the pipe
-        open: wait at most ``timeout``)."""
-        self._thread.join(timeout)
+    def _line(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a closed task log loses the copy only
+            self.out.write(line)
+            self.out.flush()
+        if ROOT in line or (self.kept and len(self.kept) < self.KEEP):
+            self.kept.append(line)
+
+    def finish(self, timeout: float) -> tuple[int, int] | None:
+        """Once torchrun has exited: copy what is left (at most ``timeout`` seconds) and return
+        the root-cause record, if torchrun wrote one."""
+        self._ended.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
         return root_cause(list(self.kept))
+
+    def close(self) -> None:
+        self.finish(timeout=1.0)
+        self._reader.close()
+        self.file.close()
 
 
 def write(run: RunDir, job: str, restart: int, record: NodeExit) -> None:

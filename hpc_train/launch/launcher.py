@@ -76,7 +76,7 @@ from hpc_train.launch.signals import SAVE_WAIT_ENV as SAVE_WAIT_ENV
 from hpc_train.launch.starts import Start, allocation_start
 from hpc_train.watch import launchers
 
-ROOT_CAUSE_WAIT_S = 5.0  # torchrun's failure summary after it exited (orphans hold the pipe)
+ROOT_CAUSE_WAIT_S = 5.0  # to copy torchrun's last stderr lines (its summary) after its exit
 
 
 class Launcher:
@@ -221,16 +221,19 @@ class Launcher:
         log(f"running: {command_lines.shell(argv)}")
         watchers = lifecycle.Watchers(spot=lifecycle.watch_spot(here.job_id))
         try:
-            with signals.recording(self._signals, self._pending):
+            with (
+                signals.recording(self._signals, self._pending),
+                agent_exit.Tee(sys.stderr) as tee,
+            ):
                 self._proc = subprocess.Popen(
-                    argv, env=env, preexec_fn=signals.ignore_usr2, stderr=subprocess.PIPE
+                    argv, env=env, preexec_fn=signals.ignore_usr2, stderr=tee.file
                 )
-                tee = agent_exit.Tee(self._proc.stderr, sys.stderr).start()  # type: ignore[arg-type]
+                tee.start()
                 pulse.beat(WAITING)
                 watchers.start(here, nproc, self._proc.pid, spent, self._notice_of_own)
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
-                root = tee.root_cause(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
+                root = tee.finish(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
                 agent_exit.write(here.run, *here.key, agent_exit.NodeExit(
                     here.start.task, node_name(), returncode, *(root or (None, None))))  # fmt: skip
         finally:

@@ -60,12 +60,30 @@ def test_a_rank_that_aborted_itself_was_not_killed():
 
 
 def test_the_tee_passes_every_line_through_and_keeps_the_summary():
-    proc = subprocess.Popen(
-        [sys.executable, "-c", f"import sys; sys.stderr.write({SUMMARY!r})"],
-        stderr=subprocess.PIPE,
-    )
     out = io.StringIO()
-    tee = agent_exit.Tee(proc.stderr, out).start()
-    assert proc.wait() == 0
-    assert tee.root_cause(timeout=10) == (1, -9)
-    assert out.getvalue() == SUMMARY
+    with agent_exit.Tee(out) as tee:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; sys.stderr.write({SUMMARY!r} + 'no newline')"],
+            stderr=tee.file,
+        )
+        tee.start()
+        assert proc.wait() == 0
+        assert tee.finish(timeout=10) == (1, -9)
+    assert out.getvalue() == SUMMARY + "no newline"
+
+
+def test_a_stopped_launcher_never_blocks_a_rank_writing_to_stderr():
+    """The launcher's copying thread does not run (as when its launcher is SIGSTOPped): a
+    writer of 1 MiB to stderr still ends (a pipe would block it at 64 KiB), and every byte
+    reaches the task log once the copying resumes."""
+    out = io.StringIO()
+    line = "x" * 1023 + "\n"
+    with agent_exit.Tee(out) as tee:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", f"import sys\nfor _ in range(1024): sys.stderr.write({line!r})"],
+            stderr=tee.file,
+        )
+        assert proc.wait(timeout=60) == 0  # nobody has read a byte yet
+        tee.start()
+        assert tee.finish(timeout=10) is None
+    assert out.getvalue() == line * 1024

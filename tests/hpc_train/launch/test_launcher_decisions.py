@@ -99,6 +99,32 @@ def test_a_crash_on_task_0_requeues_once_and_the_task_fails(tmp_path, fake_slurm
     assert fake_slurm.requeued == ["41"]
 
 
+class SummaryOnStderr(FakeTorchrun):
+    """torchrun replaced by ``python -c``: 100 KiB of warnings on stderr (more than a pipe
+    holds), then torchrun's failure summary naming rank 1 killed by SIGKILL; exits 1."""
+
+    SUMMARY = "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n" \
+        "  exitcode  : -9 (pid: 16440)  (SIGKILL)\n"  # fmt: skip
+
+    def torchrun_command(self, start, nproc, args):
+        noise = "UserWarning: " + "w" * 1010 + "\n"
+        body = f"import sys\nfor _ in range(100): sys.stderr.write({noise!r})\n"
+        return [sys.executable, "-c", body + f"sys.stderr.write({self.SUMMARY!r}); sys.exit(1)"]
+
+
+def test_torchruns_failure_summary_reaches_the_task_log_and_the_exit_record(
+    tmp_path, fake_slurm, capsys
+):
+    """Every stderr line of torchrun reaches the task's log (through the launcher's file), and
+    the root cause is in this node's exit record for task 0 to weigh."""
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        SummaryOnStderr(spec_in(tmp_path), 1).run(start(), gpus=0)
+    record = agent_exit.read(RunDir(tmp_path), "41", 0, 1)[0]
+    assert (record.returncode, record.root_rank, record.root_exitcode) == (1, 1, -9)
+    err = capsys.readouterr().err
+    assert err.count("UserWarning: ") == 100 and SummaryOnStderr.SUMMARY in err
+
+
 def test_a_crash_on_another_task_leaves_the_requeue_to_task_0(tmp_path, fake_slurm):
     write_decision(
         RunDir(tmp_path),
