@@ -130,10 +130,11 @@ bench-ckpt: install-python demo-data
 # Hang benchmark (issue 10), not a test: ~5.5 min on 2 cores; a SIGSTOPped rank: detection and
 # requeue as multiples of the watchdog's allowance T, time to the first resumed update; hangs
 # declared in a fault-free run with a save every update (HANG_MINUTES of it; the issue's: 20).
-HANG_MINUTES ?= $(if $(SMOKE),0.2,3)
+# Unset: benchmarks.hang's own (3 min; its smoke mode's 0.2).
+HANG_MINUTES ?=
 bench-hang: install cluster-up demo-data
 	$(PY) -m benchmarks.hang $(BENCH_FLAGS) --data $(STATE)/data/demo-bin \
-	  --fault-free-minutes $(HANG_MINUTES) --out $(RESULTS)/hang.json
+	  $(if $(HANG_MINUTES),--fault-free-minutes $(HANG_MINUTES)) --out $(RESULTS)/hang.json
 
 # Grow-back benchmark (issue 20), not a test: ~6 min; a --nodes 1-3 run beside a blocker that
 # gives its 3 nodes back, with and without --grow-after: node-seconds used / open, updates/s.
@@ -148,8 +149,9 @@ bench-grow: install cluster-up demo-data
 # after: 10, a cluster made from pcluster_configs/ on ParallelCluster 3.16 (requeue_delay=10);
 # 70, ParallelCluster's default (cred_expire=70), with SOAK_OUT=benchmarks/results/soak-hold70.json;
 # and with Slurm's scheduling intervals, which ParallelCluster keeps (the tests' cluster: 2 s).
-SOAK_BUDGET_S ?= $(if $(SMOKE),25,1200)
-SOAK_SCALE ?= $(if $(SMOKE),0.02,1)
+# Unset: benchmarks.soak's own (1200 s and 1; its smoke mode's 25 s and 0.02).
+SOAK_BUDGET_S ?=
+SOAK_SCALE ?=
 SOAK_CRED_EXPIRE ?= 10
 SOAK_OUT ?= $(RESULTS)/soak.json
 bench-soak: install install-system demo-data
@@ -157,7 +159,8 @@ bench-soak: install install-system demo-data
 	HPC_TRAIN_CLUSTER_CRED_EXPIRE=$(SOAK_CRED_EXPIRE) HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS= \
 	  bash slurm/local/cluster.sh up
 	rc=0; $(PY) -m benchmarks.soak $(BENCH_FLAGS) --data $(STATE)/data/demo-bin \
-	  --budget-s $(SOAK_BUDGET_S) --scale $(SOAK_SCALE) --out $(SOAK_OUT) || rc=$$?; \
+	  $(if $(SOAK_BUDGET_S),--budget-s $(SOAK_BUDGET_S)) $(if $(SOAK_SCALE),--scale $(SOAK_SCALE)) \
+	  --out $(SOAK_OUT) || rc=$$?; \
 	bash slurm/local/cluster.sh down; exit $$rc
 
 clean: cluster-down
