@@ -67,6 +67,23 @@ class Runs:
         return slurm.wait_for_job(job_id, timeout=timeout)
 
     @staticmethod
+    def wait_processes_gone(job_id: str, timeout: float = 120) -> None:
+        """Wait until no process on this host belongs to the job (``SLURM_JOB_ID`` in its
+        environment: the launchers, torchrun, the ranks of every emulated node). A requeue,
+        had a task's launcher decided on one, is asked for before that launcher ends."""
+
+        def gone() -> bool:
+            for environ in Path("/proc").glob("[0-9]*/environ"):
+                try:
+                    if f"\0SLURM_JOB_ID={job_id}\0".encode() in b"\0%b\0" % environ.read_bytes():
+                        return False
+                except OSError:
+                    continue  # exited meanwhile, or not ours to read
+            return True
+
+        Runs.wait_for(f"the end of job {job_id}'s processes", gone, timeout)
+
+    @staticmethod
     def trained_updates(save: Path) -> list[int]:
         """Update numbers of the per-update loss lines (run with --log-interval 1)."""
         return [n for n, _ in Runs.summary(save).losses]

@@ -6,7 +6,6 @@ import contextlib
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -33,8 +32,8 @@ def test_scancel_is_final(runs):
         lambda: "not requeued" in runs.launcher_log(save, job),
         60,
     )
-    time.sleep(5)  # a requeue, had one been issued, would show by now
-    state = slurm.job_state(job)
+    runs.wait_processes_gone(job)  # a requeue, had one been issued, came before its launcher ended
+    state = runs.wait_done(job, timeout=120)  # and Slurm has finished the job (not COMPLETING)
     assert state.state in {"CANCELLED", "GONE"} and state.restarts == 0, state
     assert "requeueing" not in runs.launcher_log(save, job)
 
