@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import threading
 
 from benchmarks import soak
 from hpc_core.ledger import Event
@@ -193,17 +194,23 @@ def test_the_stand_in_for_clustermgtd_says_why_it_cannot_replace_a_node(monkeypa
     swallowed and no node came back all run. Now each distinct failure is said once. (Slurm's
     node states and the restart are fakes here: the test is about the thread's reporting.)"""
     import subprocess as sp
-    import time
+
+    polls = threading.Semaphore(0)
+
+    def drained() -> dict[str, str]:
+        polls.release()
+        return {"n2": "drain"}
 
     monkeypatch.setattr(soak, "REPLACE_POLL_S", 0.01)
-    monkeypatch.setattr(soak, "node_states", lambda: {"n2": "drain"})
+    monkeypatch.setattr(soak, "node_states", drained)
 
     def refused(node):
         raise sp.SubprocessError("cluster.sh up: error: the cluster is up with another hold")
 
     monkeypatch.setattr(soak, "bring_back", refused)
     with soak.Replacer(0.0) as replacer:
-        time.sleep(0.3)
+        for _ in range(20):  # 20 polls that each found n2 drained and failed to bring it back
+            assert polls.acquire(timeout=30)
     out = capsys.readouterr().out
     assert out.count("the stand-in for clustermgtd failed: cluster.sh up: error: the cluster") == 1
     assert replacer.replaced == []

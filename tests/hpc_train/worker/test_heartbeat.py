@@ -6,11 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from hpc_core.rundir import heartbeat_file, stacks_file
+from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN, read_beats
 from hpc_train.worker.heartbeat import Heartbeat
 
@@ -92,18 +92,20 @@ def test_sigusr1_writes_the_python_stacks_even_while_blocked(tmp_path, updates):
         "def waiting_in_a_collective():\n    time.sleep(60)\n"
         "waiting_in_a_collective()\n"
     )
+    phase = CHECKPOINT if updates else STARTUP
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)])
     try:
-        deadline = time.monotonic() + 20
-        while not read_beats(tmp_path) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.2)
-        (beat,) = read_beats(tmp_path)
-        assert (beat.pid, beat.phase) == (proc.pid, CHECKPOINT if updates else STARTUP)
-        os.kill(beat.pid, signal.SIGUSR1)
-        time.sleep(0.5)
-        text = stacks_file(tmp_path, 0).read_text()
-        assert "waiting_in_a_collective" in text
+        # the first beat comes once SIGUSR1 is armed
+        beats = wait_until(lambda: [b for b in read_beats(tmp_path) if b.phase == phase] or None,
+                           f"the rank's {phase} beat", timeout=20, backoff=FAST)  # fmt: skip
+        assert [b.pid for b in beats] == [proc.pid]
+
+        def stacks() -> str | None:  # each SIGUSR1 adds a dump: ask until one is in the call
+            os.kill(proc.pid, signal.SIGUSR1)
+            text = stacks_file(tmp_path, 0).read_text()
+            return text if "waiting_in_a_collective" in text else None
+
+        wait_until(stacks, "a dump of the blocked call's stack", timeout=20, backoff=FAST)
         assert proc.poll() is None  # asking for stacks does not stop the rank
     finally:
         proc.kill()
