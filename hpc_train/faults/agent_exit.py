@@ -10,9 +10,10 @@ only its torchrun agent saw it die, and says so on stderr in its failure summary
       exitcode  : -9 (pid: 16440)  (SIGKILL)
 
 The launcher passes torchrun's stderr through (``Tee``: every line still reaches the task log,
-by way of a file that never blocks a writer) and keeps that record. Each node's launcher writes its ``NodeExit`` to the run directory; task 0
-reads them all when it looks for the node at fault (``hpc_train.faults.node_blame``). An agent that is
-itself killed says nothing: its launcher's exit status for torchrun is the record then.
+by way of a file that never blocks a writer) and keeps that record. Each node's launcher writes
+its ``NodeExit`` to the run directory; task 0 reads them all when it looks for the node at fault
+(``hpc_train.faults.node_blame``). An agent that is itself killed says nothing: its launcher's
+exit status for torchrun is the record then.
 """
 
 from __future__ import annotations
@@ -116,8 +117,12 @@ class Tee:
     def _copy(self) -> None:
         partial = b""
         while True:
-            ended = self._ended.is_set()  # read after: all torchrun wrote before its end
-            chunk = self._reader.readline()
+            # looked at before the read: after the end, an empty read means all was copied
+            ended = self._ended.is_set()
+            try:
+                chunk = self._reader.readline()
+            except ValueError:  # closed by close() with a backlog still being copied
+                break
             if chunk:
                 partial += chunk
                 if partial.endswith(b"\n"):
