@@ -194,8 +194,8 @@ make_current() {
     local release="$1" first="${2:-}" name now
     name="releases/$(basename "$release")"
     [[ -f "$release/venv/.complete" ]] || die "$release has no complete Python environment"
+    take_shared_lock # two nodes given --source at creation both get here: one hashes, once
     write_manifest "$release/$(readlink "$release/venv")"
-    take_shared_lock
     now="$(readlink "$BOOTSTRAP_PREFIX/current" || true)"
     if [[ -n "$now" && "$now" != "$name" && "$first" == --first ]]; then
         log "current stays -> $now (installed by an update); $name is not made current"
@@ -258,9 +258,9 @@ prune_releases() {
 }
 
 # write_manifest ENV: ENV/.manifest (`sha256sum` lines for every regular file) and ENV/.links
-# (every symbolic link and its target) of a complete environment, once, on the head node; a
-# node's copy is checked against them. Hashed in parallel; sorted, so the same tree always
-# gives the same files.
+# (every symbolic link and its target) of a complete environment, once (the caller holds the
+# shared lock); a node's copy is checked against them. Hashed in parallel; sorted, so the same
+# tree always gives the same files. An interrupted writer's .manifest.* folder is never read.
 write_manifest() {
     local env="$1" tmp
     [[ ! -f "$env/.manifest" ]] || return 0
@@ -268,15 +268,20 @@ write_manifest() {
     tmp="$(mktemp -d "$env/.manifest.XXXXXX")"
     (
         cd "$env"
-        find . -type f ! -path './.manifest*' ! -path ./.links -print0 |
+        find . -path './.manifest*' -prune -o -type f ! -path ./.links -print0 |
             xargs -0 -r -P "$(nproc)" -n 256 sha256sum -- | LC_ALL=C sort >"$tmp/files"
-        find . -type l ! -path './.manifest*' -printf '%p -> %l\n' | LC_ALL=C sort >"$tmp/links"
     ) || die "cannot hash $env"
+    env_links "$env" >"$tmp/links" || die "cannot list the links of $env"
     chmod 0644 "$tmp/files" "$tmp/links"
     mv -f "$tmp/links" "$env/.links"
     mv -f "$tmp/files" "$env/.manifest" # last: .manifest present means both are whole
     rm -rf "$tmp"
     log "manifest: $(wc -l <"$env/.manifest") files, $(wc -l <"$env/.links") links in $env"
+}
+
+# env_links ENV: every symbolic link under ENV and its target, sorted (.manifest* left out)
+env_links() {
+    (cd "$1" && find . -path './.manifest*' -prune -o -type l -printf '%p -> %l\n' | LC_ALL=C sort)
 }
 
 # shared_release_env: "<sha16> venv-<key>" of the shared `current` release; 1: none complete.
@@ -324,8 +329,7 @@ install_local_release() {
         run cp -a -- "$src/." "$work/"
         (cd "$work" && sha256sum --check --quiet --strict .manifest) >>"$BOOTSTRAP_LOG_FILE" 2>&1 ||
             { rm -rf "$work"; die "the copy of $src does not match its .manifest"; }
-        (cd "$work" && find . -type l ! -path './.manifest*' -printf '%p -> %l\n' | LC_ALL=C sort) |
-            cmp -s - "$work/.links" || { rm -rf "$work"; die "the copy of $src does not match its .links"; }
+        env_links "$work" | cmp -s - "$work/.links" || { rm -rf "$work"; die "the copy of $src does not match its .links"; }
         for file in "$work"/bin/* "$work/pyvenv.cfg"; do
             if [[ ! -f "$file" || -L "$file" ]] || ! grep -Iq . "$file" || ! grep -qF -- "$src" "$file"; then
                 continue # a link, a binary, or a file without the shared path

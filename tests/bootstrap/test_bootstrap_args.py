@@ -4,6 +4,7 @@ built: the scripts run for real against temporary directories."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -218,6 +219,35 @@ def test_make_current_swaps_one_link_and_first_never_moves_it(tmp_path) -> None:
     (b / "venv-k1" / ".complete").unlink()
     broken = lib(tmp_path, f"make_current {b}")
     assert broken.returncode == 1 and "has no complete Python environment" in broken.stderr
+
+
+def test_make_current_hashes_the_environment_only_while_holding_the_shared_lock(tmp_path) -> None:
+    """The head and a login node, both given --source at creation, reach make_current together.
+    Each once hashed the environment before taking the lock, and one's `find` tripped over the
+    other's vanishing .manifest.* folder (CI run 9: "cannot hash"). Here the test holds the lock:
+    when make_current says it waits, nothing of the manifest exists yet; released, it is whole."""
+    prefix = tmp_path / "prefix"
+    release = make_release(prefix, "a", 1000)
+    (release / "venv-k1" / "lib.py").write_text("x = 1\n")
+    (prefix / ".bootstrap.lock").touch()
+    with (prefix / ".bootstrap.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        code = f"set -euo pipefail; source {BOOTSTRAP / 'lib.sh'}; make_current {release} --first"
+        env = {"PATH": os.environ["PATH"], "BOOTSTRAP_PREFIX": str(prefix),
+               "BOOTSTRAP_LOG_FILE": str(tmp_path / "lib.log"),
+               "BOOTSTRAP_LOCAL_PREFIX": str(tmp_path / "local")}  # fmt: skip
+        proc = subprocess.Popen(["bash", "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        said = [proc.stderr.readline()]
+        while "waiting for the shared lock" not in said[-1]:
+            said.append(proc.stderr.readline())
+            assert said[-1], said  # it ended without ever waiting
+        assert not list((release / "venv-k1").glob(".manifest*")), said
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 0, rest
+    hashed = (release / "venv-k1" / ".manifest").read_text().splitlines()
+    assert sorted(line.split("  ", 1)[1] for line in hashed) == ["./.complete", "./lib.py"]
+    assert not list((release / "venv-k1").glob(".manifest.*"))  # the temporary folder is gone
 
 
 # --- nccl-profile.sh: versions recorded from fake EFA tools ---
