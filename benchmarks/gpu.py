@@ -50,6 +50,7 @@ from hpc_train.runs import logparse
 
 GOAL_SPEEDUP = 2.0
 GOAL_OVERHEAD = 0.98
+JOB = "4242"  # the worker's rendezvous id; round r of gpu_restart's restarts is "4242.r"
 INSTANCE_TYPE = "p5.48xlarge"  # the toolkit's table row for one H100
 RUNS = ("bare_seed", "bare_same", "toolkit_same", "toolkit")
 SEED_BATCH = {"roberta-base": 16, "roberta-large": 8}  # ray_train.sh MAX_SENTENCES; large: former
@@ -157,15 +158,15 @@ def toolkit_spec(
 
 
 def toolkit_argv(
-    spec: JobSpec, python: str, gpu: bool = True, job_id: str = "4242", after: tuple[str, ...] = ()
+    spec: JobSpec, python: str, gpu: bool = True, after: tuple[str, ...] = (), round_: int = 0
 ) -> list[str]:
     """The toolkit's worker on one device (GPU, or with ``gpu`` False one CPU rank, gloo) as the
     launcher starts it: torchrun (run as ``python -m torch.distributed.run``) with
-    ``command_lines.fairseq_args``; ``job_id`` picks the rendezvous port (the launcher's round
-    key, ``41.1`` for an in-job restart); ``after``: the launcher's resume arguments
+    ``command_lines.fairseq_args``, as job ``JOB``'s round ``round_`` (its rendezvous, as the
+    launcher's ``41.1`` for an in-job restart); ``after``: the launcher's resume arguments
     (``worker.checkpoints.Resume.fairseq_args``)."""
     args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=gpu)
-    argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", job_id, [*args, *after])
+    argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", JOB, [*args, *after], round_)
     return [python, "-m", "torch.distributed.run", *argv[1:]]
 
 

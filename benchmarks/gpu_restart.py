@@ -77,7 +77,7 @@ from hpc_core import instances
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train import chaos, cli
-from hpc_train.contract import node_name, round_key
+from hpc_train.contract import node_name
 from hpc_train.job import command_lines
 from hpc_train.job.spec import JobSpec
 from hpc_train.runs import logparse
@@ -85,7 +85,6 @@ from hpc_train.worker import checkpoints
 
 T = TypeVar("T")
 
-JOB = "4242"  # benchmarks.gpu's rendezvous id; round r of the restarts uses "4242.r"
 CRASHES = 2
 WARMUP_UPDATES = 3  # of each start, left out of seconds_per_update
 START_TIMEOUT_S = 180.0  # torchrun start -> first (resumed) update
@@ -385,9 +384,7 @@ class Bench:
     def start_argv(self, round_: int, resume_args: tuple[str, ...]) -> list[str]:
         """Round ``round_``'s command line: ``gpu.toolkit_argv`` with the launcher's round key
         (its own rendezvous) and resume arguments."""
-        return gpu.toolkit_argv(
-            self.spec, sys.executable, self.use_gpu, round_key(JOB, round_), resume_args
-        )
+        return gpu.toolkit_argv(self.spec, sys.executable, self.use_gpu, resume_args, round_)
 
     def start(self, round_: int) -> tuple[Start, float, float]:
         """The launcher's resume decision, then torchrun: (the start, when the decision began

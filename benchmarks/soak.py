@@ -292,7 +292,7 @@ def bare_script(nodes: int, out: Path, train_sh: Path, partition: str) -> str:
 #SBATCH --output={out}
 #SBATCH --job-name=bench-soak-bare
 export MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
-export PORT=$((29500 + SLURM_JOB_ID % 20000))
+export PORT=$(({slurm.RDZV_PORT_BASE} + SLURM_JOB_ID * {slurm.RDZV_ROUND_PORTS} % {slurm.RDZV_PORT_SPAN}))
 srun --unbuffered bash {train_sh}
 """
 

@@ -31,7 +31,16 @@ UNREACHABLE_MARKS = (
     "Slurm backup controller in standby mode",
 )
 FORGOTTEN_MARK = "Invalid job id specified"
-RDZV_PORT_BASE = 29500
+# torchrun's c10d store ports (rendezvous_port): 20000-31999, under Linux's ephemeral ports
+# (net.ipv4.ip_local_port_range, 32768-60999 by default), where any outgoing connection of the
+# node may already hold a port and the store's listen would fail (EADDRINUSE)
+RDZV_PORT_BASE = 20000
+RDZV_PORT_SPAN = 12000
+RDZV_ROUND_PORTS = 8  # a job's in-job restart rounds take its 8 ports in turn
+RDZV_PORT_RULE = (
+    f"{RDZV_PORT_BASE} + (job id x {RDZV_ROUND_PORTS} + round mod {RDZV_ROUND_PORTS}) "
+    f"mod {RDZV_PORT_SPAN}"
+)
 
 
 class SlurmError(RuntimeError):
@@ -119,11 +128,15 @@ def ensure_reachable() -> None:
         raise SlurmError(f"no Slurm reachable: {why}; {LOCAL_HINT}")
 
 
-def rendezvous_port(job_id: str | int) -> int:
-    """A port derived from the job id: co-located jobs (emulated nodes share one host and one
-    port space) never meet in the same store; a requeued job keeps its port."""
+def rendezvous_port(job_id: str | int, round_: int = 0) -> int:
+    """The c10d store's port of round ``round_`` of a job's start (``RDZV_PORT_RULE``): a
+    requeued job keeps its port; each in-job restart round gets the next of the job's
+    ``RDZV_ROUND_PORTS``, so no round meets the last one's store; co-located jobs (emulated nodes
+    share one host and one port space) get ports ``RDZV_ROUND_PORTS`` apart, the same again only
+    ``RDZV_PORT_SPAN / RDZV_ROUND_PORTS`` (1,500) job ids later; never an ephemeral port."""
     digits = "".join(ch for ch in str(job_id) if ch.isdigit()) or "0"
-    return RDZV_PORT_BASE + int(digits) % 20000
+    slot = int(digits) * RDZV_ROUND_PORTS + round_ % RDZV_ROUND_PORTS
+    return RDZV_PORT_BASE + slot % RDZV_PORT_SPAN
 
 
 # --- actions ----------------------------------------------------------------------------------

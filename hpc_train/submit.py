@@ -152,10 +152,10 @@ def training_command(spec: JobSpec, plan: BatchPlan) -> tuple[str, str]:
     argv = command_lines.torchrun_argv(
         "torchrun", spec.nodes_max, nproc, "FIRST_NODE", "SLURM_JOB_ID", args
     )
-    port = slurm.RDZV_PORT_BASE
+    port = slurm.rendezvous_port("SLURM_JOB_ID")  # no digits: the rule's base
     line = command_lines.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
     line = line.replace("SLURM_JOB_ID", "$SLURM_JOB_ID")
-    note = f"{plan.describe()}; RDZV_PORT = {port} + job id mod 20000"
+    note = f"{plan.describe()}; RDZV_PORT = {slurm.RDZV_PORT_RULE}"
     if spec.container is not None:
         note += f"; inside the image {spec.container}"
         if container.is_oci_image(spec.container):

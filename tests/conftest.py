@@ -31,11 +31,10 @@ def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> 
     gwN (N >= 1) gets a cluster of its own beside it: its own directory (munge, spool, pid files),
     ports 1000 N above the default cluster's (``base_port``), and job ids from 1,001,000 N + 1, so
     that two clusters on one machine never share a job id (chaos finds a job's processes by
-    SLURM_JOB_ID) nor, as long as each hands out fewer than 1,000 ids, a torchrun rendezvous port
-    (``hpc_core.slurm.rendezvous_port``: 29500 + the id mod 20,000, here 29501 + 1000 N and up;
-    every node is 127.0.0.1). The ports stay under Linux's ephemeral range (32768 and up): with
-    ids 6,000 apart, gw1's job 1006021 listened on 35521 and its peer's connect timed out (a CI
-    run, 2026-11-27). Every node name a test knows (n1..n4) stays the same.
+    SLURM_JOB_ID) nor, as long as each hands out fewer than 500 ids, a torchrun rendezvous port
+    (``hpc_core.slurm.rendezvous_port``: 8 ports a job, one for each in-job restart round, from
+    20000 + 8 x the id mod 12,000: gwN's are 4,000 N ports further on; every node is 127.0.0.1;
+    tests/hpc_core/test_wait.py proves it). Every node name a test knows (n1..n4) stays the same.
     """
     n = int(worker[2:]) if worker and worker.startswith("gw") else 0
     if n == 0:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpc_core.slurm import rendezvous_port
+from hpc_train.contract import round_key
 from hpc_train.job import batch, devices, levers, presets
 from hpc_train.job.spec import JobSpec
 
@@ -24,17 +25,20 @@ def torchrun_argv(
     nnodes: int,
     nproc_per_node: int,
     endpoint_host: str,
-    job_id: str | int,
+    job_id: str,
     worker_args: Sequence[str],
+    round_: int = 0,
 ) -> list[str]:
-    """One torchrun agent per node; c10d rendezvous on the job's first node, id = job id."""
+    """One torchrun agent per node; c10d rendezvous on the job's first node, its id and port
+    the round's (``contract.round_key``, ``hpc_core.slurm.rendezvous_port``: ``41.1`` for
+    job 41's first in-job restart)."""
     return [
         torchrun,
         f"--nnodes={nnodes}",
         f"--nproc_per_node={nproc_per_node}",
         "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={endpoint_host}:{rendezvous_port(job_id)}",
-        f"--rdzv_id={job_id}",
+        f"--rdzv_endpoint={endpoint_host}:{rendezvous_port(job_id, round_)}",
+        f"--rdzv_id={round_key(job_id, round_)}",
         "--max_restarts=0",  # restarts are Slurm's job (requeue), from checkpoint_last.pt
         "-m",
         TRAIN_MODULE,

@@ -135,10 +135,8 @@ class Launcher:
         return Here.of(self.spec, start, self.note, self.deputy_note)
 
     def torchrun_command(self, start: Start, nproc: int, args: list[str]) -> list[str]:
-        key = self._here.key if self._here is not None else self.here(start).key
-        return command_lines.torchrun_argv(
-            lifecycle.torchrun_path(), start.num_nodes, nproc, start.first_host, key[0], args
-        )
+        return command_lines.torchrun_argv(lifecycle.torchrun_path(), start.num_nodes, nproc,
+                                           start.first_host, start.job_id, args, start.round)  # fmt: skip
 
     def __call__(self) -> dict[str, Any]:
         import submitit

@@ -8,6 +8,7 @@ import subprocess
 import threading
 
 from benchmarks import soak
+from hpc_core import slurm
 from hpc_core.ledger import Event
 from hpc_core.wait import process_state
 
@@ -72,6 +73,17 @@ def test_bare_scripts_parse_and_keep_fairseq_args(tmp_path):
         subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     assert "--requeue" in soak.bare_script(2, tmp_path / "o", tmp_path / "t.sh", "low")
     assert shlex.quote("(0.9, 0.98)") in rank and "fairseq-train" in rank
+
+
+def test_the_bare_jobs_port_is_the_toolkits_rule(tmp_path):
+    """Beside the toolkit's jobs on the test clusters, the bare job's store must not take a
+    port one of theirs may use: the same rule, in shell."""
+    (export,) = [line for line in soak.bare_script(2, tmp_path / "o", tmp_path / "t.sh", "low")
+                 .splitlines() if line.startswith("export PORT=")]  # fmt: skip
+    for job in ("41", "1001024", "2002999"):
+        said = subprocess.run(["bash", "-c", f"{export}; echo $PORT"], env={"SLURM_JOB_ID": job},
+                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert int(said) == slurm.rendezvous_port(job)
 
 
 def test_training_again_needs_an_update_after_the_failure_and_a_recent_one():

@@ -143,7 +143,7 @@ def test_each_restart_gets_the_next_round_s_rendezvous_and_the_resume_args(
 ) -> None:
     b = bench.Bench(bench.PLANS["cpu"], tmp_path, tmp_path, use_gpu=False)
     ports = {a.split(":")[-1] for r in range(3) for a in b.start_argv(r, ()) if "endpoint" in a}
-    assert ports == {str(rendezvous_port(j)) for j in ("4242", "4242.1", "4242.2")}
+    assert ports == {str(rendezvous_port("4242", r)) for r in range(3)}
     assert len(ports) == 3
     resumed = b.start_argv(1, ("--continue-once", "/s/checkpoint_1_40.pt"))
     assert resumed[-2:] == ["--continue-once", "/s/checkpoint_1_40.pt"]

@@ -110,3 +110,31 @@ def test_rendezvous_ports_differ_between_jobs_and_stay_for_a_job():
     assert slurm.rendezvous_port(101) != slurm.rendezvous_port(102)
     assert slurm.rendezvous_port("101") == slurm.rendezvous_port(101)
     assert 1024 < slurm.rendezvous_port(99999999) < 65536
+
+
+def test_no_rendezvous_port_is_ephemeral_whatever_the_job_id_or_round():
+    """Linux hands out 32768-60999 to outgoing connections (ip_local_port_range's default): a
+    store listening there may find its port taken. Real job ids run to the millions."""
+    ports = {slurm.rendezvous_port(job, r) for job in range(0, 3_000_000, 997) for r in range(20)}
+    assert max(ports) < 32768 and min(ports) >= slurm.RDZV_PORT_BASE
+
+
+def test_each_round_of_a_job_meets_in_a_store_of_its_own():
+    """A job's in-job restart rounds take its ports in turn; a requeue (round 0 again) keeps
+    the first; the rule the dry run prints is the one computed."""
+    rounds = [slurm.rendezvous_port(41, r) for r in range(slurm.RDZV_ROUND_PORTS)]
+    assert len(set(rounds)) == slurm.RDZV_ROUND_PORTS and rounds[0] == slurm.rendezvous_port(41)
+    assert slurm.rendezvous_port(41, slurm.RDZV_ROUND_PORTS) == rounds[0]
+    assert rounds == [slurm.RDZV_PORT_BASE + 41 * 8 + r for r in range(8)]
+    assert "job id x 8 + round mod 8" in slurm.RDZV_PORT_RULE
+
+
+def test_the_test_workers_clusters_never_share_a_rendezvous_port():
+    """Three local clusters on one host (tests/conftest.py: worker_cluster_env, job ids from
+    1,001,000 N + 1): 400 jobs each, 8 rounds each, no two share a port. With the port of the
+    round key's digits (``24.1`` -> 241), gw0's job 24 and gw2's job 2002024 met in round 1
+    on one port (CI, 2026-11-27)."""
+    first_ids = [1 + 1_001_000 * n for n in range(3)]
+    ports = [slurm.rendezvous_port(first + k, r)
+             for first in first_ids for k in range(400) for r in range(8)]  # fmt: skip
+    assert len(set(ports)) == len(ports)

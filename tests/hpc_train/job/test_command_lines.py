@@ -19,6 +19,12 @@ def test_torchrun_uses_c10d_on_the_first_node_with_the_job_id():
     assert argv[-3:] == ["-m", command_lines.TRAIN_MODULE, "--x"]
 
 
+def test_an_in_job_restart_round_has_its_own_rendezvous_id_and_port():
+    argv = command_lines.torchrun_argv("torchrun", 2, 8, "n1", "4242", ["--x"], round_=2)
+    assert "--rdzv_id=4242.2" in argv
+    assert f"--rdzv_endpoint=n1:{slurm.rendezvous_port(4242, 2)}" in argv
+
+
 def test_gpu_args_use_fp16_nccl_and_the_computed_update_freq():
     spec = JobSpec("roberta-large", Path("/d"), Path("/s"), 2, 2, 8)  # p3dn: V100, fp16
     argv, plan = command_lines.fairseq_args(spec, world_size=16, gpu=True)
