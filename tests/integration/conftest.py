@@ -84,6 +84,15 @@ class Runs:
         Runs.wait_for(f"the end of job {job_id}'s processes", gone, timeout)
 
     @staticmethod
+    def give_back(node: str) -> None:
+        """A test's ``finally``: resume ``node`` where a blame drained it (or Slurm marked it
+        down), for the next tests. A node nobody drained is left as it is: Slurm refuses to
+        resume it, and that refusal would hide the test's own failure."""
+        state = slurm.node_info(node).get("State", "")
+        if "DRAIN" in state or "DOWN" in state:
+            slurm.resume(node)
+
+    @staticmethod
     def trained_updates(save: Path) -> list[int]:
         """Update numbers of the per-update loss lines (run with --log-interval 1)."""
         return [n for n, _ in Runs.summary(save).losses]

@@ -122,7 +122,7 @@ def test_a_hang_inside_the_image_is_detected_with_its_stacks(runs, local_image):
                       lambda: "start #2" in runs.launcher_log(save, job), timeout=180)  # fmt: skip
         final = runs.wait_done(job)
     finally:
-        slurm.resume(victim)
+        runs.give_back(victim)
     assert final.state == "COMPLETED", runs.explain(save, job)
     incident = RunDir(save).incident(job, 0)
     stacks = sorted(incident.glob("stacks-rank*.txt"))

@@ -117,7 +117,7 @@ def test_a_killed_node_is_blamed_drained_excluded_and_the_run_completes(runs):
     finally:
         with contextlib.suppress(slurm.SlurmError):
             slurm.cancel(holder)
-        slurm.resume(victim)
+        runs.give_back(victim)
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     events = ledger.read(RunDir(save).ledger)
     blamed = [(e.get("node"), e.get("drained"), e.get("why"), e.get("evidence"))

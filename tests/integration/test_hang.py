@@ -52,7 +52,7 @@ def test_a_stopped_rank_is_a_hang_its_node_is_drained_and_excluded_and_the_run_c
         info = slurm.node_info(victim)
         excluded = slurm.job_info(job)["ExcNodeList"]
     finally:
-        slurm.resume(victim)
+        runs.give_back(victim)
     log = runs.launcher_log(save, job)
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     assert detected < 120, detected  # 10 s allowance + poll + evidence + requeue
@@ -147,7 +147,7 @@ def test_a_stuck_launcher_is_blamed_the_ranks_save_and_the_run_goes_on_elsewhere
         final = runs.wait_done(job, timeout=900)
         info = slurm.node_info(victim)
     finally:
-        slurm.resume(victim)
+        runs.give_back(victim)
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     assert final.restarts == 1
     assert "DRAIN" in info["State"], info

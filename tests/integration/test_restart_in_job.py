@@ -47,7 +47,9 @@ def _first_kill_kept(runs, save, job: str, victim: str, rounds: list[list[str]])
     assert (blamed.get("node"), blamed.get("drained")) == (victim, False), blamed.data
     assert blamed.get("evidence") == str(Evidence.SIGNAL), blamed.data
     # the restart after this kill (not one after a start-up crash of an earlier round)
-    (restarted,) = [e for e in events if e.kind == "restarted" and e.time >= blamed.time]
+    after = [e for e in events if e.kind == "restarted" and e.time >= blamed.time]
+    assert len(after) == 1, [e.data for e in after]  # one restart: the kill's, no other
+    (restarted,) = after
     assert restarted.get("left_out") == [] and restarted.get("members") == rounds[0]
     assert "DRAIN" not in slurm.node_info(victim)["State"]
     assert victim in slurm.hostnames(slurm.job_state(job).nodes)
@@ -76,7 +78,7 @@ def _recovered_in_job(runs, name: str, interrupt, kills_first: bool = False) -> 
         took = time.monotonic() - hit
         info = slurm.node_info(victim)
     finally:
-        slurm.resume(victim)
+        runs.give_back(victim)
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     assert final.restarts == 0  # never requeued: the allocation was kept
     events = ledger.read(RunDir(save).ledger)
@@ -148,7 +150,7 @@ def test_a_hot_spare_takes_a_killed_nodes_place_at_the_same_width(runs):
         final = runs.wait_done(job)
         info = slurm.node_info(victim)
     finally:
-        slurm.resume(victim)
+        runs.give_back(victim)
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     assert final.restarts == 0
     events = ledger.read(RunDir(save).ledger)

@@ -56,8 +56,7 @@ def test_a_throttled_node_is_named_a_straggler_then_evicted_and_the_run_complete
         info = slurm.node_info(victim)
         excluded = slurm.job_info(job)["ExcNodeList"]
     finally:
-        with contextlib.suppress(slurm.SlurmError):  # not drained if the test failed before
-            slurm.resume(victim)
+        runs.give_back(victim)
     log = runs.launcher_log(save, job)
     assert final.state == "COMPLETED", f"{final}\n{runs.explain(save, job)}"
     events = ledger.read(RunDir(save).ledger)
