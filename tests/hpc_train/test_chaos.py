@@ -105,7 +105,9 @@ def test_slow_here_stops_and_continues_that_nodes_ranks_and_leaves_them_running(
         out = throttle.stdout.read() if throttle.stdout else ""
         assert throttle.returncode == 0, out
         cycles = int(out.split()[2])
-        assert 50 <= cycles <= 100, out  # 2 s of 0.02 s cycles, and the signals' own time
+        # 2 s of 0.02 s cycles at most; a loaded machine stretches each one (its sleeps and
+        # signals wait for a core), so the floor only says it kept cycling the whole time
+        assert 10 <= cycles <= 100, out
         assert "T" in seen and seen - {"T"}, seen  # stopped, and not all the time
         assert "T" not in seen_other
         time.sleep(0.05)

@@ -83,8 +83,13 @@ def test_a_stopped_rank_is_a_hang_its_node_is_drained_and_excluded_and_the_run_c
     g = goodput.account(events, events[-1].time)
     assert g.no_progress_s >= 10, g
     (stop,) = [e for e in events if e.kind == "stopped"]
-    assert stop.get("reached") - summary.resumed_at[0] == summary.recomputed_updates, summary
-    assert g.recomputed_updates == summary.recomputed_updates, (g, summary)
+    # fairseq's log is rank 0's, written after each update; "reached" is the last update any rank
+    # stepped. A peer that stepped an update rank 0 had not yet logged when the hang was declared
+    # (rank 0 starved on a loaded machine: reached 28, logged 27, a run of 2026-11-27) reached it:
+    # its work is lost too. One update at most: no rank steps past a collective its peers miss.
+    lost = stop.get("reached") - summary.resumed_at[0]
+    assert lost in (summary.recomputed_updates, summary.recomputed_updates + 1), (lost, summary)
+    assert g.recomputed_updates == lost, (g, summary)
     assert sum(g.parts.values()) == pytest.approx(g.wall_s)
 
 

@@ -49,14 +49,13 @@ def test_a_restart_on_fewer_nodes_raises_update_freq():
 
 def test_process_exited_sees_a_zombie_without_reaping_it():
     import subprocess
-    import time
 
-    from hpc_core.wait import process_exited, process_state
+    from hpc_core.wait import FAST, process_exited, process_state, wait_until
 
     proc = subprocess.Popen(["sleep", "0.2"])
     assert not process_exited(proc.pid) and process_state(proc.pid) not in {"Z", ""}
-    time.sleep(0.6)
-    assert process_exited(proc.pid) and process_state(proc.pid) == "Z"  # not yet reaped
+    wait_until(lambda: process_exited(proc.pid), "sleep's exit", 30, FAST)
+    assert process_state(proc.pid) == "Z"  # exited, not yet reaped
     assert proc.wait() == 0  # still reapable by its owner
 
 

@@ -124,5 +124,5 @@ def test_the_dumps_are_copied_into_the_incident_dir(tmp_path):
 def test_no_dump_is_waited_for_when_no_rank_was_poked(tmp_path):
     started = time.monotonic()
     assert hang_monitor.save_flight_records(tmp_path, tmp_path / "incident", [], 0.0, 30) == 0
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 10  # never the 30 s wait for a dump, even on a busy machine
     assert not (tmp_path / "incident").exists()

@@ -62,7 +62,7 @@ def test_stop_all_ends_every_loader_process_within_its_deadline():
     assert it._shutdown and loaders.live_loaders() == []
     began = time.monotonic()
     del it  # torch's own shutdown now has nothing left to wait for
-    assert time.monotonic() - began < 1.0
+    assert time.monotonic() - began < 4.0  # not one of torch's 5 s joins, however busy the machine
 
 
 def test_stop_all_without_loaders_stops_nothing():
@@ -72,9 +72,10 @@ def test_stop_all_without_loaders_stops_nothing():
 # "done training" (the rank's own log) -> the process's exit, with 4 loader processes per loader.
 # The goal on a GPU is <= 5 s (issue 29; 42 s before, torch's hook: 2 loaders x 4 processes x
 # 5 s). On CPU torch has no pin-memory thread and no such hook; what is left is the
-# interpreter's own exit, 1-6 s measured on this 2-core machine under load. 10 s: never a flake
-# here, far below the 42 s.
-EXIT_BOUND_S = 10.0
+# interpreter's own exit, 1-6 s measured on this 2-core machine under load; beside a whole
+# suite run it may stretch further (a run of this file failed once there, 2026-11-27). 20 s:
+# still half the 42 s.
+EXIT_BOUND_S = 20.0
 STOP_LINE = "data-loader process(es)"
 
 
