@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal as _signals  # `signal` is this module's scancel --signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -158,7 +159,15 @@ def cancel(job_id: str | int, check: bool = True) -> None:
 
 
 def requeue(job_id: str | int) -> None:
-    run(["scontrol", "requeue", str(job_id)])
+    """``scontrol requeue``. Asked from inside the job (task 0's launcher), the requeue's own
+    SIGTERM reaches every process of the job's steps, the client too, and may end it before it
+    exits: a client ended by SIGTERM was answered by the requeue itself (run 11 of 2026-11-27:
+    the launcher took it for a failure and never excluded the node it had blamed)."""
+    try:
+        run(["scontrol", "requeue", str(job_id)])
+    except SlurmError as err:
+        if not str(err).endswith(TERMINATED):
+            raise
 
 
 def drain(node: str, reason: str) -> None:
@@ -196,6 +205,7 @@ def release(job_id: str | int, node: str) -> bool:
 
 NOT_PENDING_MARK = "no longer pending"
 KILLED_RE = re.compile(r"exit -\d+$")  # what run() says of a client that a signal ended
+TERMINATED = f"exit -{int(_signals.SIGTERM)}"  # ... and of one that SIGTERM ended
 
 
 def exclude(job_id: str | int, nodes: Sequence[str], timeout: float = 8.0) -> list[str]:

@@ -138,3 +138,27 @@ def test_the_test_workers_clusters_never_share_a_rendezvous_port():
     ports = [slurm.rendezvous_port(first + k, r)
              for first in first_ids for k in range(400) for r in range(8)]  # fmt: skip
     assert len(set(ports)) == len(ports)
+
+
+@pytest.mark.parametrize(
+    ("body", "raises"),
+    [
+        ("kill -TERM $$", False),  # ended by the requeue's own SIGTERM: it took effect
+        ("kill -KILL $$", True),  # no requeue ends its caller so: not taken for one
+        ("echo 'scontrol: error: Invalid job id specified' >&2; exit 1", True),
+    ],
+)
+def test_a_requeue_client_ended_by_the_requeues_sigterm_is_answered(
+    monkeypatch, tmp_path, body, raises
+):
+    """A fake `scontrol` on PATH: asked from inside the job, the requeue's SIGTERM may end the
+    client before it exits (run 11 of 2026-11-27); anything else is still an error."""
+    fake = tmp_path / "scontrol"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    if raises:
+        with pytest.raises(slurm.SlurmError):
+            slurm.requeue("5")
+    else:
+        slurm.requeue("5")
