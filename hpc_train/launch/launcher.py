@@ -288,9 +288,7 @@ class Launcher:
     def _on_silent(self, start: Start, silence: launchers.Silence) -> None:
         """The pulse found a watched launcher stuck (``recovery.on_silent``)."""
         here = self._here if self._here is not None else self.here(start)
-        own = recovery.on_silent(here, silence, training=not self._training_over)
-        if own:
-            self._own_notice = own
+        recovery.on_silent(here, silence, not self._training_over, self._notice_of_own)
 
     def save_wait_s(self) -> float:
         """The longest checkpoint() waits for the save on notice (``signals.save_wait_s``)."""

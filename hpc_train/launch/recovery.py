@@ -189,23 +189,28 @@ def follow_verdict(here: Here, why: str) -> Next:
     raise RuntimeError(f"{why}; task 0: {verdict.action} ({verdict.why})")
 
 
-def on_silent(here: Here, silence: Silence, training: bool) -> str:
+def on_silent(
+    here: Here, silence: Silence, training: bool, own_notice: Callable[[str], None]
+) -> None:
     """The pulse thread found a watched launcher stuck: blame its node (drained unless
     --no-drain), then requeue without it; while training, after a save on notice (the
     ranks are alive). Task 0 leaves the requeue to submitit's ``checkpoint()`` as for any
-    notice (returns "hang": the notice is its own); task 1, acting for a stuck task 0
-    (``deputy``), waits for the save itself."""
+    notice, the notice its own (``own_notice("hang")``, said before the USR2 that runs
+    ``checkpoint()`` in this very process: said after, a loaded machine recorded the stop as
+    a plain notice, run 13 of 2026-11-27); task 1, acting for a stuck task 0 (``deputy``),
+    waits for the save itself."""
     start, deputy = here.start, here.start.task != 0
     why = f"stuck launcher: {silence.describe()}"
     gone = start_over(start)
     if gone:  # e.g. this node's slurmd died: the job was requeued and its processes left
         log(f"{why}; not acted on: {gone}")
-        return ""
+        return
     log(why)
     leave = blame.stuck_launcher(here, silence.node, why, deputy)
     if training and not deputy:
+        own_notice("hang")
         slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
-        return "hang"
+        return
     saved = False
     if training:
         slurm.signal(start.job_id, "USR2")
@@ -215,7 +220,6 @@ def on_silent(here: Here, silence: Silence, training: bool) -> str:
     (here.deputy_note if deputy else here.note)("stopped", cause="hang", why=why, saved=saved)
     if requeue.send(here, [silence.node] if leave else [], why, deputy) is not None:
         slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it
-    return ""
 
 
 def start_over(start: Start) -> str:

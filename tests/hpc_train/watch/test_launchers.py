@@ -84,10 +84,16 @@ def test_task_0_blames_a_stuck_launchers_node_and_saves_on_notice(tmp_path, fake
     launcher = launcher_module.Launcher(spec_in(tmp_path))
     start = launcher_module.Start("41", 0, 2, "n1", 0, ("n1", "n2"))
     launcher._start = start
+    said = []  # the notice's cause as checkpoint() would read it, when the USR2 goes out
+    sent = fake_slurm.signal
+    fake_slurm.signal = lambda job, name="USR2": (
+        said.append(launcher._own_notice),
+        sent(job, name),
+    )
     launcher._on_silent(start, launchers.Silence(1, "n2", 40, WAITING))
     assert [n for n, _ in fake_slurm.drained] == ["n2"]
     assert fake_slurm.signals == [("41", "USR2")] and fake_slurm.requeued == []
-    assert launcher._own_notice == "hang"
+    assert said == ["hang"]  # claimed before the signal: its handler may run at once
     (blamed,) = [e for e in ledger.read(RunDir(tmp_path).ledger) if e.kind == "blamed"]
     assert blamed.get("node") == "n2" and "stuck launcher" in blamed.get("why")
 
