@@ -60,6 +60,21 @@ def submit_tiny(
     return found.group(1)
 
 
+def job_alive(job_id: str, **env: str) -> bool:
+    """Does a process on this host belong to ``job_id`` (``SLURM_JOB_ID`` in its environment,
+    and each of ``env``, e.g. ``SLURM_PROCID="2"``: one task's)? The launchers, torchrun and the
+    ranks of every emulated node run here."""
+    marks = [f"\0{k}={v}\0".encode() for k, v in {"SLURM_JOB_ID": job_id, **env}.items()]
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            found = b"\0%b\0" % environ.read_bytes()
+        except OSError:
+            continue  # exited meanwhile, or not ours to read
+        if all(mark in found for mark in marks):
+            return True
+    return False
+
+
 def wait_for_update(run: RunDir, update: int, timeout: float, backoff: Backoff = STEADY) -> int:
     """Wait until train.log shows ``update`` trained; the highest update logged by then."""
 

@@ -6,6 +6,7 @@ import pytest
 
 from hpc_core import slurm
 from hpc_core.wait import FAST, wait_until
+from hpc_train.testing import job_alive
 
 
 def test_parse_record_joins_values_with_spaces():
@@ -89,19 +90,6 @@ until [ -e {out}/end ]; do sleep 0.5; done'
 """
 
 
-def _task_alive(job: str, task: int) -> bool:
-    """Is a process of ``job``'s task ``task`` still running on this host (its environment)?"""
-    marks = (f"\0SLURM_JOB_ID={job}\0".encode(), f"\0SLURM_PROCID={task}\0".encode())
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            env = b"\0%b\0" % environ.read_bytes()
-        except OSError:
-            continue  # exited meanwhile, or not ours to read
-        if all(mark in env for mark in marks):
-            return True
-    return False
-
-
 @pytest.mark.slurm
 def test_release_gives_a_node_back_from_a_running_job_its_step_goes_on(slurm_cluster, tmp_path):
     """On real Slurm: a job of 2-3 nodes whose step (``srun --no-kill``) ended its third task;
@@ -119,7 +107,7 @@ def test_release_gives_a_node_back_from_a_running_job_its_step_goes_on(slurm_clu
         nodes = slurm.hostnames(running.nodes)
         assert len(nodes) == 3, nodes
         wait_until(lambda: (tmp_path / "left-0").exists(), "task 2's file", 30, FAST)
-        wait_until(lambda: not _task_alive(job, 2), "task 2's end", 30, FAST)
+        wait_until(lambda: not job_alive(job, SLURM_PROCID="2"), "task 2's end", 30, FAST)
         batch_host = (slurm.job_info(job) or {})["BatchHost"]
         assert slurm.release(job, batch_host) is False
         assert slurm.release(job, nodes[2]) is True

@@ -71,17 +71,8 @@ class Runs:
         """Wait until no process on this host belongs to the job (``SLURM_JOB_ID`` in its
         environment: the launchers, torchrun, the ranks of every emulated node). A requeue,
         had a task's launcher decided on one, is asked for before that launcher ends."""
-
-        def gone() -> bool:
-            for environ in Path("/proc").glob("[0-9]*/environ"):
-                try:
-                    if f"\0SLURM_JOB_ID={job_id}\0".encode() in b"\0%b\0" % environ.read_bytes():
-                        return False
-                except OSError:
-                    continue  # exited meanwhile, or not ours to read
-            return True
-
-        Runs.wait_for(f"the end of job {job_id}'s processes", gone, timeout)
+        Runs.wait_for(f"the end of job {job_id}'s processes",
+                      lambda: not rehearsal.job_alive(job_id), timeout)  # fmt: skip
 
     @staticmethod
     def give_back(node: str) -> None:
