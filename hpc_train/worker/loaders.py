@@ -8,10 +8,15 @@ Measured on an H100 (docs/gpu.md): 42 s from "done training" to exit with 4 load
 loader (a train and a valid loader: 2 x 4 x 5 s), 12 s with 1, under 1 s with none. A rank
 stopped by a notice held its nodes that long after its checkpoint was written.
 
-``stop_all`` runs once the last save is durable: every live loader's workers are sent SIGTERM
-(torch's worker handler exits at once on its parent's SIGTERM), waited for against one shared
-deadline, killed if still there, and the loader is marked shut down, so torch's own hook
-has nothing left to join.
+``stop_all`` runs the moment fairseq's step says training is over (``install``): every live
+loader's workers are sent SIGTERM (torch's worker handler exits at once on its parent's SIGTERM),
+waited for against one shared deadline, killed if still there, and the loader is marked shut
+down, so torch's own hook has nothing left to join. Not later: once fairseq's ``main`` returns,
+its loaders are garbage in reference cycles, and a garbage collection (any allocation may start
+one, e.g. while the last background save is flushed) shuts them down through torch's
+``__del__``: the same slow joins (seen in CI, 2026-11-27: a 20 s flush, and 1 of 2 loaders gone
+before ``stop_all`` could stop it). The worker calls ``stop_all`` once more after the flush, for
+loaders of a run that ended otherwise (its last epoch).
 """
 
 from __future__ import annotations
@@ -73,8 +78,8 @@ def _release(loader: Any) -> list[Any]:
 
 def stop_all(deadline_s: float = DEADLINE_S) -> Stopped:
     """Stop every data-loader process of this rank: SIGTERM, one shared wait of at most
-    ``deadline_s``, SIGKILL for what is left. Run it only once training is over and its last
-    checkpoint durable: the loaders' prefetched batches are dropped."""
+    ``deadline_s``, SIGKILL for what is left. Run it only once training is over: the loaders'
+    prefetched batches are dropped (the checkpoint holds the data position, not the batches)."""
     began = time.monotonic()
     loaders = live_loaders()
     workers = [w for loader in loaders for w in _release(loader)]
@@ -92,3 +97,20 @@ def stop_all(deadline_s: float = DEADLINE_S) -> Stopped:
             f"loader(s) in {stopped.seconds:.2f} s ({stopped.killed} killed)"
         )
     return stopped
+
+
+def install() -> None:
+    """Stop the loaders once fairseq's validate-and-save step says stop (``max_update``, a save on
+    notice, ...): after it nothing draws a batch, and the loaders are still reachable from
+    fairseq's ``main``, so ``stop_all`` finds every one of them."""
+    import fairseq_cli.train as fairseq_train
+
+    step = fairseq_train.validate_and_save
+
+    def validate_and_save(*args: Any, **kwargs: Any) -> Any:
+        valid_losses, should_stop = step(*args, **kwargs)
+        if should_stop:
+            stop_all()
+        return valid_losses, should_stop
+
+    fairseq_train.validate_and_save = validate_and_save

@@ -228,8 +228,11 @@ def install_extensions(
     pace.install(run)
     # 10. the data position converted on a load at another width (each sample once per epoch),
     #    and --audit-samples: it patches the data iterator, train() and Trainer.train_step,
-    #    which no step above touches; last, since nothing above depends on it
+    #    which no step above touches, and nothing above depends on it
     data_position.install(run, worker.start, rank, audit=worker.audit_samples)
+    # 11. the data loaders stop when a step says stop: the outermost validate-and-save wrapper,
+    #     so every hook inside (the notice's save, the ledger's events) has run first
+    loaders.install()
     return heartbeat
 
 
@@ -256,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         crash.report(run, worker.start, rank, err, progress["update"])
         raise
     async_save.flush()  # the last save is durable before the worker exits
-    loaders.stop_all()  # then its data loaders go at once (torch's own exit: 5 s per process)
+    loaders.stop_all()  # any loader still there (a run ended by its last epoch; step 11)
     stop_process_group()
 
 
