@@ -135,6 +135,16 @@ def record_notice(path: Path, signal_name: str) -> None:
                  durable=False)  # fmt: skip
 
 
+def read_notice(path: Path) -> tuple[str | None, float | None]:
+    """(signal name, epoch time) of the launcher's record at ``path``; (None, None) for a record
+    that does not say (``record_notice`` writes atomically: no half-written one)."""
+    try:
+        record = json.loads(path.read_text())
+        return str(record["signal"]), float(record["time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
+
+
 def parse_start(value: str) -> tuple[str, int] | None:
     """(job, restart) from ``HPC_TRAIN_START``'s "JOB:RESTART"; None when absent or malformed."""
     job, sep, restart = value.partition(":")
@@ -238,7 +248,8 @@ class StopMarker:
     """A worker saved ``checkpoint_last.pt`` at ``update`` on a notice and stopped."""
 
     update: int
-    signal: str | None  # the notice's signal name; None when a peer rank had it
+    signal: str | None  # the notice's signal name (``worker.preemption``: whichever rank, or its
+    # launcher, had it first); None in markers of earlier versions when a peer rank had it
     time: float = field(default_factory=time.time)
 
 

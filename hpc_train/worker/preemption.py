@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_train.contract import StopMarker, write_stop
+from hpc_train.contract import StopMarker, read_notice, write_stop
 from hpc_train.worker import async_save, save_interval
 from hpc_train.worker.heartbeat import Heartbeat
 from hpc_train.worker.save_interval import AutoInterval
@@ -30,7 +30,9 @@ from hpc_train.worker.save_interval import AutoInterval
 logger = logging.getLogger("hpc_train.worker.preemption")
 
 NOTICE_SIGNAL = signal.SIGUSR2
-_notice: dict[str, Any] = {"at": None, "why": None, "saving": False}
+# at: monotonic time of the signal; why: its name; via: how this rank learnt of it, when not by
+# its own handler ("recorded by the launcher"; a peer's is known only from ``agree``)
+_notice: dict[str, Any] = {"at": None, "why": None, "via": None, "saving": False}
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
@@ -53,8 +55,21 @@ def notice_recorded(pending: Path | None) -> bool:
     notice is known."""
     if pending is None or notice_received() or not pending.exists():
         return False
-    _notice["at"], _notice["why"] = time.monotonic(), "SIGUSR2 (recorded by the launcher)"
+    name, at = read_notice(pending)
+    ago = max(0.0, time.time() - at) if at is not None else 0.0
+    # the signal's own name: the launcher's SIGUSR2 is the same notice the rank's own handler
+    # would have had a moment later (Slurm signals the step's processes one by one)
+    _notice.update(at=time.monotonic() - ago, why=name or NOTICE_SIGNAL.name,
+                   via="recorded by the launcher")  # fmt: skip
     return True
+
+
+def _source() -> str:
+    """The notice as the rank's log says it: "SIGUSR2", "SIGUSR2, recorded by the launcher",
+    "SIGUSR2, from a peer rank"."""
+    name = str(_notice["why"] or NOTICE_SIGNAL.name)
+    via = _notice["via"] or (None if _notice["why"] else "from a peer rank")
+    return f"{name}, {via}" if via else name
 
 
 def saving_on_notice() -> bool:
@@ -93,7 +108,7 @@ def _save_and_stop(
     from fairseq import checkpoint_utils
 
     started = time.monotonic()
-    logger.info(f"notice ({_notice['why'] or 'peer'}): saving at update {update} and stopping")
+    logger.info(f"notice ({_source()}): saving at update {update} and stopping")
     _notice["saving"] = True
     try:
         checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
@@ -107,7 +122,8 @@ def _save_and_stop(
     )
     if trainer.data_parallel_rank == 0:
         # last: once it exists the checkpoint is durable and task 0's launcher may requeue
-        write_stop(marker, StopMarker(update, _notice["why"]))
+        # every notice is NOTICE_SIGNAL: named the same whichever rank (or launcher) had it first
+        write_stop(marker, StopMarker(update, _notice["why"] or NOTICE_SIGNAL.name))
     if dist_initialized():
         import torch.distributed as dist
 
