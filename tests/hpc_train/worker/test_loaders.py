@@ -159,6 +159,7 @@ def test_the_loaders_stop_when_fairseqs_step_says_stop(monkeypatch, says_stop):
     assert fairseq_train.validate_and_save("cfg", "trainer") == ([1.0], says_stop)
     assert it._shutdown is says_stop
     assert [p.is_alive() for p in processes] == [not says_stop] * 2
+    loaders.stop_all()  # before ``it`` goes: torch's __del__ would join each stuck one for 5 s
 
 
 @pytest.fixture(autouse=True)
