@@ -131,6 +131,27 @@ def test_each_failure_resumes_before_the_next_one():
     assert soak.first_update_after(events, 25.0) == 31
 
 
+def test_failure_figures_pair_each_failure_with_the_next_and_none_is_no_error(tmp_path):
+    """A short budget used up by a slow start injects nothing: no failures, not a crash (CI, at
+    e11999a: ``zip() argument 2 is longer than argument 1``). Two failures: the first one's resume
+    is looked for only before the second."""
+    way = soak.Way("bare", "1", tmp_path / "log", tmp_path, toolkit=False)
+    lines = [(float(n), upd(n)) for n in range(1, 6)] + [
+        (12.0, "| INFO | fairseq.checkpoint_utils | Loaded checkpoint /x/checkpoint_last.pt "
+               "(epoch 1 @ 4 updates)"),
+        (13.0, upd(5)),
+    ]  # fmt: skip
+    updates = soak.updates_of(lines)
+    assert soak._failure_figures(way, [], lines, updates, [], 20.0) == []
+    done = [
+        {"kind": "kill", "time": 5.5, "node": "n1"},
+        {"kind": "hang", "time": 10.0, "node": "n2"},
+    ]
+    first, second = soak._failure_figures(way, done, lines, updates, [], 20.0)
+    assert first["to_first_resumed_update_s"] is None  # its window ends at the second, at 10
+    assert second["to_first_resumed_update_s"] == 3.0 and second["resumed_from_update"] == 4
+
+
 def test_the_bare_ways_ranks_are_found_and_throttled_on_their_node():
     """The bare job's ranks run ``fairseq-train`` (``hpc_train.chaos`` looks for the toolkit's):
     ``bare_ranks`` finds the rank of that job on that node, not torchrun nor another node's, and
