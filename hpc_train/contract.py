@@ -170,7 +170,7 @@ class NodeReport:
 
     task: int
     node: str
-    gpus: int  # usable GPUs: 0 when CUDA is absent or broken
+    gpus: int  # usable GPUs: 0 when CUDA is absent or broken, or the job asks for none
 
 
 @dataclass(frozen=True)

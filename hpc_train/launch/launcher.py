@@ -146,10 +146,11 @@ class Launcher:
         hosts = tuple(job.hostnames)
         spare_count = self.spec.spares_in(len(hosts))  # derived once: the spares of this job
         start = allocation_start(job.job_id, job.global_rank, hosts, restart, spare_count)
+        gpus = lifecycle.visible_gpus(self.spec.gpus_per_node)
         if start is None:  # a hot spare: idle until task 0 swaps it in, or the run ends
             spare = Start(job.job_id, job.global_rank, len(hosts), hosts[0], restart, hosts)
-            return self._stand_by(spare, lifecycle.visible_gpus(), len(hosts) - spare_count)
-        return self.run(start, lifecycle.visible_gpus())
+            return self._stand_by(spare, gpus, len(hosts) - spare_count)
+        return self.run(start, gpus)
 
     def run(self, start: Start, gpus: int, came_from: str | None = None) -> dict[str, Any]:
         """Every start of this node in this allocation: the first, then each in-job restart

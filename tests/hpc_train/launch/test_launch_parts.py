@@ -258,3 +258,20 @@ def test_only_task_0_of_a_narrow_run_watches_for_growth(tmp_path, fake_slurm):
     assert lifecycle.watch_growth(task1, lambda cause: None) is None
     watch = lifecycle.watch_growth(narrow, lambda cause: None)
     assert watch is not None and watch.stop() is None
+
+
+def test_a_cpu_job_counts_no_gpu_and_its_launcher_never_imports_torch():
+    """``--gpus-per-node 0``: the count is 0 without torch (its import is ~1.7 s of CPU at every
+    start of every node), checked in a fresh interpreter (this one may hold torch already); a
+    GPU job asks torch, which finds no CUDA on this machine: 0 too."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from hpc_train.launch import lifecycle; "
+        "print(lifecycle.visible_gpus(0), 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=60).stdout  # fmt: skip
+    assert out.split() == ["0", "False"], out
+    assert lifecycle.visible_gpus(8) == 0
