@@ -10,6 +10,11 @@ STATE   := .local
 # The local Slurm cluster keeps all its state here; SLURM_CONF points into it.
 export HPC_TRAIN_CLUSTER_DIR ?= $(CURDIR)/$(STATE)/cluster
 export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
+# Python caches the bytecode of the project's own modules, and pytest its rewritten test modules,
+# in __pycache__ (ignored by git) even where the environment sets PYTHONDONTWRITEBYTECODE (this
+# machine's does): every launcher, rank and CLI call of a job or a test then reads the cache
+# instead of compiling the sources again. Measured here: the fast tier collects in 4.0 s, not 7.3.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-gpu-restart bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import clean
 
