@@ -730,7 +730,8 @@ def pooled_ideal(ways: dict[str, Any], budget_s: float, slow_s: float) -> float 
         if not way.get("ledger"):
             continue  # the bare way: no ledger, and its log stamps are whole seconds
         begin = min(e["time"] for e in way["ledger"])
-        lines = RunDir(Path(way["save_dir"])).train_log.read_text(errors="replace").splitlines()
+        log = RunDir(Path(way["save_dir"])).train_log  # none yet: a start slower than the budget
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
         updates = [(t, u) for t, u in logged_updates(lines) if begin <= t <= begin + budget_s]
         slow = [(f["time"], f["time"] + slow_s) for f in way["failures"] if f["kind"] == "slow"]
         own = steady_steps(updates, slow)

@@ -152,6 +152,24 @@ def test_failure_figures_pair_each_failure_with_the_next_and_none_is_no_error(tm
     assert second["to_first_resumed_update_s"] == 3.0 and second["resumed_from_update"] == 4
 
 
+def test_pooled_ideal_takes_a_way_whose_ranks_never_logged_as_no_steps(tmp_path):
+    """A toolkit way whose start outlasted the budget has a ledger but no train.log yet: no
+    steps of its own, not a crash; the other way's steady steps set the ideal."""
+    logged = tmp_path / "logged"
+    logged.mkdir()
+    stamp = "2026-11-24 08:00:0{},{:03d} | INFO | train_inner | "
+    lines = [stamp.format(s, ms) + json.dumps({"loss": "9", "num_updates": str(u)})
+             for u, (s, ms) in enumerate([(0, 0), (0, 500), (1, 0), (1, 500)], start=1)]  # fmt: skip
+    (logged / "train.log").write_text("\n".join(lines) + "\n")
+    begin = soak.logparse.line_time(lines[0]) or 0.0
+    ways = {
+        "slow": {"ledger": [{"time": begin}], "save_dir": str(tmp_path / "slow"), "failures": []},
+        "in_job": {"ledger": [{"time": begin}], "save_dir": str(logged), "failures": []},
+    }
+    assert soak.pooled_ideal(ways, 60.0, 5.0) == 0.5
+    assert ways["slow"]["steady_s_per_update"] is None
+
+
 def test_the_bare_ways_ranks_are_found_and_throttled_on_their_node():
     """The bare job's ranks run ``fairseq-train`` (``hpc_train.chaos`` looks for the toolkit's):
     ``bare_ranks`` finds the rank of that job on that node, not torchrun nor another node's, and
