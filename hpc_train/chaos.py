@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from hpc_core import slurm
+from hpc_core import procs, slurm
 from hpc_train import cli, contract
 from hpc_train.contract import CrashRequest, write_crash_request
 from hpc_train.runs import index
@@ -65,24 +65,13 @@ def notice(job_id: str) -> None:
 def _processes(
     job_id: str, node: str, targets: Sequence[str] = TARGETS
 ) -> Iterator[tuple[int, str]]:
-    """(pid, cmdline) of this job's training processes (``targets``) on this host, for ``node``."""
+    """(pid, cmdline) of this job's training processes (``targets``) on this host, for ``node``
+    (``hpc_core.procs``: by ``SLURM_JOB_ID`` and the node in their environment)."""
     me = {os.getpid(), os.getppid()}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in me:
-            continue
-        try:
-            env = dict(
-                kv.split("=", 1)
-                for kv in (entry / "environ").read_bytes().decode(errors="replace").split("\0")
-                if "=" in kv
-            )
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if env.get("SLURM_JOB_ID") != job_id or env.get("SLURMD_NODENAME", node) != node:
-            continue
-        if any(t in cmd for t in targets):
-            yield int(entry.name), cmd
+    for process in procs.carrying({"SLURM_JOB_ID": job_id}, node, skip=me):
+        cmd = process.cmdline()
+        if cmd is not None and any(t in cmd for t in targets):
+            yield process.pid, cmd
 
 
 def kill_here(job_id: str, node: str) -> int:

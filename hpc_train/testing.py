@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hpc_core import ledger
+from hpc_core import ledger, procs
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import contract
@@ -62,17 +62,9 @@ def submit_tiny(
 
 def job_alive(job_id: str, **env: str) -> bool:
     """Does a process on this host belong to ``job_id`` (``SLURM_JOB_ID`` in its environment,
-    and each of ``env``, e.g. ``SLURM_PROCID="2"``: one task's)? The launchers, torchrun and the
-    ranks of every emulated node run here."""
-    marks = [f"\0{k}={v}\0".encode() for k, v in {"SLURM_JOB_ID": job_id, **env}.items()]
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            found = b"\0%b\0" % environ.read_bytes()
-        except OSError:
-            continue  # exited meanwhile, or not ours to read
-        if all(mark in found for mark in marks):
-            return True
-    return False
+    and each of ``env``, e.g. ``SLURM_PROCID="2"``: one task's; ``hpc_core.procs``)? The
+    launchers, torchrun and the ranks of every emulated node run here."""
+    return next(procs.carrying({"SLURM_JOB_ID": job_id, **env}), None) is not None
 
 
 def wait_for_update(run: RunDir, update: int, timeout: float, backoff: Backoff = STEADY) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from hpc_core import instances, slurm
+from hpc_core import instances, procs, slurm
 from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, node_name
 from hpc_train.job import command_lines
@@ -62,37 +62,14 @@ LEFTOVER_WAIT_S = 5.0  # for the processes torchrun left to be gone after their 
 
 
 def leftovers(
-    save_dir: Path, key: tuple[str, int], node: str, proc: Path = Path("/proc")
+    save_dir: Path, key: tuple[str, int], node: str, proc: Path = procs.PROC
 ) -> list[int]:
     """The live processes of this start (``key``) on this ``node``: its ranks and their loader
-    processes, whose environment names the start and the save dir (``WorkerEnv``); on a host
-    shared by several nodes (the local cluster) each carries its own ``SLURMD_NODENAME``. Read
-    from /proc; another user's processes cannot be read and are none of them."""
+    processes, whose environment names the start and the save dir (``WorkerEnv``; read by
+    ``hpc_core.procs``, which keeps another emulated node's out on a shared host)."""
     want = {SAVE_DIR: str(save_dir), START: f"{key[0]}:{key[1]}"}
-    found = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        env = _environ(entry, f"{START}={want[START]}")
-        if env is None or any(env.get(k) != v for k, v in want.items()):
-            continue
-        if env.get("SLURMD_NODENAME", node) != node:  # another node's, on a shared host
-            continue
-        if not process_exited(int(entry.name)):
-            found.append(int(entry.name))
-    return sorted(found)
-
-
-def _environ(entry: Path, mark: str) -> dict[str, str] | None:
-    """The environment a process of /proc (``entry``) started with, if it holds ``mark`` (most
-    do not: no need to parse theirs); None otherwise, or if it cannot be read."""
-    try:
-        raw = (entry / "environ").read_bytes()
-    except OSError:
-        return None
-    if mark.encode() not in raw:
-        return None
-    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+    found = procs.carrying(want, node, skip={os.getpid()}, proc=proc)
+    return sorted(p.pid for p in found if not process_exited(p.pid))
 
 
 def end_leftovers(here: Here, returncode: int) -> list[int]:
