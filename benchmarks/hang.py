@@ -55,9 +55,12 @@ from hpc_train.watch import hang_monitor
 GOAL_FALSE_POSITIVES = 0
 ALLOWED_RE = re.compile(r"allowed (\d+(?:\.\d+)?) s")  # in hang.json's why, before allowance_s
 PHASE_RE = re.compile(r"\((\w+); allowed")  # the declaring rank's phase, in hang.json's why
-# --smoke: the same two runs, short: a hang after the first interval save, 12 s fault-free
-SMOKE = {"max_update": 40, "at_update": 12, "save_interval_updates": 8,
-         "fault_free_minutes": 0.2, "quiet_timeout": 30}  # fmt: skip
+# --smoke: the same two runs, short: a hang after the first interval save, 12 s fault-free; the
+# hang run paced to >= 0.1 s an update (chaos pace), so that its 48 updates after update 12 last
+# longer than the SIGSTOP takes to land (unpaced, a quiet machine trains them in about a second,
+# as bench-preempt's smoke run did before the notice came: a fresh clone, 2026-11-27 night)
+SMOKE = {"max_update": 60, "at_update": 12, "save_interval_updates": 8,
+         "fault_free_minutes": 0.2, "quiet_timeout": 30, "pace_s": 0.1}  # fmt: skip
 
 
 # --- pure arithmetic ---------------------------------------------------------------------------
@@ -204,7 +207,7 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     fairseq = (*PER_UPDATE, "--save-interval-updates", str(args.save_interval_updates))
     job = jobs.add(
         testing.submit_tiny(args.data, save, args.max_update, "bench-hang", "2",
-                         watchdog_options(args), fairseq, time_min=args.time)
+                         watchdog_options(args), fairseq, time_min=args.time, pace_s=args.pace_s)
     )  # fmt: skip
     victim = running(job)[-1]
     say(f"hang: job {job} running, waiting for update {args.at_update}")
@@ -319,7 +322,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "floor_s": args.floor, "factor": args.factor, "save_timeout_s": args.save_timeout,
             "startup_timeout_s": args.startup_timeout, "poll_s": hang_monitor.POLL_S,
             "stack_wait_s": hang_monitor.STACK_WAIT_S, "time_limit_s": args.time * 60,
-            "max_update": args.max_update, "at_update": args.at_update,
+            "max_update": args.max_update, "at_update": args.at_update, "pace_s": args.pace_s,
             "save_interval_updates": args.save_interval_updates, "preset": "tiny", "nodes": 2,
             "reference": "SIGSTOP: time.time() when chaos.hang returned",
         },
@@ -333,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at-update", type=int, default=25, help="SIGSTOP once this update is logged")
     p.add_argument("--save-interval-updates", type=int, default=10, help="the hang run")
     p.add_argument("--time", type=int, default=10, help="the jobs' time limit (minutes)")
+    p.add_argument("--pace-s", type=float, default=0.0,
+                   help="the hang run: each update takes at least this long (hpc-train chaos pace)")  # fmt: skip
     p.add_argument("--floor", type=float, default=10, help="--hang-timeout-floor (s)")
     p.add_argument("--factor", type=float, default=10, help="--hang-factor")
     p.add_argument("--save-timeout", type=float, default=60, help="--hang-save-timeout (s)")

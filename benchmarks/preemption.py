@@ -78,9 +78,12 @@ REFERENCE = "the preemptor's submission (time.time() just before its sbatch)"
 STAMP_RE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})")
 SAVED_RE = re.compile(r"saved on notice at update (\d+) in ([\d.]+) s")
 SUBMITIT_START = "Starting with JobEnvironment"  # submitit's first line in a task, every start
-# --smoke: the same three runs, short (the interrupt between the interval saves at 8 and 16)
-SMOKE = {"max_update": 40, "at_update": 10, "save_interval_updates": 8, "save_repeats": 2,
-         "quiet_timeout": 30}  # fmt: skip
+# --smoke: the same three runs, short (the interrupt between the interval saves at 8 and 16), each
+# update paced to >= 0.1 s (chaos pace): unpaced, a quiet machine trained the 30 updates after the
+# interrupt in about a second and the job ended before the notice came (a fresh clone, 2026-11-27 night);
+# paced, the 70 updates after the interrupt take 7 s: a notice lands 1-4 s after its preemptor
+SMOKE = {"max_update": 80, "at_update": 10, "save_interval_updates": 8, "save_repeats": 2,
+         "quiet_timeout": 30, "pace_s": 0.1}  # fmt: skip
 
 
 class BenchError(RuntimeError):
@@ -255,10 +258,10 @@ class Jobs:
 
 
 def submit_training(
-    name: str, data: Path, save: Path, max_update: int, extra: Sequence[str]
+    name: str, data: Path, save: Path, max_update: int, extra: Sequence[str], pace_s: float = 0.0
 ) -> str:
     try:
-        return testing.submit_tiny(data, save, max_update, name, fairseq=extra)
+        return testing.submit_tiny(data, save, max_update, name, fairseq=extra, pace_s=pace_s)
     except RuntimeError as err:
         raise BenchError(str(err)) from None
 
@@ -273,7 +276,9 @@ def training_run(
     """Submit, interrupt at ``args.at_update``, train to the end; figures from the logs."""
     save = args.work_dir / name
     quiet_wait = jobs.wait_quiet()
-    job = jobs.add(submit_training(name, args.data, save, args.max_update, [*PER_UPDATE, *extra]))
+    job = jobs.add(
+        submit_training(name, args.data, save, args.max_update, [*PER_UPDATE, *extra], args.pace_s)
+    )
     say(f"{name}: job {job} submitted, waiting for update {args.at_update}")
     wait_until(f"update {args.at_update} of job {job}",
                lambda: max(trained(save), default=0) >= args.at_update, 600)  # fmt: skip
@@ -437,6 +442,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   "recovery_ratio_max": GOAL_RECOVERY_RATIO},
         "settings": {"max_update": args.max_update, "at_update": args.at_update,
                      "save_interval_updates": args.save_interval_updates, "hold_s": args.hold,
+                     "pace_s": args.pace_s,
                      "preemptor_partition": args.partition, "preset": "tiny", "nodes": 2},
         **provenance(started, load_before, machine()),
     }  # fmt: skip
@@ -448,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at-update", type=int, default=60, help="interrupt once this update is logged")
     p.add_argument("--save-interval-updates", type=int, default=50, help="without-notice run")
     p.add_argument("--hold", type=int, default=2, help="seconds the preemptor holds the nodes")
+    p.add_argument("--pace-s", type=float, default=0.0,
+                   help="each training update takes at least this long (hpc-train chaos pace)")  # fmt: skip
     p.add_argument("--partition", default="high", help="preemptor's partition")
     p.add_argument("--low", default="low", help="the sleep job's (preemptible) partition")
     p.add_argument("--save-repeats", type=int, default=20)

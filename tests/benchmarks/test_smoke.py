@@ -253,7 +253,8 @@ def test_bench_preempt_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) 
         assert run["updates_missing"] == [] and run["recovery_s"] > 0
     assert runs["sleep"]["recovery_s"] > 0 and len(runs["sleep"]["starts"]) >= 2
     assert r["recovery_ratio"] > 0 and r["save_ratio"] > 0
-    assert r["save_s"]["repeats"] == 2 and r["settings"]["max_update"] == 40
+    assert r["save_s"]["repeats"] == 2 and r["settings"]["max_update"] == 80
+    assert r["settings"]["pace_s"] == 0.1  # the updates after the interrupt outlast the notice
     assert isinstance(r["interference"], dict)
     print(f"bench-preempt smoke: {took:.1f} s")
 
@@ -268,6 +269,7 @@ def test_bench_hang_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) -> 
     assert hang["allowance_s"] > 0 and 0 < hang["detect_s"] < hang["resume_s"]
     assert hang["stopped_node"] in hang["blamed"]
     assert free["minutes"] == 0.2 and free["updates"] > 0
+    assert r["settings"]["pace_s"] == 0.1 and r["settings"]["max_update"] == 60
     # the benchmark's own verdict: exit 0 only without a false positive
     assert proc.returncode == (0 if free["false_positives"] == 0 else 1)
     print(f"bench-hang smoke: {took:.1f} s")
