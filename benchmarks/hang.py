@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-interval-updates", type=int, default=10, help="the hang run")
     p.add_argument("--time", type=int, default=10, help="the jobs' time limit (minutes)")
     p.add_argument("--pace-s", type=float, default=0.0,
-                   help="the hang run: each update takes at least this long (hpc-train chaos pace)")  # fmt: skip
+                   help="the hang run's least seconds an update (hpc-train chaos pace)")  # fmt: skip
     p.add_argument("--floor", type=float, default=10, help="--hang-timeout-floor (s)")
     p.add_argument("--factor", type=float, default=10, help="--hang-factor")
     p.add_argument("--save-timeout", type=float, default=60, help="--hang-save-timeout (s)")

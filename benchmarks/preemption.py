@@ -80,8 +80,9 @@ SAVED_RE = re.compile(r"saved on notice at update (\d+) in ([\d.]+) s")
 SUBMITIT_START = "Starting with JobEnvironment"  # submitit's first line in a task, every start
 # --smoke: the same three runs, short (the interrupt between the interval saves at 8 and 16), each
 # update paced to >= 0.1 s (chaos pace): unpaced, a quiet machine trained the 30 updates after the
-# interrupt in about a second and the job ended before the notice came (a fresh clone, 2026-11-27 night);
-# paced, the 70 updates after the interrupt take 7 s: a notice lands 1-4 s after its preemptor
+# interrupt in about a second and the job ended before the notice came (a fresh clone, 2026-11-27
+# night); paced, the 70 updates after the interrupt take 7 s: a notice lands 1-4 s after its
+# preemptor
 SMOKE = {"max_update": 80, "at_update": 10, "save_interval_updates": 8, "save_repeats": 2,
          "quiet_timeout": 30, "pace_s": 0.1}  # fmt: skip
 
@@ -455,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-interval-updates", type=int, default=50, help="without-notice run")
     p.add_argument("--hold", type=int, default=2, help="seconds the preemptor holds the nodes")
     p.add_argument("--pace-s", type=float, default=0.0,
-                   help="each training update takes at least this long (hpc-train chaos pace)")  # fmt: skip
+                   help="each training update's least seconds (hpc-train chaos pace)")  # fmt: skip
     p.add_argument("--partition", default="high", help="preemptor's partition")
     p.add_argument("--low", default="low", help="the sleep job's (preemptible) partition")
     p.add_argument("--save-repeats", type=int, default=20)

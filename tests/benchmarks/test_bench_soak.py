@@ -158,8 +158,9 @@ def test_pooled_ideal_takes_a_way_whose_ranks_never_logged_as_no_steps(tmp_path)
     logged = tmp_path / "logged"
     logged.mkdir()
     stamp = "2026-11-24 08:00:0{},{:03d} | INFO | train_inner | "
+    times = [(0, 0), (0, 500), (1, 0), (1, 500)]  # seconds, milliseconds: 0.5 s apart
     lines = [stamp.format(s, ms) + json.dumps({"loss": "9", "num_updates": str(u)})
-             for u, (s, ms) in enumerate([(0, 0), (0, 500), (1, 0), (1, 500)], start=1)]  # fmt: skip
+             for u, (s, ms) in enumerate(times, start=1)]  # fmt: skip
     (logged / "train.log").write_text("\n".join(lines) + "\n")
     begin = soak.logparse.line_time(lines[0]) or 0.0
     ways = {
