@@ -49,6 +49,14 @@ die() {
     exit 1
 }
 
+# bad_input MESSAGE: input a step cannot use (a file that does not parse, a missing piece, a binary
+# whose libraries do not resolve): one line on stderr ("error: ..."), the same in the log, exit 2.
+bad_input() {
+    log "FAILED: $*" 2>/dev/null
+    printf 'error: %s\n' "$*" >&2
+    exit 2
+}
+
 skip() { log "skipped: $*"; }
 already_done() { log "already done: $*"; }
 

@@ -58,13 +58,53 @@ def env_for(tmp_path: Path, prefix: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def test_the_lock_pins_nvcc_cudart_and_cuobjdump_of_one_cuda_12_release() -> None:
+def test_the_lock_pins_what_nccl_tests_needs_of_one_cuda_12_release() -> None:
     entries = lock_entries()
-    assert [e[0] for e in entries] == ["cuda_nvcc", "cuda_cudart", "cuda_cuobjdump"]
+    assert [e[0] for e in entries] == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_cuobjdump"]
     for component, version, path, sha256, size in entries:
         assert version.startswith("12.6."), (component, version)
         assert path == f"{component}/linux-x86_64/{component}-linux-x86_64-{version}-archive.tar.xz"
         assert re.fullmatch(r"[0-9a-f]{64}", sha256) and int(size) > 0
+
+
+def line_of(component: str) -> int:
+    lines = LOCK.read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if line.startswith(f"{component} "))
+
+
+def with_lock(tmp_path: Path, edit) -> Path:
+    """A copy of bootstrap/ whose lock's lines went through ``edit``; its toolchain script."""
+    copy = tmp_path / "bootstrap"
+    shutil.copytree(BOOTSTRAP, copy)
+    lock = copy / LOCK.name
+    lock.write_text("".join(edit(line) for line in LOCK.read_text().splitlines(keepends=True)))
+    return copy / "cuda12-toolchain.sh"
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda line: "" if line.startswith("cuda_cccl ") else line,
+         "cuda12-sm70.lock has no cuda_cccl: nccl-tests needs cuda_nvcc cuda_cudart cuda_cccl "
+         "cuda_cuobjdump"),
+        (lambda line: line.replace(" 1126072", "") if line.startswith("cuda_cudart ") else line,
+         f"cuda12-sm70.lock:{line_of('cuda_cudart')} does not parse (component version path "
+         "sha256 bytes): cuda_cudart "),
+        (lambda line: line.replace("12.6.85 ", "12.6.86 ", 1), f"cuda12-sm70.lock:{line_of('cuda_nvcc')} does not parse"),
+    ],
+    ids=["missing-component", "short-line", "path-not-its-version"],
+)  # fmt: skip
+def test_a_lock_without_a_needed_component_or_that_does_not_parse_is_one_line_and_exit_2(
+    tmp_path: Path, edit, said: str
+) -> None:
+    script = with_lock(tmp_path, edit)
+    for args in (["--list"], [str(tmp_path / "prefix" / "cuda-12.6.3")]):
+        done = subprocess.run(["bash", str(script), *args], env=env_for(tmp_path, tmp_path / "prefix"),
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert done.returncode == 2
+        assert done.stderr.startswith("error: ") and said in done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "prefix" / "cuda-12.6.3").exists()
 
 
 def test_an_archive_with_other_bytes_is_refused_and_leaves_no_toolchain(tmp_path: Path) -> None:

@@ -23,20 +23,15 @@ Debian, so there it skips). Nor that the cubin runs on a V100: nothing here has 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bootstrap import wheels
 from tests.bootstrap.test_cuda12_toolchain import lock_entries
 
 REQUIREMENTS = Path(__file__).with_name("nvrtc-cu12-requirements.txt")
-CACHE_ROOT = Path.home() / ".cache" / "hpc-train-tests"
 LIBRARY = Path("nvidia") / "cuda_nvrtc" / "lib" / "libnvrtc.so.12"
 EM_CUDA = 190
 ELF_ABI_VERSION_LEGACY = 7  # CUDA 12.6's cubins; a later ABI version encodes the SM elsewhere
@@ -59,36 +54,13 @@ class CompileError(RuntimeError):
 
 
 def pinned_version() -> str:
-    pins = [line for line in REQUIREMENTS.read_text().splitlines() if "==" in line]
-    assert len(pins) == 1, pins
-    return pins[0].split("==")[1].split()[0]
-
-
-def installed_nvrtc() -> Path:
-    """The pinned wheel under the cache (installed once, --require-hashes); libnvrtc's path."""
-    key = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16]
-    target = CACHE_ROOT / f"nvrtc-{key}"
-    if not (target / LIBRARY).is_file():
-        CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-        partial = CACHE_ROOT / f"nvrtc-{key}.partial-{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        pinned = ["--no-deps", "--only-binary=:all:", "--require-hashes", "-r", str(REQUIREMENTS)]
-        subprocess.run(
-            [*pip, *pinned, "--target", str(partial)],
-            check=True,
-            timeout=600,
-        )
-        try:
-            partial.rename(target)  # whole or not at all
-        except OSError:  # another worker got there first
-            shutil.rmtree(partial)
-    return target / LIBRARY
+    [version] = wheels.pins(REQUIREMENTS).values()
+    return version
 
 
 @pytest.fixture(scope="module")
 def nvrtc() -> ctypes.CDLL:
-    return ctypes.CDLL(str(installed_nvrtc()))
+    return ctypes.CDLL(str(wheels.installed(REQUIREMENTS, "nvrtc") / LIBRARY))
 
 
 def check(status: int, call: str) -> None:
