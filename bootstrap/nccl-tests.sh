@@ -13,6 +13,9 @@
 # (cuda12-toolchain.sh, checksum-pinned in cuda12-sm70.lock) into nccl-tests/<version>-sm_<cc>,
 # and the binary must hold sm_<cc> code (cuobjdump). Every other node (7.5 and up, or no GPU, e.g.
 # the head node) builds with CUDA_HOME into nccl-tests/<version>, as before.
+# all_reduce_perf links libcudart, libnccl (and libmpi) dynamically: it is linked with a RUNPATH
+# naming the toolkit's, NCCL's (and MPI's) lib folders, so it starts with no LD_LIBRARY_PATH, and
+# a build whose libraries the loader cannot find so is refused (one line, exit 2) and redone.
 #
 #   BOOTSTRAP_NCCL_TESTS_VERSION / _SHA256 / _URL   pin [2.17.6, its GitHub archive]
 #   CUDA_HOME                                       [/usr/local/cuda; $PREFIX/cuda-12.6.3 below 7.5]
@@ -46,14 +49,14 @@ if [[ -n "$cap" ]] && ((${cap%.*} * 10 + ${cap#*.} < 75)); then
     log "compute capability $cap: CUDA 13 has no sm_$sm, building with CUDA 12.6 in $cuda_home"
 fi
 
-if [[ -f "$dest/.complete" ]]; then
-    already_done "nccl-tests $version in $dest"
-    exit 0
-fi
-if [[ -z "$sm" && ! -x "$cuda_home/bin/nvcc" ]]; then
-    skip "nccl-tests: no CUDA toolkit on this node ($cuda_home/bin/nvcc not found)"
-    exit 0
-fi
+# unresolved BINARY: the shared libraries BINARY needs that the loader does not find when it starts
+# without LD_LIBRARY_PATH (its RUNPATH and the system's folders alone), one name per line.
+unresolved() {
+    env -u LD_LIBRARY_PATH ldd "$1" 2>&1 | awk '/=> not found/ { print $1 }' || true
+}
+
+# built: nccl-tests is finished in dest and all_reduce_perf's libraries resolve there.
+built() { [[ -f "$dest/.complete" && -z "$(unresolved "$dest/build/all_reduce_perf")" ]]; }
 
 # has_nccl DIR: nccl.h and a linkable libnccl.so under DIR.
 has_nccl() { [[ -f "$1/include/nccl.h" && -e "$1/lib/libnccl.so" ]]; }
@@ -76,8 +79,16 @@ find_nccl() {
     printf '%s\n' "$dest.nccl-home"
 }
 
+if built; then
+    already_done "nccl-tests $version in $dest"
+    exit 0
+fi
+if [[ -z "$sm" && ! -x "$cuda_home/bin/nvcc" ]]; then
+    skip "nccl-tests: no CUDA toolkit on this node ($cuda_home/bin/nvcc not found)"
+    exit 0
+fi
 take_shared_lock
-if [[ -f "$dest/.complete" ]]; then
+if built; then
     already_done "nccl-tests $version (built by another node)"
     exit 0
 fi
@@ -97,12 +108,17 @@ if [[ -x "$mpi_home/bin/mpicc" ]]; then
 else
     log "no MPI in $mpi_home: building without MPI (one process per node, -g <gpus>)"
 fi
-run make -C "$dest" -j "$(nproc)" "${make_args[@]}"
+# GNU ld writes LD_RUN_PATH into the binary's RUNPATH when the link has no -rpath of its own:
+# nccl-tests' has none, and its NVLDFLAGS (set with := in common.mk) cannot be added to from here.
+run_path="$cuda_home/lib64:$nccl_home/lib"
+[[ ! -x "$mpi_home/bin/mpicc" ]] || run_path+=":$mpi_home/lib:$mpi_home/lib64"
+run env LD_RUN_PATH="$run_path" make -C "$dest" -j "$(nproc)" "${make_args[@]}"
 [[ -x "$dest/build/all_reduce_perf" ]] || die "build finished without $dest/build/all_reduce_perf"
+missing="$(unresolved "$dest/build/all_reduce_perf" | paste -sd' ')"
+[[ -z "$missing" ]] || bad_input "$dest/build/all_reduce_perf: $missing not found (RUNPATH $run_path, no LD_LIBRARY_PATH)"
 if [[ -n "$sm" ]] && ! "$cuda_home/bin/cuobjdump" --list-elf "$dest/build/all_reduce_perf" |
     grep -q "\.sm_$sm\."; then
     die "$dest/build/all_reduce_perf holds no sm_$sm code (cuobjdump --list-elf)"
 fi
-printf 'nccl-tests %s\nNCCL_HOME=%s\nrun with: LD_LIBRARY_PATH=%s/lib\n' "$version" "$nccl_home" \
-    "$nccl_home" >"$dest/.complete"
+printf 'nccl-tests %s\nNCCL_HOME=%s\nRUNPATH=%s\n' "$version" "$nccl_home" "$run_path" >"$dest/.complete"
 log "nccl-tests $version built: $dest/build (NCCL from $nccl_home)"
