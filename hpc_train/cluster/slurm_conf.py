@@ -3,9 +3,12 @@ would drop of it (pure: config dicts in, findings out).
 
 ParallelCluster's head node renders slurm.conf from the cookbook (aws-parallelcluster-cookbook,
 cookbooks/aws-parallelcluster-slurm): ``templates/default/slurm/slurm.conf.erb`` (the settings
-below, then ``include slurm_parallelcluster.conf``, then, last,
-``include pcluster/custom_slurm_settings_include_file_slurm.conf``, where the cluster-level
-``Scheduling.SlurmSettings.CustomSlurmSettings`` go), and each queue's partition line in
+below, then ``include slurm_parallelcluster.conf`` (line 83), rendered from
+``files/default/head_node_slurm/slurm/templates/slurm_parallelcluster.conf``, whose
+``SelectTypeParameters`` follows the config's ``EnableMemoryBasedScheduling``, then, last,
+``include pcluster/custom_slurm_settings_include_file_slurm.conf`` (line 87), where the
+cluster-level ``Scheduling.SlurmSettings.CustomSlurmSettings`` go), and each queue's partition
+line in
 ``files/default/head_node_slurm/slurm/config_renderer.py`` (``QueueRenderer._render_partition``:
 ParallelCluster's attributes first, the queue's ``CustomSlurmSettings`` appended after them).
 Slurm keeps the last value of a keyword, so a custom setting of a keyword ParallelCluster writes
@@ -13,7 +16,7 @@ replaces ParallelCluster's value whole: for a list of options (``SchedulerParame
 option ParallelCluster wrote and the custom line does not repeat is gone.
 
 Read at the cookbook's tag v3.11.1 (ff6dc03d), the newest tag reachable here; its develop branch
-at f75d84c3 (cookbook 3.12.0, 2024-10-21) has the same two files, line for line. The 3.16.1 tag
+at f75d84c3 (cookbook 3.12.0, 2024-10-21) has the same three files, line for line. The 3.16.1 tag
 was not reachable: the user guide ("Slurm prolog and epilog") says the ``SchedulerParameters``
 line has been written since 3.6.0 (tag v3.6.0: slurm.conf.erb line 48), unconditionally.
 Settings on ParallelCluster's deny list (pcluster's ``SLURM_SETTINGS_DENY_LIST``:
@@ -33,6 +36,10 @@ SLURM_CONF_ERB = "cookbooks/aws-parallelcluster-slurm/templates/default/slurm/sl
 CONFIG_RENDERER = (
     "cookbooks/aws-parallelcluster-slurm/files/default/head_node_slurm/slurm/config_renderer.py"
 )
+SLURM_PARALLELCLUSTER_CONF = (
+    "cookbooks/aws-parallelcluster-slurm/files/default/head_node_slurm/slurm/templates/"
+    "slurm_parallelcluster.conf"
+)
 COOKBOOK_TAG = "v3.11.1"
 
 # Keywords whose value is a comma-separated list of options (slurm.conf(5)): a custom line keeps
@@ -50,6 +57,7 @@ class Written:
     value: str
     file: str
     line: int
+    why: str = ""  # what replacing it does, where that is more than a changed value
 
     @property
     def source(self) -> str:
@@ -59,12 +67,21 @@ class Written:
         return _options(self.keyword, self.value)
 
 
-def _erb(keyword: str, value: str, line: int) -> Written:
-    return Written(keyword, value, SLURM_CONF_ERB, line)
+def _erb(keyword: str, value: str, line: int, why: str = "") -> Written:
+    return Written(keyword, value, SLURM_CONF_ERB, line, why)
 
+
+CLUSTER_NAME = "<the cluster's name>"  # node['cluster']['stack_name']: pcluster's --cluster-name
 
 # slurm.conf.erb, unconditional lines not on the deny list (file line numbers at COOKBOOK_TAG).
 CLUSTER_WRITES: tuple[Written, ...] = (
+    _erb(
+        "ClusterName",
+        CLUSTER_NAME,
+        12,
+        "slurmctld stops at its next start when the name differs from the one in its "
+        "StateSaveLocation (CLUSTER NAME MISMATCH, slurmctld's controller.c)",
+    ),
     _erb("SlurmctldPort", "6820-6829", 14),
     _erb("SlurmdPort", "6818", 15),
     _erb("AuthType", "auth/munge", 16),
@@ -102,6 +119,19 @@ CLUSTER_WRITES: tuple[Written, ...] = (
     _erb("JobCompType", "jobcomp/none", 79),
 )
 
+
+def cluster_writes(config: Mapping[str, Any]) -> tuple[Written, ...]:
+    """Every cluster-wide setting ParallelCluster writes for ``config``: slurm.conf.erb's, and
+    slurm_parallelcluster.conf's SelectTypeParameters (CR_CPU_Memory with
+    Scheduling.SlurmSettings.EnableMemoryBasedScheduling true, else CR_CPU)."""
+    slurm = _mapping(_mapping(config.get("Scheduling")).get("SlurmSettings"))
+    memory = slurm.get("EnableMemoryBasedScheduling") is True
+    why = "ParallelCluster sets it from Scheduling.SlurmSettings.EnableMemoryBasedScheduling"
+    value, line = ("CR_CPU_Memory", 12) if memory else ("CR_CPU", 14)
+    select = Written("SelectTypeParameters", value, SLURM_PARALLELCLUSTER_CONF, line, why)
+    return (*CLUSTER_WRITES, select)
+
+
 # config_renderer.py QueueRenderer._render_partition: the attributes of every queue's partition
 # line not on the deny list (Nodes, State, OverSubscribe are). Default=YES (line 189) goes on the
 # first queue only.
@@ -128,16 +158,17 @@ class Dropped:
                 f"{self.written.source}): Slurm keeps the last {self.written.keyword} line. "
                 f"Repeat it: {self.written.keyword}: {repeat}"
             )
+        why = f" ({self.written.why})" if self.written.why else ""
         return (
             f"replaces ParallelCluster's own {kept} ({self.written.source}) with "
-            f"{self.custom}: Slurm keeps the last value"
+            f"{self.custom}: Slurm keeps the last value{why}"
         )
 
 
 def effective(keyword: str, config: Mapping[str, Any]) -> str | None:
     """The cluster-wide value of ``keyword`` in the slurm.conf made from ``config``: the last
     cluster-level custom setting of it, else ParallelCluster's own, else None."""
-    value = next((w.value for w in CLUSTER_WRITES if w.keyword == keyword), None)
+    value = next((w.value for w in cluster_writes(config) if w.keyword == keyword), None)
     for _, key, custom in _cluster_settings(config):
         if key.lower() == keyword.lower():  # Slurm's keywords are case-insensitive
             value = custom
@@ -147,8 +178,9 @@ def effective(keyword: str, config: Mapping[str, Any]) -> str | None:
 def dropped(config: Mapping[str, Any]) -> Iterator[Dropped]:
     """Every custom Slurm setting (cluster or queue level) that would drop a setting ParallelCluster
     writes itself into slurm.conf."""
+    writes = cluster_writes(config)
     for where, key, value in _cluster_settings(config):
-        yield from _against(CLUSTER_WRITES, where, key, value)
+        yield from _against(writes, where, key, value)
     queues = _mapping(config.get("Scheduling")).get("SlurmQueues")
     for index, queue in enumerate(queues if isinstance(queues, list) else []):
         writes = (*PARTITION_WRITES, DEFAULT_PARTITION) if index == 0 else PARTITION_WRITES
@@ -165,7 +197,7 @@ def kept(config: Mapping[str, Any]) -> list[str]:
     named = {key.lower() for _, key, _ in _cluster_settings(config)}
     return [
         f"{w.keyword}={w.value} ({w.source})"
-        for w in CLUSTER_WRITES
+        for w in cluster_writes(config)
         if w.keyword.lower() in named and w not in lost
     ]
 

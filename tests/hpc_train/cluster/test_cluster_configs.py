@@ -114,6 +114,41 @@ def test_a_custom_line_that_drops_parallelclusters_option_is_named() -> None:
     assert requeue_hold.of_config(config) == 10  # the hold itself is unchanged
 
 
+@pytest.mark.parametrize(
+    ("memory", "custom", "source", "said"),
+    [
+        (None, {"ClusterName": "hpc"}, "slurm.conf.erb:12", "ClusterName=<the cluster's name>"),
+        (None, {"SelectTypeParameters": "CR_Core_Memory"}, "slurm_parallelcluster.conf:14",
+         "SelectTypeParameters=CR_CPU ("),
+        (True, {"SelectTypeParameters": "CR_CPU"}, "slurm_parallelcluster.conf:12",
+         "SelectTypeParameters=CR_CPU_Memory ("),
+    ],
+)  # fmt: skip
+def test_a_custom_cluster_name_or_select_type_parameters_replaces_parallelclusters_own(
+    memory: bool | None, custom: dict[str, str], source: str, said: str
+) -> None:
+    """ParallelCluster writes ClusterName (slurm.conf.erb) and SelectTypeParameters (from
+    EnableMemoryBasedScheduling, slurm_parallelcluster.conf, included before the custom settings):
+    a custom line of either replaces it, named with its source; the same value is kept."""
+    from hpc_train.cluster import slurm_conf
+
+    config = load("p3dn.yaml")
+    slurm = config["Scheduling"]["SlurmSettings"]
+    if memory is not None:
+        slurm["EnableMemoryBasedScheduling"] = memory
+    slurm["CustomSlurmSettings"].append(custom)
+    [dropped] = slurm_conf.dropped(config)
+    assert said in dropped.message and source in dropped.message
+    assert dropped.where[-1] == next(iter(custom))
+    if "SelectTypeParameters" in custom:
+        ours = said.split("=")[1].rstrip(" (")
+        slurm["CustomSlurmSettings"][-1] = {"SelectTypeParameters": ours}
+        assert list(slurm_conf.dropped(config)) == []
+        assert f"SelectTypeParameters={ours} (aws-parallelcluster-cookbook" in " ".join(
+            slurm_conf.kept(config)
+        )
+
+
 def test_parallelclusters_settings_are_not_on_its_deny_list() -> None:
     """What slurm_conf records is what a config may set (pcluster refuses the deny-listed ones
     itself); its cred_expire is the one hpc_core.slurm knows."""
@@ -124,7 +159,7 @@ def test_parallelclusters_settings_are_not_on_its_deny_list() -> None:
     from hpc_train.cluster import slurm_conf
 
     denied = set(SLURM_SETTINGS_DENY_LIST["SlurmConf"]["Global"])
-    assert not {w.keyword.lower() for w in slurm_conf.CLUSTER_WRITES} & denied
+    assert not {w.keyword.lower() for w in slurm_conf.cluster_writes({})} & denied
     partition = set(SLURM_SETTINGS_DENY_LIST["Queue"]["Global"])
     assert not {w.keyword.lower() for w in slurm_conf.PARTITION_WRITES} & partition
     shown = f"AuthInfo = {slurm_conf.effective('AuthInfo', {})}"

@@ -381,6 +381,35 @@ def test_a_custom_slurm_line_that_drops_parallelclusters_own_is_warned(
     assert report.slurm_kept == []
 
 
+def test_a_custom_cluster_name_and_select_type_parameters_are_warned(
+    headline: dict[str, Any],
+) -> None:
+    """The two settings ParallelCluster writes outside slurm.conf.erb's SchedulerParameters line
+    that a custom setting can replace: its ClusterName, and slurm_parallelcluster.conf's
+    SelectTypeParameters."""
+    data = copy.deepcopy(headline)
+    data["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"] = [
+        {"SchedulerParameters": "nohold_on_prolog_fail,requeue_delay=10"},
+        {"ClusterName": "hpc"},
+        {"SelectTypeParameters": "CR_Core_Memory"},
+    ]
+    report = check(data, {AMI_CHECK})
+    warnings = {f.path: f for f in report.findings if f.validator == "hpc-train"}
+    where = "Scheduling.SlurmSettings.CustomSlurmSettings"
+    assert set(warnings) == {f"{where}[1].ClusterName", f"{where}[2].SelectTypeParameters"}
+    assert all(w.level == "WARNING" for w in warnings.values())
+    name = warnings[f"{where}[1].ClusterName"].message
+    assert (
+        "ClusterName=<the cluster's name> (aws-parallelcluster-cookbook v3.11.1 slurm.conf.erb:12)"
+        in name
+    )
+    select = warnings[f"{where}[2].SelectTypeParameters"].message
+    assert (
+        "SelectTypeParameters=CR_CPU (aws-parallelcluster-cookbook v3.11.1 slurm_parallelcluster.conf:14)"
+        in select
+    )
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hpc_train.cluster", "validate", *args],
