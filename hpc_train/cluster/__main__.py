@@ -140,7 +140,7 @@ def _add_check_update_parser(sub: Subparsers) -> None:
 
 
 def cmd_check_update(args: argparse.Namespace) -> int:
-    from hpc_train.cluster import validate
+    from hpc_train.cluster import requeue_hold, validate
 
     try:
         validate.require_extra()
@@ -164,6 +164,8 @@ def cmd_check_update(args: argparse.Namespace) -> int:
         print(f"{change.check:<13} {change.path} [{change.policy}]")
         if change.check != "SUCCEEDED":
             print(f"    {change.reason}; {change.action}")
+    for note in requeue_hold.update_notes(old, new):
+        print(f"note: {note}")
     print(f"result: update {'allowed' if allowed else 'REFUSED'} ({len(changes)} change(s))")
     return EXIT_OK if allowed else EXIT_FINDINGS
 

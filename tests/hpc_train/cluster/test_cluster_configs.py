@@ -77,6 +77,23 @@ def test_a_requeue_is_held_10_s_on_slurm_25_11_not_parallelclusters_70(name: str
     assert requeue_hold.of_config(config) == 70
 
 
+def test_a_changed_requeue_hold_is_said_to_take_a_new_slurmctld() -> None:
+    """Slurm 25.11 keeps the delay it read first for the life of the slurmctld process
+    (job_mgr.c _requeue_delay()): an update that changes it says what makes it apply."""
+    from hpc_train.cluster import requeue_hold
+
+    old, new = load("p3dn.yaml"), load("p3dn.yaml")
+    assert requeue_hold.update_notes(old, new) == []
+    new["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"][0]["SchedulerParameters"] = (
+        "nohold_on_prolog_fail,requeue_delay=30"
+    )
+    [note] = requeue_hold.update_notes(old, new)
+    assert note.startswith("requeue hold 10 s -> 30 s ")
+    assert "once per process" in note and "sudo systemctl restart slurmctld" in note
+    del new["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]  # back to cred_expire=70
+    assert requeue_hold.update_notes(old, new)[0].startswith("requeue hold 10 s -> 70 s ")
+
+
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_every_config_keeps_what_parallelcluster_writes_into_slurm_conf(name: str) -> None:
     """ParallelCluster writes SchedulerParameters=nohold_on_prolog_fail itself; the configs' own

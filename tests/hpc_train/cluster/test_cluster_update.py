@@ -94,6 +94,15 @@ def test_cli_check_update(tmp_path: Path) -> None:
     assert "FAILED        HeadNode.CustomActions.OnNodeConfigured.Args [UNSUPPORTED]" in proc.stdout
     proc = _cli(str(old), str(tmp_path / "missing.yaml"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "note: requeue hold" not in _cli(str(old), str(new)).stdout  # the hold stays 10 s
+    slower = rendered("p3dn.yaml", update_sha256=NEW_SHA)
+    slower["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"] = [
+        {"SchedulerParameters": "nohold_on_prolog_fail,requeue_delay=30"}
+    ]
+    new.write_text(yaml.safe_dump(slower))
+    proc = _cli(str(old), str(new))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: requeue hold 10 s -> 30 s" in proc.stdout and "restart slurmctld" in proc.stdout
 
 
 # Ordinary changes get pcluster's own verdict; what pcluster asks the live cluster (compute fleet,
