@@ -71,7 +71,7 @@ _DESCRIPTION_TAIL = (
     "nvidia-{nvidia}, cuda-12.8"
 )
 OFFICIAL_NVIDIA = "595.71.05"  # an official 3.16 AMI's open-module driver (3.16.3 release notes)
-CUSTOM_NVIDIA = "580.126.20"  # the driver pcluster_configs/images/p3dn-closed-driver.yaml pins
+CUSTOM_NVIDIA = "580.173.02"  # the driver pcluster_configs/images/p3dn-closed-driver.yaml pins
 
 
 class NetworkAttempt(OSError):

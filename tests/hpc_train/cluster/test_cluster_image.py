@@ -32,7 +32,7 @@ def test_image_template_uses_only_region_and_parent_ami() -> None:
 #   resources/nvidia_repo/partial/_nvidia_repo_common.rb:25-26         driver_version, cuda.version
 #   resources/nvidia_repo/partial/_nvidia_repo_debian.rb               cuda.driver_version_suffix
 #   attributes/platform.rb:27-44                                       enabled and the defaults
-DRIVER = r"[1-9]\d{2}\.\d{1,3}\.\d{2}"  # 580.126.20: verbatim in a file and a package name
+DRIVER = r"[1-9]\d{2}\.\d{1,3}\.\d{2}"  # 580.173.02: verbatim in a file and a package name
 RECIPE_READS = {
     "enabled": r"yes",
     "kernel_open": r"false|no",  # _nvidia_driver_common.rb:88: ['false', 'no', false] -> closed
