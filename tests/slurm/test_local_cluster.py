@@ -1,9 +1,12 @@
 """slurm/local/cluster.sh: a second, private mini cluster (2 nodes t1, t2, other ports) so the
 session's main cluster is left alone while `up` and `down` are exercised for real."""
 
+import hashlib
 import os
+import pwd
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,13 +46,52 @@ def state_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_state_dir_munge_cannot_reach_is_a_clear_error(tmp_path, slurm_cluster):
-    env = {**os.environ, "HPC_TRAIN_CLUSTER_DIR": str(tmp_path / "x"), "HPC_TRAIN_CLUSTER_PORT": "26917",
-           "HPC_TRAIN_CLUSTER_NODES": "1", "HPC_TRAIN_CLUSTER_NODE_PREFIX": "t"}  # fmt: skip
-    tmp_path.chmod(0o700)
-    proc = sh("up", env=env)
-    assert proc.returncode == 1 and "cannot reach" in proc.stderr
-    assert sh("down", env=env).returncode == 0
+@pytest.fixture
+def home_0700():
+    """A folder of mode 0700, as root's home. Short and under /tmp: slurmd's step sockets live in
+    the cluster dir, and a Unix socket path longer than 108 bytes fails the launch (pytest's own
+    tmp_path is too deep for that)."""
+    path = Path(tempfile.mkdtemp(prefix="h7-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_cluster_in_a_0700_folder_comes_up_runs_a_job_and_cleans_up(home_0700, slurm_cluster):
+    """A checkout in a folder of mode 0700 (root's home, where a root user clones by default):
+    munged (user munge) cannot traverse it, so its files live in a /run place of this cluster's
+    own, named from the cluster dir, linked from it, and removed at `down`."""
+    home = home_0700
+    state = home / "hpc-train" / ".local" / "cluster"
+    state.mkdir(parents=True)
+    home.chmod(0o700)
+    env = {**os.environ, "HPC_TRAIN_CLUSTER_DIR": str(state), "HPC_TRAIN_CLUSTER_PORT": "26917",
+           "HPC_TRAIN_CLUSTER_NODES": "1", "HPC_TRAIN_CLUSTER_NODE_PREFIX": "u",
+           "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": "7100001"}  # fmt: skip
+    digest = hashlib.sha256(f"{state.resolve()}\n".encode()).hexdigest()[:16]
+    place = Path("/run/hpc-train-munge") / digest
+    try:
+        up = sh("up", env=env)
+        assert up.returncode == 0, up.stderr
+        started = pids(state)
+        assert len(started) == 3 and all(alive(p) for p in started.values())  # munged, ctld, slurmd
+        assert os.readlink(state / "munge") == str(place)
+        assert (place.stat().st_uid, place.stat().st_mode & 0o777) == (
+            pwd.getpwnam("munge").pw_uid,
+            0o711,
+        )
+        assert (
+            f"AuthInfo=socket={place}/munge.socket," in (state / "etc" / "slurm.conf").read_text()
+        )
+        job = subprocess.run(
+            ["srun", "-N1", "bash", "-c", 'echo "$(hostname) $SLURM_JOB_ID"'], capture_output=True,
+            text=True, env={**env, "SLURM_CONF": str(state / "etc" / "slurm.conf")}, timeout=60,
+        )  # fmt: skip
+        assert job.stdout.split() == ["u1", "7100001"], job.stderr
+    finally:
+        down = sh("down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert not place.exists() and not (state / "munge").exists()  # cleaned up
+    assert not any(alive(p) for p in started.values())
 
 
 def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slurm_cluster):
