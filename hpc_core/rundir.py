@@ -192,6 +192,11 @@ class RunDir:
         return self.root / TRAIN_LOG
 
     @property
+    def profile(self) -> Path:
+        """Rank 0's profile window (``HPC_TRAIN_PROFILE``; hpc_train.worker.profile), as JSON."""
+        return self.root / "profile.json"
+
+    @property
     def slurm_logs(self) -> Path:
         """Where Slurm/submitit write the per-task logs of this run."""
         return self.root / "slurm"

@@ -65,6 +65,7 @@ SYNC_SAVE = "HPC_TRAIN_SYNC_SAVE"  # "1": fairseq's synchronous save (--sync-sav
 LOCAL_SAVE_DIR = "HPC_TRAIN_LOCAL_SAVE_DIR"  # tiered saves: this run's dir on node-local disk
 SAVE_INTERVAL_AUTO = "HPC_TRAIN_SAVE_INTERVAL_AUTO"  # "<job MTBF s>:<estimated save s>"
 AUDIT_SAMPLES = "HPC_TRAIN_AUDIT_SAMPLES"  # "1": each rank records the sample ids it trains
+PROFILE = "HPC_TRAIN_PROFILE"  # "<warm-up updates>:<profiled updates>": rank 0's profile window
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class WorkerEnv:
     local_save_dir: Path | None = None
     auto_interval: tuple[float, float] | None = None  # (job MTBF s, estimated save s)
     audit_samples: bool = False  # --audit-samples (worker.data_position)
+    profile: tuple[int, int] | None = None  # (warm-up, profiled) updates (worker.profile)
 
     def to_env(self) -> dict[str, str]:
         env = {SYNC_SAVE: "1" if self.sync_save else "0"}
@@ -98,6 +100,8 @@ class WorkerEnv:
             env[HEARTBEAT_DIR] = str(self.heartbeat_dir)
         if self.local_save_dir is not None:
             env[LOCAL_SAVE_DIR] = str(self.local_save_dir)
+        if self.profile is not None:
+            env[PROFILE] = f"{self.profile[0]}:{self.profile[1]}"
         if self.auto_interval is not None:
             mtbf_s, save_s = self.auto_interval
             env[SAVE_INTERVAL_AUTO] = f"{mtbf_s:.6g}:{save_s:.6g}"
@@ -126,6 +130,7 @@ class WorkerEnv:
             local_save_dir=path(LOCAL_SAVE_DIR),
             auto_interval=auto,
             audit_samples=env.get(AUDIT_SAMPLES, "") not in ("", "0"),
+            profile=parse_profile(env.get(PROFILE, "")),
         )
 
 
@@ -143,6 +148,17 @@ def read_notice(path: Path) -> tuple[str | None, float | None]:
         return str(record["signal"]), float(record["time"])
     except (OSError, ValueError, KeyError, TypeError):
         return None, None
+
+
+def parse_profile(value: str) -> tuple[int, int] | None:
+    """(warm-up, profiled) updates from ``HPC_TRAIN_PROFILE``'s "W:N"; None when unset;
+    ValueError unless W >= 0 and N >= 1."""
+    if not value:
+        return None
+    warm, sep, count = value.partition(":")
+    if not (sep and warm.isdigit() and count.isdigit() and int(count) >= 1):
+        raise ValueError(f"{PROFILE}={value!r} is not WARMUP:UPDATES (e.g. 5:3)")
+    return int(warm), int(count)
 
 
 def parse_start(value: str) -> tuple[str, int] | None:

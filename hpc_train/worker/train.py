@@ -19,7 +19,8 @@ It runs fairseq's own training entry with the few fixes this stack needs:
   down at exit, bf16 without fairseq's implied ``--tpu``, ``--optimizer fused_adamw`` registered;
 - fairseq's timestamped log format on stdout, and its known warnings silenced one by one;
 - the data-loader processes stopped at once after the last save (``hpc_train.worker.loaders``);
-- the speed levers the launcher chose (``hpc_train.worker.speed``, ``hpc_train.job.levers``).
+- the speed levers the launcher chose (``hpc_train.worker.speed``, ``hpc_train.job.levers``);
+- a profile of a few updates when asked (``HPC_TRAIN_PROFILE``, ``hpc_train.worker.profile``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from hpc_train.worker import (
     local_tier,
     pace,
     preemption,
+    profile,
     save_interval,
     speed,
     validation_beats,
@@ -233,6 +235,9 @@ def install_extensions(
     # 11. the data loaders stop when a step says stop: the outermost validate-and-save wrapper,
     #     so every hook inside (the notice's save, the ledger's events) has run first
     loaders.install()
+    # 12. the profile window (HPC_TRAIN_PROFILE): the outermost train-step wrapper, so the
+    #     hooks above are inside what it measures, as in any run
+    profile.install(run, rank, worker.profile)
     return heartbeat
 
 

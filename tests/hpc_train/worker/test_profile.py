@@ -1,0 +1,110 @@
+"""The profile mode (issue 36): the host-read counter, the table's arithmetic, and a real tiny
+run with HPC_TRAIN_PROFILE whose table and JSON say what the rank did."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from hpc_train import contract
+from hpc_train.worker import host_reads, profile_table
+from hpc_train.worker.profile_table import Op
+
+
+def test_the_counter_counts_each_host_read_at_its_call_site():
+    t = torch.ones(3)
+    with host_reads.Counter() as counter:
+        t.sum().item()
+        bool(t.any())
+        float(t[0])
+        t.tolist()
+        with host_reads.host_side():
+            t.sum().item()  # on purpose, on host data: not counted
+    assert counter.total == 4
+    assert all(site.startswith("tests/hpc_train/worker/test_profile.py:") for site in counter.sites)
+    t.sum().item()  # no counter active: nothing recorded anywhere
+    assert counter.total == 4
+    with host_reads.Counter(gpu_only=True) as gpu_only:
+        t.sum().item()
+    assert gpu_only.total == 0  # a GPU rank's counter leaves CPU tensors out
+
+
+def test_the_cpu_only_sites_are_the_lines_of_the_installed_fairseq():
+    """If fairseq moves these lines, the GPU-path count would be wrong: this test says so."""
+    import fairseq
+
+    root = Path(fairseq.__file__).parent
+    for site, text in host_reads.CPU_ONLY_SITES.items():
+        path, line = site.removeprefix("fairseq/").rsplit(":", 1)
+        assert text in (root / path).read_text().splitlines()[int(line) - 1], site
+    assert host_reads.gpu_path({"fairseq/criterions/masked_lm.py:50": 2, "x.py:1": 3}) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "marks", "kind"),
+    [
+        ("aten::addmm", (), "matmul"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", (), "matmul"),
+        ("aten::_scaled_dot_product_flash_attention", (), "attention"),
+        ("aten::_softmax", (), "attention"),
+        ("aten::copy_", (), "casts/copies"),
+        ("aten::native_layer_norm", (), "norm/elementwise"),
+        ("aten::gelu", (), "norm/elementwise"),
+        ("aten::mul_", ("hpc:optimizer",), "optimizer"),
+        ("aten::copy_", ("hpc:optimizer",), "optimizer"),
+        ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", ("hpc:optimizer",), "communication"),
+        ("gloo:all_reduce", (), "communication"),
+    ],
+)
+def test_each_op_or_kernel_has_its_kind(name, marks, kind):
+    assert profile_table.kind_of(name, marks) == kind
+
+
+def test_a_window_per_update_and_its_table():
+    ops = [
+        Op("aten::linear", (), 0.0, True, 0, (0.0, 400.0)),
+        Op("aten::addmm", (), 400.0, False, 0, (10.0, 390.0)),
+        Op("aten::gelu", (), 100.0, True, 0, (500.0, 600.0)),
+        Op("aten::_fused_adamw_", ("hpc:optimizer",), 300.0, True, 0, (700.0, 1000.0)),
+    ]
+    busy = profile_table.union_s([op.span_us for op in ops if op.top_level]) / 1e6
+    assert busy == pytest.approx(800e-6)
+    window = profile_table.Window(2, 5, 0.002, 0.0004, busy, "cpu", ops, {"a.py:1": 4})
+    p = window.per_update()
+    assert p["ms_by_kind"]["matmul"] == 0.2 and p["ms_by_kind"]["optimizer"] == 0.15
+    assert p["ms_by_kind"]["outside the step"] == 0.2
+    assert p["device_idle_pct"] == 60.0 and p["host_syncs"] == 2 and p["ops_launched"] == 1.5
+    text = "\n".join(profile_table.table(window))
+    assert "profile of updates 6-7 on cpu (2 after 5 of warm-up)" in text
+    assert "host syncs by site: a.py:1 2" in text
+    assert json.loads(json.dumps(window.to_json()))["per_update"] == p
+
+
+def test_the_launchers_profile_request_crosses_to_the_rank():
+    env = contract.WorkerEnv(profile=(5, 3)).to_env()
+    assert env[contract.PROFILE] == "5:3"
+    assert contract.WorkerEnv.from_env(env).profile == (5, 3)
+    assert contract.WorkerEnv.from_env({}).profile is None
+    for bad in ("5", "a:3", "5:0", "-1:2"):
+        with pytest.raises(ValueError, match="WARMUP:UPDATES"):
+            contract.parse_profile(bad)
+
+
+def test_a_tiny_run_profiles_its_window_and_keeps_training(corpus, tmp_path, tiny_run):
+    save = tmp_path / "run"
+    save.mkdir()
+    prelude = f"import os; os.environ[{contract.PROFILE!r}] = '3:2'"
+    tiny_run(corpus, save, 8, "--log-interval", "100", prelude=prelude)
+    result = json.loads((save / "profile.json").read_text())
+    assert (result["device"], result["warmup_updates"], result["updates"]) == ("cpu", 3, 2)
+    per = result["per_update"]
+    assert per["ops_launched"] > 100 and 0 <= per["device_idle_pct"] <= 100
+    assert per["ms_by_kind"]["matmul"] > 0 and per["ms_by_kind"]["optimizer"] > 0
+    # the truth: tiny reads fairseq's padding flag once per layer (2) per micro-batch (2)
+    assert result["host_sync_sites"]["fairseq/models/transformer/transformer_encoder.py:231"] == 4
+    log = (save / "train.log").read_text()
+    assert "profile of updates 4-5 on cpu" in log and "host syncs by site" in log
+    assert "8 updates" in log or "num_updates: 8" in log or '"num_updates": "8"' in log
