@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         run_fairseq(args)
     except BaseException as err:  # the launcher reads why (and at which update) this rank died
         crash.report(run, worker.start, rank, err, progress["update"])
+        loaders.stop_all()  # not torch's exit hook: 5 s per loader process (worker.loaders)
         raise
     async_save.flush()  # the last save is durable before the worker exits
     loaders.stop_all()  # any loader still there (a run ended by its last epoch; step 11)

@@ -66,6 +66,24 @@ def test_stop_all_ends_every_loader_process_within_its_deadline():
     assert time.monotonic() - began < 4.0  # not one of torch's 5 s joins, however busy the machine
 
 
+def ignore_sigterm(_worker_id: int) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # after torch's own handlers: ours wins
+
+
+def test_a_loader_process_that_ignores_sigterm_is_killed_at_the_deadline():
+    """The SIGKILL after the shared wait is what ends such a process (without it, it lives)."""
+    it = iter(DataLoader(StuckAfterFirst(), batch_size=1, num_workers=2, persistent_workers=True,
+                         worker_init_fn=ignore_sigterm))  # fmt: skip
+    next(it)
+    processes = list(it._workers)
+    stopped = loaders.stop_all(deadline_s=1.0)
+    assert (stopped.processes, stopped.killed) == (2, 2)
+    assert stopped.seconds < 4.0  # the 1 s deadline, then SIGKILL and its join
+    assert not any(p.is_alive() for p in processes)
+
+
 def test_stop_all_without_loaders_stops_nothing():
     assert loaders.stop_all().processes == 0
 
@@ -143,6 +161,25 @@ def test_a_rank_stopped_by_a_notice_saves_then_exits_promptly(corpus, tmp_path):
     assert "saved on notice at update 1" in "\n".join(lines)
     assert first(lines, "saved on notice") < first(lines, STOP_LINE)
     assert_prompt_exit(lines, exited, tmp_path)
+
+
+def test_a_rank_that_crashes_stops_its_loaders_before_it_exits(corpus, tmp_path):
+    """An injected crash (``chaos JOB crash``) at update 5: the rank's loaders go with it, not
+    through torch's exit hook (5 s per process on a GPU)."""
+    from hpc_core.rundir import RunDir
+    from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
+    from hpc_train.job.spec import JobSpec
+
+    contract.write_crash_request(RunDir(tmp_path), contract.CrashRequest(update=5, rank=0))
+    spec = JobSpec("tiny", corpus, tmp_path, gpus_per_node=0, max_update=20)
+    args, _ = fairseq_args(spec, world_size=1, gpu=False)
+    proc = subprocess.run([sys.executable, "-m", TRAIN_MODULE, *args, "--num-workers", "4"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert proc.returncode != 0 and "InjectedCrash" in proc.stderr
+    lines = (tmp_path / "train.log").read_text().splitlines()
+    stop = first(lines, STOP_LINE)
+    assert "stopped 8 data-loader process(es) of 2 loader(s)" in lines[stop]  # train and valid
 
 
 @pytest.mark.parametrize("says_stop", [True, False])
