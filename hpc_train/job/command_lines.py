@@ -90,6 +90,8 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
         # fp16/bf16 need a GPU; gloo has no c10d-DDP bucket support in fairseq: legacy_ddp.
         args += ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
         args += ["--num-workers", "0"]
+    if "pack" in on:  # full blocks, no padding (job.levers); fairseq takes the last value
+        args += ["--sample-break-mode", "none"]
     args += levers.worker_args(choices)  # the rank takes it off before fairseq parses
     args += list(spec.extra_args)
     return args

@@ -16,7 +16,22 @@ What each compute capability can run (sm70 V100 on p3dn, sm80 A100 on p4d/p4de, 
   memory-efficient backend. Off: memory-efficient or math, never flash (the p3dn limits run on
   an H100).
 - ``fused-adamw``: fairseq's Adam through torch's fused AdamW kernel (``worker.optim``); any
-  CUDA GPU; CPU ranks keep fairseq's own ``adam``.
+  CUDA GPU; CPU ranks keep fairseq's own ``adam`` unless asked (torch has a CPU kernel too).
+- ``gelu``: GELU in the compute dtype (fairseq 0.12 computes it on ``x.float()`` and casts back:
+  an fp32 round trip of the 4x-wide FFN activation in every layer, forward and backward);
+- ``pad-check``: whether a batch has padding is read on the host, from the batch before its copy
+  to the GPU, not from the GPU once per encoder layer (fairseq: a host sync per layer);
+- ``host-sizes``: the number of masked tokens (the loss's divisor) counted on the host from the
+  same batch, so neither the gradient scaling nor the meters read it back from the GPU;
+- ``lazy-stats``: fairseq rounds each update's own loss and perplexity on the host for a return
+  value its loop only tests against None (two host syncs per update); left unread;
+- ``foreach-grads``: fairseq's bf16 wrapper copies gradients and parameters and takes the
+  gradient norm one tensor at a time (~200 launches each for roberta-base); multi-tensor
+  (``torch._foreach_*``) ops do each in a few;
+- ``pack``: ``--sample-break-mode none``: blocks of exactly 512 tokens, sentences cut at the
+  block's end, no padding, so attention runs without a mask (FlashAttention eligible). It
+  changes the samples (the loss curve: docs/gpu.md), so it is a choice, never a default until
+  measured; a run keeps one setting from start to end (the data position counts its blocks);
 - precision is not a lever here: ``job.devices`` owns it (bf16 from sm80, fp16 with fairseq's
   dynamic loss scale on V100; ``--precision``).
 """
@@ -30,7 +45,8 @@ from hpc_core.instances import INSTANCE_TYPES
 
 CC = tuple[int, int]  # CUDA compute capability (major, minor)
 SETTINGS = ("auto", "on", "off")
-WORKER_FLAG = "--hpc-levers"  # the rank's argument: the levers on, comma-separated, or "none"
+WORKER_FLAG = "--hpc-levers"
+CPU_ONLY = "unmeasured on GPUs; host syncs and ops per update measured on CPU (docs/gpu.md)"  # the rank's argument: the levers on, comma-separated, or "none"
 
 # The GPU models of hpc_core.instances by compute capability (NVIDIA's CUDA GPUs table).
 COMPUTE_CAPABILITY: dict[str, CC] = {"V100": (7, 0), "A100": (8, 0), "H100": (9, 0)}
@@ -72,9 +88,20 @@ LEVERS: tuple[Lever, ...] = (
         "fused-adamw",
         "fairseq's Adam through torch's fused AdamW kernel (off: fairseq's adam)",
         needs=(7, 0),
-        cpu=False,
+        cpu=True,  # torch's fused AdamW has a CPU kernel too: off there unless asked for
         on_from=(7, 0),
         evidence="measured on an H100: one step 1.1 ms vs 16.2 ms (bf16); sm70/sm80 unmeasured",
+    ),
+    *(
+        Lever(name, what, needs=(7, 0), cpu=True, on_from=None, evidence=CPU_ONLY)
+        for name, what in (
+            ("gelu", "GELU in the compute dtype (off: fairseq's fp32 round trip)"),
+            ("pad-check", "padding read from the batch on the host, not once per layer on the GPU"),
+            ("host-sizes", "the loss's token count taken on the host, not read back from the GPU"),
+            ("lazy-stats", "fairseq's unread per-update stats left on the GPU, not rounded there"),
+            ("foreach-grads", "bf16 gradient/parameter copies and norm as multi-tensor ops"),
+            ("pack", "--sample-break-mode none: full 512-token blocks, no padding, no mask"),
+        )
     ),
 )
 BY_NAME: dict[str, Lever] = {lever.name: lever for lever in LEVERS}

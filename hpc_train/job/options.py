@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from hpc_train.job import levers
 from hpc_train.job.spec import JobSpec, Option
 
 
@@ -32,9 +33,36 @@ def _default_text(f: dataclasses.Field[Any], opt: Option) -> str | None:
     return str(f.default)
 
 
+LEVER_DEST = "lever:"  # argparse's dest of each --NAME of a speed lever: "lever:NAME"
+
+
+def lever_field() -> dataclasses.Field[Any]:
+    """The spec field that holds the speed levers' settings (one option per lever)."""
+    return next(f for f in dataclasses.fields(JobSpec) if "levers" in f.metadata)
+
+
+def add_lever_options(parser: argparse.ArgumentParser) -> None:
+    """``--NAME auto|on|off`` for each speed lever (``job.levers``), help from the lever."""
+    for lever in lever_field().metadata["levers"]:
+        parser.add_argument(
+            f"--{lever.name}",
+            dest=LEVER_DEST + lever.name,
+            help=f"{lever.what} (default: auto)".replace("%", "%%"),
+            choices=levers.SETTINGS,
+            default=argparse.SUPPRESS,
+        )
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
-    """One option per spec field that has one; an absent option leaves the field's default."""
-    for f, opt in spec_options():
+    """One option per spec field that has one; an absent option leaves the field's default.
+    The speed levers' options sit where their field sits."""
+    lever_name = lever_field().name
+    for f in dataclasses.fields(JobSpec):
+        if f.name == lever_name:
+            add_lever_options(parser)
+        if "option" not in f.metadata:
+            continue
+        opt = f.metadata["option"]
         shown = _default_text(f, opt)
         text = opt.help + (f" (default: {shown})" if shown else "")
         kwargs: dict[str, Any] = {"dest": f.name, "help": text.replace("%", "%%")}
@@ -63,4 +91,6 @@ def spec_from_options(args: argparse.Namespace, extra: Sequence[str] = ()) -> Jo
             values.update(zip(opt.fills, value, strict=True))
         else:
             values[f.name] = value
+    asked = tuple((k[len(LEVER_DEST) :], v) for k, v in given.items() if k.startswith(LEVER_DEST))
+    values[lever_field().name] = asked
     return JobSpec(**values, extra_args=tuple(extra))

@@ -275,17 +275,9 @@ class JobSpec(Sizing):
         "--batch-per-device", "sequences per GPU", default=None, type=int, metavar="N",
         default_text="by preset and GPU memory, see hpc_train/job/devices.py",
     )  # fmt: skip
-    # speed levers (hpc_train.job.levers): auto = the GPU's default, listed by --dry-run
-    compile: str = option(
-        "--compile", levers.BY_NAME["compile"].what, default="auto", choices=levers.SETTINGS
-    )
-    flash: str = option(
-        "--flash", levers.BY_NAME["flash"].what, default="auto", choices=levers.SETTINGS
-    )
-    fused_adamw: str = option(
-        "--fused-adamw", levers.BY_NAME["fused-adamw"].what, default="auto",
-        choices=levers.SETTINGS,
-    )  # fmt: skip
+    # speed levers (hpc_train.job.levers): one --NAME auto|on|off per lever (options.py), auto =
+    # the GPU's default, listed by --dry-run; held as (name, setting) for those not left at auto
+    speed: tuple[tuple[str, str], ...] = field(default=(), metadata={"levers": levers.LEVERS})
     no_watchdog: bool = option(
         "--no-watchdog", "no hang detection (a stuck job then holds its nodes until --time)",
         default=False,
@@ -398,7 +390,8 @@ class JobSpec(Sizing):
 
     @property
     def lever_settings(self) -> dict[str, str]:
-        return {"compile": self.compile, "flash": self.flash, "fused-adamw": self.fused_adamw}
+        """Every lever's setting (auto unless asked), and any unknown name asked (refused)."""
+        return {**dict.fromkeys(levers.BY_NAME, "auto"), **dict(self.speed)}
 
     def lever_cc(self, gpu: bool) -> levers.CC | None:
         """The compute capability the levers are chosen for: the instance type's GPU; None for

@@ -3,20 +3,26 @@
 The launcher passes the levers that are on as one argument (``levers.WORKER_FLAG``), which the
 rank takes off before fairseq parses the rest. The rank checks them again against the GPU it
 actually has (a lever its device cannot run is dropped, and said so), then:
-- ``compile``: every encoder layer of the model fairseq builds is compiled in place
-  (``nn.Module.compile``: Inductor; parameter names and checkpoints unchanged);
+- ``compile``: the training forward of every encoder layer of the model fairseq builds is
+  compiled (Inductor; parameter names and checkpoints unchanged); in eval mode (validation) the
+  layer runs eagerly, so validation never triggers a recompile (Dynamo guards on ``training``);
 - ``flash`` off: SDPA's FlashAttention backend disabled for the process (memory-efficient, then
   math), as on a V100;
-- ``fused-adamw``: carried by the optimizer argument already (``job.command_lines``).
+- ``gelu``: the model's GELUs (every layer's FFN, the LM head) in the compute dtype;
+- ``pad-check``, ``host-sizes``: ``hpc_train.worker.batch_facts``;
+- ``foreach-grads``: ``hpc_train.worker.grads_foreach``; ``lazy-stats``: ``.lazy_stats``;
+- ``fused-adamw`` and ``pack``: carried by fairseq's arguments already (``job.command_lines``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hpc_train.job import levers
+from hpc_train.worker import batch_facts, grads_foreach, lazy_stats
 
 logger = logging.getLogger("hpc_train.worker.speed")
 
@@ -56,12 +62,36 @@ def runnable(asked: frozenset[str], cc: levers.CC | None, cpu: bool) -> frozense
     return kept
 
 
+COMPILE_BACKEND = "inductor"  # the tests swap in Dynamo's "eager" backend: the guards alone
+
+
 def compile_layers(model: Any) -> int:
-    """Compile each encoder layer of ``model`` in place; returns how many."""
+    """Compile each encoder layer's training forward in place; returns how many. Eval mode
+    (validation) runs the layer eagerly: no second graph, no recompile at validation."""
+    import torch
+
     layers = [m for m in model.modules() if type(m).__name__ in LAYER_CLASSES]
     for layer in layers:
-        layer.compile(dynamic=True)  # batches vary in length: one dynamic graph, no recompile
+        # batches vary in length: one dynamic graph (one more for a batch with padding)
+        compiled = torch.compile(layer.forward, dynamic=True, backend=COMPILE_BACKEND)
+        layer.forward = functools.partial(_by_mode, layer, compiled, layer.forward)
     return len(layers)
+
+
+def _by_mode(layer: Any, compiled: Any, eager: Any, *args: Any, **kwargs: Any) -> Any:
+    return (compiled if layer.training else eager)(*args, **kwargs)
+
+
+def native_gelu(model: Any) -> int:
+    """Every module of ``model`` whose activation is fairseq's fp32-round-trip GELU gets
+    ``F.gelu`` (the compute dtype, no casts); returns how many."""
+    import torch
+    from fairseq.modules.gelu import gelu
+
+    changed = [m for m in model.modules() if getattr(m, "activation_fn", None) is gelu]
+    for module in changed:
+        module.activation_fn = torch.nn.functional.gelu
+    return len(changed)
 
 
 def install(asked: frozenset[str] | None, cpu: bool) -> frozenset[str]:
@@ -74,24 +104,32 @@ def install(asked: frozenset[str] | None, cpu: bool) -> frozenset[str]:
         import torch
 
         torch.backends.cuda.enable_flash_sdp(False)
-    if "compile" in on:
-        _compile_built_models()
+    batch_facts.install(pad_check="pad-check" in on, host_sizes="host-sizes" in on)
+    if "foreach-grads" in on:
+        grads_foreach.install()
+    if "lazy-stats" in on:
+        lazy_stats.install()
+    _on_built_models(
+        [("GELU in the compute dtype", native_gelu)] * ("gelu" in on)
+        + [("torch.compile", compile_layers)] * ("compile" in on)
+    )
     logger.info(f"speed levers on: {', '.join(sorted(on)) or 'none'}")
     return on
 
 
-def _compile_built_models() -> None:
-    """Wrap fairseq's task ``build_model`` so the model it returns has its layers compiled."""
+def _on_built_models(changes: list[tuple[str, Callable[[Any], int]]]) -> None:
+    """Wrap fairseq's task ``build_model`` so each change is made to the model it returns."""
     from fairseq.tasks import FairseqTask
 
-    original = FairseqTask.build_model
-    if getattr(original, "hpc_compiles", False):
+    original = getattr(FairseqTask.build_model, "hpc_original", FairseqTask.build_model)
+    if not changes:
         return
 
     def build_model(self, cfg, from_checkpoint=False):
         model = original(self, cfg, from_checkpoint)
-        logger.info(f"torch.compile: {compile_layers(model)} encoder layer(s)")
+        for what, change in changes:
+            logger.info(f"{what}: {change(model)} module(s)")
         return model
 
-    build_model.hpc_compiles = True  # type: ignore[attr-defined]
+    build_model.hpc_original = original  # type: ignore[attr-defined]
     FairseqTask.build_model = build_model

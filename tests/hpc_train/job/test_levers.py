@@ -17,15 +17,32 @@ def states(cc, asked=None) -> dict[str, bool]:
 @pytest.mark.parametrize(
     ("cc", "expected"),
     [
-        ((7, 0), {"compile": False, "flash": False, "fused-adamw": True}),  # V100: no flash
-        ((8, 0), {"compile": False, "flash": True, "fused-adamw": True}),
-        ((9, 0), {"compile": False, "flash": True, "fused-adamw": True}),
-        (None, {"compile": False, "flash": False, "fused-adamw": False}),  # CPU ranks
+        ((7, 0), {"flash": False, "fused-adamw": True}),  # V100: no flash
+        ((8, 0), {"flash": True, "fused-adamw": True}),
+        ((9, 0), {"flash": True, "fused-adamw": True}),
+        (None, {"flash": False, "fused-adamw": False}),  # CPU ranks
     ],
 )
 def test_defaults_per_compute_capability(cc, expected):
-    """On by default only where known to help: compile is unmeasured on GPUs, so off."""
-    assert states(cc) == expected
+    """On by default only where known to help: every lever not yet measured on a GPU (compile,
+    gelu, pad-check, host-sizes, foreach-grads, pack) is off, and says "unmeasured"."""
+    unmeasured = {
+        "compile",
+        "gelu",
+        "pad-check",
+        "host-sizes",
+        "lazy-stats",
+        "foreach-grads",
+        "pack",
+    }
+    assert states(cc) == {**expected, **dict.fromkeys(unmeasured, False)}
+    assert all("unmeasured" in levers.BY_NAME[name].evidence for name in unmeasured)
+
+
+def test_every_new_lever_runs_on_cpu_ranks_when_asked():
+    """The CPU is where each is proven equivalent and its syncs and ops are counted."""
+    new = ("gelu", "pad-check", "host-sizes", "lazy-stats", "foreach-grads", "pack", "fused-adamw")
+    assert all(states(None, dict.fromkeys(new, "on"))[name] for name in new)
 
 
 @pytest.mark.parametrize("cc", [(7, 0), (8, 0), (9, 0)])
@@ -70,8 +87,8 @@ def spec(instance_type: str, gpus: int = 8, **kw) -> JobSpec:
 
 def test_submit_refuses_a_lever_the_instance_types_gpu_cannot_run():
     with pytest.raises(SpecError, match=r"--flash on: the GPU of p3dn\.24xlarge"):
-        validate(spec("p3dn.24xlarge", flash="on"), check_paths=False)
-    validate(spec("p5.48xlarge", flash="on"), check_paths=False)
+        validate(spec("p3dn.24xlarge", speed=(("flash", "on"),)), check_paths=False)
+    validate(spec("p5.48xlarge", speed=(("flash", "on"),)), check_paths=False)
 
 
 def test_the_command_line_carries_the_choices():
@@ -81,9 +98,8 @@ def test_the_command_line_carries_the_choices():
     p3dn, _ = command_lines.fairseq_args(spec("p3dn.24xlarge"), world_size=8, gpu=True)
     assert arg(p3dn, levers.WORKER_FLAG) == "fused-adamw"  # no flash on a V100
     assert arg(p3dn, "--optimizer") == "fused_adamw" and "--fp16" in p3dn
-    p5, _ = command_lines.fairseq_args(
-        spec("p5.48xlarge", compile="on", fused_adamw="off"), world_size=8, gpu=True
-    )
+    asked = (("compile", "on"), ("fused-adamw", "off"))
+    p5, _ = command_lines.fairseq_args(spec("p5.48xlarge", speed=asked), world_size=8, gpu=True)
     assert arg(p5, levers.WORKER_FLAG) == "compile,flash"
     assert arg(p5, "--optimizer") == "adam"  # fused-adamw off: fairseq's own
 

@@ -20,7 +20,19 @@ def parse(*argv: str) -> JobSpec:
 def test_every_field_but_the_derived_ones_has_an_option():
     with_option = {f.name for f, _ in options.spec_options()}
     all_fields = {f.name for f in dataclasses.fields(JobSpec)}
-    assert all_fields - with_option == {"nodes_max", "extra_args"}  # filled by --nodes, by --
+    # filled by --nodes, by --, and by one --NAME per speed lever
+    assert all_fields - with_option == {"nodes_max", "extra_args", "speed"}
+
+
+def test_each_speed_lever_is_an_option_and_lands_in_the_spec():
+    from hpc_train.job import levers
+
+    text = submit.build_parser().format_help()
+    assert all(f"--{lever.name} {{auto,on,off}}" in text for lever in levers.LEVERS)
+    spec = parse("--preset", "tiny", "--gelu", "on", "--flash", "off")
+    assert spec.speed == (("gelu", "on"), ("flash", "off"))
+    assert spec.lever_settings["gelu"] == "on" and spec.lever_settings["pack"] == "auto"
+    assert parse("--preset", "tiny").speed == ()
 
 
 def test_absent_options_keep_the_fields_defaults():

@@ -34,7 +34,8 @@ def test_the_levers_argument_is_taken_off_before_fairseq_parses():
 
 def test_a_cpu_rank_drops_what_only_gpus_run_and_says_so(caplog):
     with caplog.at_level(logging.WARNING, logger="hpc_train.worker.speed"):
-        assert speed.runnable(frozenset({"flash", "fused-adamw"}), None, cpu=True) == frozenset()
+        kept = speed.runnable(frozenset({"flash", "fused-adamw"}), None, cpu=True)
+    assert kept == {"fused-adamw"}  # torch's fused AdamW has a CPU kernel; flash is GPU-only
     assert "speed lever flash: CPU ranks cannot run it" in caplog.text
     assert speed.runnable(frozenset({"flash"}), (7, 0), cpu=False) == frozenset()  # a V100
     assert speed.runnable(frozenset({"flash"}), (9, 0), cpu=False) == {"flash"}
@@ -64,7 +65,7 @@ def test_compiled_encoder_layers_give_fairseqs_losses_over_50_updates(corpus, tm
         tiny_run(corpus, save, 50, *same, levers.WORKER_FLAG, name)
         runs[name] = save
     compiled_log = (runs["compile"] / "train.log").read_text()
-    assert "torch.compile: 2 encoder layer(s)" in compiled_log
+    assert "torch.compile: 2 module(s)" in compiled_log
     eager, compiled = losses((runs["none"] / "train.log").read_text()), losses(compiled_log)
     assert sorted(eager) == sorted(compiled) == list(range(1, 51))
     assert max(abs(eager[u] - compiled[u]) for u in eager) <= 2e-3  # logged to 3 decimals
