@@ -16,11 +16,13 @@ one run, all with the same global batch (``LENGTHS``) so every update sees as ma
 4. **toolkit** - the toolkit as it runs on a p5 (H100): its table's batch, bf16, ``fused_adamw``.
 
 Figures (ratios taken in the same run): ``speedup_vs_seed`` = toolkit / bare_seed words/s
-(goal >= 2); ``toolkit_over_bare`` = toolkit_same / bare_same (goal >= 0.98, the toolkit's own
+(goal >= 2; also the file's ``figures.toolkit_over_bare``, ``benchmarks.gpu_results``);
+``toolkit_over_bare_same_settings`` = toolkit_same / bare_same (goal >= 0.98, the toolkit's own
 overhead); ``save_ratio`` = the toolkit's atomic checkpoint write / fairseq's own, in seconds.
 Words/s is fairseq's ``wps`` (non-padding tokens per second), the median over its log intervals
 after the first (warm-up). MFU = 6 x parameters x words/s / the GPU's dense bf16/fp16 peak
-(``PEAKS``, datasheet figures); the attention's own FLOPs are not counted, so MFU is a floor.
+(``gpu_results.PEAKS``, datasheet figures); the attention's own FLOPs are not counted, so MFU is
+a floor. The file's schema: ``benchmarks.gpu_results``.
 
 The corpus is the offline demo corpus with its train split repeated ``--repeat`` times (the same
 sentences again: fine for throughput, meaningless for loss), so no run reaches an epoch's end.
@@ -41,10 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import gpu_measure, report
+from benchmarks import gpu_measure, gpu_results, report
+from benchmarks.gpu_results import Peak, mfu, peak_for
 from benchmarks.report import write_json
 from hpc_train import cli
-from hpc_train.job import batch, command_lines, devices
+from hpc_train.job import batch, command_lines, devices, presets
 from hpc_train.job.spec import JobSpec
 from hpc_train.runs import logparse
 
@@ -58,22 +61,7 @@ STAMP_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
 PARAMS_RE = re.compile(r"num\. shared model params: ([\d,]+)")
 SAVE_RE = re.compile(r"writing took ([\d.]+) seconds")
 DONE = "| done training in"
-
-
-@dataclass(frozen=True)
-class Peak:
-    gpu: str  # found in torch.cuda.get_device_name()
-    tflops: float  # dense bf16 = fp16 tensor-core peak
-    source: str
-
-
-# First match wins: "H100 PCIe" before "H100".
-PEAKS: tuple[Peak, ...] = (
-    Peak("H100 PCIe", 756.0, "NVIDIA H100 datasheet, PCIe: 1,513 TFLOPS bf16/fp16 with sparsity"),
-    Peak("H100", 989.4, "NVIDIA H100 datasheet, SXM5: 1,979 TFLOPS bf16/fp16 with sparsity"),
-    Peak("A100", 312.0, "NVIDIA A100 datasheet: 312 TFLOPS bf16/fp16 tensor core, dense"),
-    Peak("V100", 125.0, "NVIDIA V100 datasheet, SXM2: 125 TFLOPS fp16 tensor core"),
-)
+FLUSHED = "in the background in"  # worker.async_save: a background write ended
 
 
 @dataclass(frozen=True)
@@ -93,15 +81,6 @@ WARMUP_INTERVALS = 2  # log intervals left out of words/s: CUDA start-up, alloca
 # --- pure ---------------------------------------------------------------------------------------
 
 
-def peak_for(device_name: str) -> Peak | None:
-    return next((p for p in PEAKS if p.gpu in device_name), None)
-
-
-def mfu(params: int, words_per_s: float, peak_tflops: float) -> float:
-    """Model FLOPs utilisation: 6 FLOPs per parameter per token (forward 2, backward 4)."""
-    return 6.0 * params * words_per_s / (peak_tflops * 1e12)
-
-
 def steady(values: list[float], skip: int = WARMUP_INTERVALS) -> float:
     """Median after the first ``skip`` values (warm-up); ValueError when nothing is left."""
     if len(values) <= skip:
@@ -112,14 +91,15 @@ def steady(values: list[float], skip: int = WARMUP_INTERVALS) -> float:
 def seed_argv(
     preset: str, data: Path, save_dir: Path, per_gpu: int, lengths: Lengths, workers: int | None
 ) -> list[str]:
-    """Bare fairseq-train as the seed's ray_train.sh runs it, on one GPU (``workers`` None:
-    fairseq's default data loader, as the seed)."""
-    arch = preset.replace("-", "_")
+    """Bare fairseq-train as the seed's ray_train.sh (fairseq's README recipe) runs it, on one GPU
+    (``workers`` None: fairseq's default data loader, as the seed); the preset's model."""
+    recipe = presets.get(preset)
     update_freq = batch.plan(lengths.global_batch, per_gpu, 1).update_freq
     return [
         str(data), "--fp16",
         "--task", "masked_lm", "--criterion", "masked_lm",
-        "--arch", arch, "--sample-break-mode", "complete", "--tokens-per-sample", "512",
+        "--arch", recipe.arch, *recipe.arch_args, "--sample-break-mode", "complete",
+        "--tokens-per-sample", str(recipe.tokens_per_sample),
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-6",
         "--clip-norm", "0.0",
         "--lr-scheduler", "polynomial_decay", "--lr", "0.0005", "--warmup-updates", "10000",
@@ -158,15 +138,20 @@ def toolkit_spec(
 
 
 def toolkit_argv(
-    spec: JobSpec, python: str, gpu: bool = True, after: tuple[str, ...] = (), round_: int = 0
+    spec: JobSpec,
+    python: str,
+    gpu: bool = True,
+    after: tuple[str, ...] = (),
+    round_: int = 0,
+    job: str = JOB,
 ) -> list[str]:
     """The toolkit's worker on one device (GPU, or with ``gpu`` False one CPU rank, gloo) as the
     launcher starts it: torchrun (run as ``python -m torch.distributed.run``) with
-    ``command_lines.fairseq_args``, as job ``JOB``'s round ``round_`` (its rendezvous, as the
+    ``command_lines.fairseq_args``, as job ``job``'s round ``round_`` (its rendezvous, as the
     launcher's ``41.1`` for an in-job restart); ``after``: the launcher's resume arguments
     (``worker.checkpoints.Resume.fairseq_args``)."""
     args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=gpu)
-    argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", JOB, [*args, *after], round_)
+    argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", job, [*args, *after], round_)
     return [python, "-m", "torch.distributed.run", *argv[1:]]
 
 
@@ -200,7 +185,7 @@ def run_argvs(
 def parse_log(lines: Iterable[str]) -> dict[str, Any]:
     """What a run printed: parameters, per-interval wps, peak memory, the last save, times."""
     out: dict[str, Any] = {"params": None, "wps": [], "gb_free_min": None, "save_s": None}
-    out |= {"loss": None, "first_s": None, "last_s": None, "done_s": None}
+    out |= {"loss": None, "first_s": None, "last_s": None, "done_s": None, "flushed_s": None}
     for line in lines:
         if m := PARAMS_RE.search(line):
             out["params"] = int(m.group(1).replace(",", ""))
@@ -208,6 +193,8 @@ def parse_log(lines: Iterable[str]) -> dict[str, Any]:
             out["save_s"] = float(m.group(1))
         if DONE in line and (stamp := STAMP_RE.match(line)):
             out["done_s"] = _epoch(stamp.group(1))
+        if out["done_s"] and FLUSHED in line and (stamp := STAMP_RE.match(line)):
+            out["flushed_s"] = _epoch(stamp.group(1))  # the last save's background write ended
         if "| train_inner |" not in line or (metrics := logparse.parse_metrics(line)) is None:
             continue
         out["wps"].append(metrics.get("wps", 0.0))
@@ -236,17 +223,12 @@ def figures(runs: dict[str, dict[str, Any]]) -> dict[str, float | None]:
 
     return {
         "speedup_vs_seed": round(wps("toolkit") / wps("bare_seed"), 3),
-        "toolkit_over_bare": round(wps("toolkit_same") / wps("bare_same"), 3),
+        "toolkit_over_bare_same_settings": round(wps("toolkit_same") / wps("bare_same"), 3),
         "bf16_fused_over_fp16_adam": round(wps("toolkit") / wps("toolkit_same"), 3),
         "save_ratio": round(runs["toolkit"]["save_s"] / runs["bare_same"]["save_s"], 3)
         if runs["toolkit"]["save_s"] and runs["bare_same"]["save_s"]
         else None,
     }
-
-
-def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A results file with ``new``'s presets replacing (only) the same presets in ``old``."""
-    return {**old, **new, "presets": {**old.get("presets", {}), **new.get("presets", {})}}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -262,7 +244,7 @@ def markdown(result: dict[str, Any]) -> str:
             rows.append(
                 f"| {preset} | {name} | {r['batch']} x {r['update_freq']} | {r['precision']}, "
                 f"{r['optimizer']} | {r['words_per_s']:,.0f} | {r['mfu']:.1%} | "
-                f"{r['peak_gib']} / {r['smi_peak_gib']} | "
+                f"{r['peak_mem_gib']} / {r['smi_peak_gib']} | "
                 f"{r['checkpoint_bytes'] / 1e9:.2f}, {r['save_s']:.1f} |"
             )
     return "\n".join(rows)
@@ -285,25 +267,28 @@ def summarize_run(argv: list[str], raw: dict[str, Any], total_gib: float) -> dic
     first, last = parsed["first_s"], parsed["last_s"]
     window = [s for s in samples if first is not None and first <= s[0] <= last + 1]
     free = parsed["gb_free_min"]
-    return {
-        "argv": argv,
-        "batch": int(arg_after(argv, "--batch-size", "--max-sentences") or 0),
-        "update_freq": int(arg_after(argv, "--update-freq") or 1),
-        "precision": "bf16" if "--bf16" in argv else "fp16" if "--fp16" in argv else "fp32",
-        "optimizer": arg_after(argv, "--optimizer"),
-        "words_per_s": steady(parsed["wps"]),
-        "wps_intervals": parsed["wps"],
-        "params": parsed["params"],
-        "peak_gib": round(total_gib - free, 1) if free is not None else None,
-        "smi_peak_gib": round(max(s[1] for s in samples) / 1024, 1) if samples else None,
-        "gpu_util_pct": round(statistics.mean(s[2] for s in window), 1) if window else None,
-        "checkpoint_bytes": raw["checkpoint_bytes"],
-        "save_s": parsed["save_s"],
-        "final_loss": parsed["loss"],
-        "wall_s": round(raw["wall_s"], 1),
-        # "done training" to the process's exit (whole-second log stamps: +-1 s)
-        "exit_s": round(raw["ended"] - parsed["done_s"], 1) if parsed["done_s"] else None,
-    }
+    done, flushed = parsed["done_s"], parsed["flushed_s"]
+    return gpu_results.run_record(
+        "ok",
+        argv=argv,
+        batch=int(arg_after(argv, "--batch-size", "--max-sentences") or 0),
+        update_freq=int(arg_after(argv, "--update-freq") or 1),
+        precision="bf16" if "--bf16" in argv else "fp16" if "--fp16" in argv else "fp32",
+        optimizer=arg_after(argv, "--optimizer"),
+        words_per_s=steady(parsed["wps"]),
+        wps_intervals=parsed["wps"],
+        params=parsed["params"],
+        peak_mem_gib=round(total_gib - free, 1) if free is not None else None,
+        smi_peak_gib=round(max(s[1] for s in samples) / 1024, 1) if samples else None,
+        gpu_util_pct=round(statistics.mean(s[2] for s in window), 1) if window else None,
+        checkpoint_bytes=raw["checkpoint_bytes"],
+        save_s=parsed["save_s"],
+        loss_last=parsed["loss"],
+        wall_s=round(raw["wall_s"], 1),
+        # "done training" -> the exit, less the last save's flush (log stamps: whole seconds)
+        exit_s=round(raw["ended"] - max(done, flushed or done), 1) if done else None,
+        flush_s=round(max(0.0, flushed - done), 1) if done and flushed else None,
+    )
 
 
 # --- measuring (one visible GPU; helpers in benchmarks.gpu_measure) -----------------------------
@@ -359,20 +344,21 @@ def run(args: argparse.Namespace) -> int:
     peak = peak_for(env["gpu"])
     work.mkdir(parents=True, exist_ok=True)
     gpu_measure.build_corpus(args.data, data, args.repeat)
-    result: dict[str, Any] = {
-        "environment": env,
-        "peak": peak.__dict__ if peak else None,
-        "matmul_bf16_tflops": gpu_measure.matmul_tflops(),
-        "corpus": f"{args.data.name}: the offline demo corpus, train split repeated {args.repeat}x",
-        "goals": {"speedup_vs_seed": GOAL_SPEEDUP, "toolkit_over_bare": GOAL_OVERHEAD},
-        "presets": {
-            p: bench_preset(p, argvs, lengths[p], work, env["gpu_memory_gib"], peak)
-            for p, argvs in plans.items()
-        },
-        "smoke": args.smoke,
-    }
+    result = gpu_results.document(
+        env,
+        peak,
+        matmul_bf16_tflops=gpu_measure.matmul_tflops(),
+        corpus=f"{args.data.name}: the offline demo corpus, train split repeated {args.repeat}x",
+        goals={"speedup_vs_seed": GOAL_SPEEDUP, "toolkit_over_bare_same_settings": GOAL_OVERHEAD},
+        smoke=args.smoke,
+    )
+    for p, argvs in plans.items():
+        section = bench_preset(p, argvs, lengths[p], work, env["gpu_memory_gib"], peak)
+        result["presets"][p] = section
+        if section["figures"]:  # the toolkit's defaults over bare fairseq, the seed's settings
+            result["figures"]["toolkit_over_bare"][p] = section["figures"]["speedup_vs_seed"]
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
-    merged = merge(old, result)
+    merged = gpu_results.merge(old, result)
     write_json(args.out, merged)
     print(markdown(merged))
     for preset, section in result["presets"].items():

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu as bench
+from benchmarks import gpu_results
 from hpc_train.job import devices
 
 STAMP = "2026-11-22 12:32:49"
@@ -28,18 +29,20 @@ def arg(argv: list[str], flag: str) -> str:
     [
         ("NVIDIA H100 80GB HBM3", 989.4),
         ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H200", 989.4),  # the same compute as the H100 SXM, more and faster memory
+        ("NVIDIA H200 NVL", 835.5),
         ("NVIDIA A100-SXM4-40GB", 312.0),
         ("Tesla V100-SXM2-32GB", 125.0),
     ],
 )
 def test_peak_per_gpu_model(name: str, tflops: float) -> None:
-    peak = bench.peak_for(name)
+    peak = gpu_results.peak_for(name)
     assert peak is not None and peak.tflops == tflops and "datasheet" in peak.source
-    assert bench.peak_for("NVIDIA GeForce RTX 4090") is None
+    assert gpu_results.peak_for("NVIDIA GeForce RTX 4090") is None
 
 
 def test_mfu_is_six_flops_per_parameter_per_token() -> None:
-    assert bench.mfu(100_000_000, 1_000_000, 1000.0) == pytest.approx(0.6)
+    assert gpu_results.mfu(100_000_000, 1_000_000, 1000.0) == pytest.approx(0.6)
 
 
 def test_steady_leaves_out_the_warm_up_intervals() -> None:
@@ -105,9 +108,11 @@ def test_summarize_run_and_figures() -> None:
     raw = {"lines": lines, "samples": samples, "wall_s": 80.04, "ended": first + 30}
     run = bench.summarize_run(argv, raw | {"checkpoint_bytes": 10}, total_gib=79.2)
     assert (run["batch"], run["update_freq"], run["precision"]) == (256, 2, "bf16")
-    assert run["words_per_s"] == 200.0 and run["peak_gib"] == 52.2
+    assert run["words_per_s"] == 200.0 and run["peak_mem_gib"] == 52.2
     assert run["smi_peak_gib"] == 60.0 and run["gpu_util_pct"] == 80.0  # training window only
     assert run["exit_s"] is None and run["wall_s"] == 80.0
+    assert set(gpu_results.RUN_KEYS) <= set(run) and run["status"] == "ok"
+    assert run["loss_last"] == 9.5
     runs = {
         "bare_seed": {"words_per_s": 100.0, "save_s": 2.0},
         "bare_same": {"words_per_s": 200.0, "save_s": 2.0},
@@ -116,23 +121,43 @@ def test_summarize_run_and_figures() -> None:
     }
     assert bench.figures(runs) == {
         "speedup_vs_seed": 2.1,
-        "toolkit_over_bare": 0.99,
+        "toolkit_over_bare_same_settings": 0.99,
         "bf16_fused_over_fp16_adam": 1.061,
         "save_ratio": 1.5,
     }
 
 
-def test_merge_keeps_presets_measured_in_another_run() -> None:
-    old = {"environment": {"date": "a"}, "presets": {"roberta-base": 1, "roberta-large": 2}}
-    new = {"environment": {"date": "b"}, "presets": {"roberta-large": 3}}
-    assert bench.merge(old, new) == {
-        "environment": {"date": "b"},
+def test_exit_is_timed_from_done_training_with_the_final_flush_apart() -> None:
+    done = f"{STAMP[:-2]}50 | INFO | fairseq_cli.train | done training in 9.9 seconds"
+    flushed = (
+        f"{STAMP[:-2]}53 | INFO | hpc_train.worker.async_save | wrote x in the background in 3.1 s"
+    )
+    lines = [inner(w, 27.0) for w in (50.0, 100.0, 200.0)] + [done, flushed]
+    raw = {"lines": lines, "samples": [], "wall_s": 9.0, "checkpoint_bytes": 1}
+    run = bench.summarize_run(["py"], raw | {"ended": bench._epoch(STAMP) + 5.0}, total_gib=80)
+    assert (run["flush_s"], run["exit_s"]) == (3.0, 1.0)  # 49 -> 50 done, 53 flushed, 54 exit
+
+
+def test_merge_keeps_presets_and_figures_measured_in_another_run() -> None:
+    old = {"date": "a", "presets": {"roberta-base": 1, "roberta-large": 2},
+           "figures": {"toolkit_over_bare": {"roberta-base": 2.0, "roberta-large": 2.1}}}  # fmt: skip
+    new = {"date": "b", "presets": {"roberta-large": 3},
+           "figures": {"toolkit_over_bare": {"roberta-large": 1.6}}}  # fmt: skip
+    assert gpu_results.merge(old, new) == {
+        "date": "b",
         "presets": {"roberta-base": 1, "roberta-large": 3},
+        "figures": {"toolkit_over_bare": {"roberta-base": 2.0, "roberta-large": 1.6}},
     }
 
 
-def test_the_recorded_results_render() -> None:
+def test_the_recorded_results_render_in_the_one_schema() -> None:
     result = json.loads(RESULTS.read_text())
+    assert {"date", "device", "presets", "figures"} <= set(result)
+    assert result["figures"]["toolkit_over_bare"] == {
+        p: s["figures"]["speedup_vs_seed"] for p, s in result["presets"].items()
+    }
+    for section in result["presets"].values():
+        assert all(set(gpu_results.RUN_KEYS) <= set(r) for r in section["runs"].values())
     rows = bench.markdown(result).splitlines()
     assert len(rows) == 2 + len(bench.RUNS) * len(result["presets"])
     assert all(row.count("|") == 9 for row in rows)
