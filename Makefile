@@ -16,7 +16,7 @@ export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 # instead of compiling the sources again. Measured here: the fast tier collects in 4.0 s, not 7.3.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-gpu-restart bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import clean
+.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-gpu-restart bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import device-kit clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
@@ -27,6 +27,7 @@ help:
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
 	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-hang, bench-grow, bench-soak, bench-import (JSON in benchmarks/results/; SMOKE=1: each in its smoke mode)"
+	@echo "make device-kit    what a lent GPU machine lacks (wheels, data, the project) in .local/device-kit: docs/gpu.md"
 
 install: install-system install-python
 
@@ -118,6 +119,14 @@ bench-data: install-python
 # fairseq on one GPU (~13 min on an H100); says so and exits 0 where no GPU is visible.
 bench-gpu: install-python demo-data
 	$(PY) -m benchmarks.gpu $(BENCH_FLAGS) --data $(STATE)/data/demo-bin --out $(RESULTS)/gpu.json
+
+# The device kit (issue 36): CPython 3.12 wheels the GPU machine lacks (hash-pinned), the demo
+# corpus binarized and the project, in a git-ignored folder (<= 60 MiB), checked with no index.
+# On the GPU machine (the device tool, carry .local/device-kit):
+#   python3 -m benchmarks.gpu_session --kit .local/device-kit --out $$OUT/gpu.json
+DEVICE_KIT ?= $(STATE)/device-kit
+device-kit: install-python demo-data
+	$(PY) -m benchmarks.device_kit build --out $(DEVICE_KIT) --data $(STATE)/data/demo-bin
 
 # In-job restart on one GPU (issue 19), not a test: roberta-base, cold start -> first update, a
 # rank SIGKILLed -> torchrun's exit, torchrun restarted -> loaded checkpoint -> first resumed
