@@ -121,3 +121,20 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "date": dt.date.today().isoformat(),
     }
+
+
+def cpu_environment() -> dict[str, Any]:
+    """The machine of a CPU run (a rehearsal): what ``environment`` says of a GPU machine."""
+    import os
+
+    import fairseq
+    import torch
+
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "fairseq": fairseq.__version__,
+        "python": platform.python_version(),
+        "date": dt.date.today().isoformat(),
+    }

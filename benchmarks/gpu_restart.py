@@ -57,7 +57,6 @@ import datetime as dt
 import itertools
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -533,20 +532,6 @@ def startup_parts(checkpoint: Path, use_gpu: bool) -> dict[str, dict[str, float]
     return out
 
 
-def cpu_environment() -> dict[str, Any]:
-    import fairseq
-    import torch
-
-    return {
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "fairseq": fairseq.__version__,
-        "python": platform.python_version(),
-        "date": dt.date.today().isoformat(),
-    }
-
-
 def copy_logs(bench: Bench, dest: Path) -> None:
     """train.log and each start's torchrun output into ``dest`` (the device tool's $OUT)."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -598,7 +583,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "gpu": use_gpu,
         "device": "cuda" if use_gpu else "cpu",
-        "environment": gpu_measure.environment() if use_gpu else cpu_environment(),
+        "environment": gpu_measure.environment() if use_gpu else gpu_measure.cpu_environment(),
         "preset": plan.preset,
         "smoke": args.smoke,
     }
