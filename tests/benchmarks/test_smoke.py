@@ -147,6 +147,27 @@ def test_bench_data_smoke(tmp_path: Path) -> None:
     print(f"bench-data smoke: {took:.1f} s")
 
 
+@smoke("bench-levers")
+def test_bench_levers_smoke(tmp_path: Path, corpus: Path) -> None:
+    """The tiny preset: the defaults and every lever, each profiled by the rank (~20 s)."""
+    command, out = make_command("bench-levers", tmp_path, corpus)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 300)
+    r = result(proc, out / "levers_cpu.json")
+    assert (
+        proc.returncode == 0 and r["preset"] == "tiny" and set(r["variants"]) == {"defaults", "all"}
+    )
+    before, after = (r["variants"][n]["per_update"] for n in ("defaults", "all"))
+    # the truth the test knows: fairseq reads the padding once per layer (2 in tiny), the
+    # token count twice, the per-update stats twice; the levers take those away
+    sites = r["variants"]["defaults"]["host_sync_sites"]
+    assert (
+        sites["fairseq/models/transformer/transformer_encoder.py:231"] == 2 * 2
+    )  # 2 micro-batches
+    assert r["figures"]["host_syncs_all_levers"] == after["host_syncs_gpu_path"] <= 2
+    assert after["ops_launched"] < before["ops_launched"]
+    print(f"bench-levers smoke: {took:.1f} s")
+
+
 @smoke("bench-ckpt")
 def test_bench_ckpt_smoke(tmp_path: Path, corpus: Path) -> None:
     command, out = make_command("bench-ckpt", tmp_path, corpus)
