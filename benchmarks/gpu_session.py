@@ -256,6 +256,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/hpc-train-gpu-session"))
     args = p.parse_args(argv)
+    if args.deadline_s <= 0 or (args.runs_per_stage is not None and args.runs_per_stage < 1):
+        p.error("--deadline-s must be > 0 and --runs-per-stage >= 1")
     if args.kit is not None and not (args.kit / "MANIFEST.json").is_file():
         p.error(f"--kit {args.kit}: not a device kit (make device-kit)")
     args.data = args.data or (
@@ -263,8 +265,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     if not (args.data / "dict.txt").is_file():
         p.error(f"--data {args.data}: not a binarized corpus (make demo-data)")
-    if args.deadline_s <= 0 or (args.runs_per_stage is not None and args.runs_per_stage < 1):
-        p.error("--deadline-s must be > 0 and --runs-per-stage >= 1")
     return args
 
 
