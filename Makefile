@@ -25,7 +25,7 @@ help:
 	@echo "make cluster-down  stop it (only the daemons it started)"
 	@echo "make local-image   build the local cluster's container image (submit --container .local/images/hpc-train)"
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
-	@echo "make lint          ruff, mypy, the import layers (import-linter), shellcheck"
+	@echo "make lint          ruff, mypy, the import layers (import-linter), the size caps (tools/caps.py), shellcheck"
 	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-hang, bench-grow, bench-soak, bench-import, bench-levers (JSON in benchmarks/results/; SMOKE=1: each in its smoke mode)"
 	@echo "make device-kit    what a lent GPU machine lacks (wheels, data, the project) in .local/device-kit: docs/gpu.md"
 
@@ -90,10 +90,11 @@ test-fast: install-python
 	$(PY) -m pytest -q -n 2 -m "not slurm and not fairseq and not slow and not aws"
 
 lint: install-python
-	$(VENV)/bin/ruff check hpc_core hpc_train nccl_checks benchmarks tests
-	$(VENV)/bin/ruff format --check hpc_core hpc_train nccl_checks benchmarks tests
+	$(VENV)/bin/ruff check hpc_core hpc_train nccl_checks benchmarks tests tools
+	$(VENV)/bin/ruff format --check hpc_core hpc_train nccl_checks benchmarks tests tools
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) tools/caps.py hpc_core hpc_train nccl_checks benchmarks
 	shellcheck $$(git ls-files '*.sh' 'bootstrap/*' 'slurm/*' | grep -E '\.sh$$') .ci/run
 
 # Every benchmark (figures, never timed tests): results as JSON under benchmarks/results/.

@@ -343,7 +343,8 @@ class Bench:
         self.work = work
         self.save = (work / f"{plan.preset}-save").resolve()
         spec = gpu.toolkit_spec(plan.preset, data.resolve(), self.save, plan.lengths)
-        changes: dict[str, Any] = {"save_interval": str(plan.save_every)}
+        saves = dataclasses.replace(spec.saves, interval=str(plan.save_every))
+        changes: dict[str, Any] = {"saves": saves}
         if not use_gpu:
             changes["gpus_per_node"] = 0  # one CPU rank: gloo, legacy_ddp, no loader processes
         self.spec: JobSpec = dataclasses.replace(spec, **changes)

@@ -267,6 +267,36 @@ def submit_training(
         raise BenchError(str(err)) from None
 
 
+def recovery_figures(
+    save: Path, job: str, t0: float, resumed_s: float, max_update: int
+) -> dict[str, Any]:
+    """What a finished run's logs say of its interrupt at ``t0`` and its first update after the
+    resume at ``resumed_s``: updates recomputed and missing, the recovery and its phases, the
+    save on notice."""
+    lines = read_lines(RunDir(save).train_log)
+    updates = trained(save)
+    saved = [float(s) for _, s in SAVED_RE.findall("\n".join(lines))]
+    task0 = read_lines(RunDir(save).task_log(job, 0))
+    marks = [
+        ("interrupt", t0),
+        ("notice", first_time(lines, "saving at update", t0)),
+        ("saved", first_time(lines, "saved on notice", t0)),
+        ("restart", first_time(task0, SUBMITIT_START, t0)),
+        ("checkpoint_loaded", first_time(lines, "Loaded checkpoint", t0)),
+        ("first_update", resumed_s),
+    ]
+    restart = dict(marks)["restart"]
+    return {
+        "updates_recomputed": recomputed_updates(updates),
+        "updates_missing": missing_updates(updates, max_update)[:20],
+        "recovery_s": round(resumed_s - t0, 3),
+        "phases_s": phases(marks),
+        "restart_s": round(restart - t0, 3) if restart else None,  # Slurm's part of recovery_s
+        "startup_s": round(resumed_s - restart, 3) if restart else None,  # the job's part
+        "save_on_notice_s": saved[-1] if saved else None,
+    }
+
+
 def training_run(
     name: str,
     interrupt: Callable[[str], object],
@@ -299,32 +329,13 @@ def training_run(
     interference = jobs.take_seen()
     say(f"{name}: resumed at update {resumed[1]} {resumed[0] - t0:.1f} s after the interrupt")
     final = slurm.wait_for_job(job, timeout=900)
-    lines = read_lines(RunDir(save).train_log)
-    updates = trained(save)
-    saved = [float(s) for _, s in SAVED_RE.findall("\n".join(lines))]
-    task0 = read_lines(RunDir(save).task_log(job, 0))
-    marks = [
-        ("interrupt", t0),
-        ("notice", first_time(lines, "saving at update", t0)),
-        ("saved", first_time(lines, "saved on notice", t0)),
-        ("restart", first_time(task0, SUBMITIT_START, t0)),
-        ("checkpoint_loaded", first_time(lines, "Loaded checkpoint", t0)),
-        ("first_update", resumed[0]),
-    ]
-    restart = dict(marks)["restart"]
     return {
         "job_id": job,
         "state": final.state,
         "restarts": final.restarts,
         "interrupted_near_update": at,
         "resumed_at_update": resumed[1],
-        "updates_recomputed": recomputed_updates(updates),
-        "updates_missing": missing_updates(updates, args.max_update)[:20],
-        "recovery_s": round(resumed[0] - t0, 3),
-        "phases_s": phases(marks),
-        "restart_s": round(restart - t0, 3) if restart else None,  # Slurm's part of recovery_s
-        "startup_s": round(resumed[0] - restart, 3) if restart else None,  # the job's part
-        "save_on_notice_s": saved[-1] if saved else None,
+        **recovery_figures(save, job, t0, resumed[0], args.max_update),
         "quiet_wait_s": quiet_wait,
         "other_jobs_during_recovery": interference,
         "save_dir": str(save),

@@ -89,7 +89,7 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
         "additional_parameters": {"requeue": True},
     }
     srun_args: list[str] = []
-    if spec.in_job_restarts:
+    if spec.recovery.in_job_restarts:
         # a node that fails (NODE_FAIL: its slurmd gone) ends neither the job (sbatch) nor the
         # other nodes' tasks (srun kills the whole step otherwise): task 0 blames the node and
         # restarts training inside the allocation, which Slurm shrinks to the nodes left
@@ -105,10 +105,10 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
         params["partition"] = spec.partition
     if exclude:
         params["exclude"] = ",".join(exclude)
-    if spec.mail_user:
-        params["mail_user"] = spec.mail_user
-    if spec.mail_type:
-        params["mail_type"] = spec.mail_type
+    if spec.notify.mail_user:
+        params["mail_user"] = spec.notify.mail_user
+    if spec.notify.mail_type:
+        params["mail_type"] = spec.notify.mail_type
     if spec.gpus_per_node > 0:
         params["gpus_per_node"] = spec.gpus_per_node
     if spec.cpus_per_task:
@@ -116,7 +116,7 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
     elif spec.gpus_per_node > 0:
         # all cores to the node's one task: torchrun's ranks and their data loaders run in it
         params["cpus_per_task"] = instances.instance_type(spec.instance_type).cores
-    if spec.container is not None:
+    if spec.container.image is not None:
         # pyxis: the launcher (and so torchrun and the ranks) runs inside the image
         srun_args += spec.container_srun_args
     if srun_args:
@@ -126,7 +126,7 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
 
 def job_python(spec: JobSpec, host_python: str = sys.executable) -> str:
     """The interpreter each task runs submitit with: the image's with ``--container``."""
-    return container.IMAGE_PYTHON if spec.container is not None else host_python
+    return container.IMAGE_PYTHON if spec.container.image is not None else host_python
 
 
 def submission_command(folder: Path, python: str = sys.executable) -> str:
@@ -156,9 +156,10 @@ def training_command(spec: JobSpec, plan: BatchPlan) -> tuple[str, str]:
     line = command_lines.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
     line = line.replace("SLURM_JOB_ID", "$SLURM_JOB_ID")
     note = f"{plan.describe()}; RDZV_PORT = {slurm.RDZV_PORT_RULE}"
-    if spec.container is not None:
-        note += f"; inside the image {spec.container}"
-        if container.is_oci_image(spec.container):
+    image = spec.container.image
+    if image is not None:
+        note += f"; inside the image {image}"
+        if container.is_oci_image(image):
             mounts = ", ".join(map(str, spec.container_mount_list))
             note += (
                 f" (its OCI bundle {spec.run_dir.oci_bundle}, written at submit; mounts {mounts})"
@@ -171,7 +172,7 @@ def make_executor(spec: JobSpec) -> Any:
 
     executor = submitit.SlurmExecutor(
         folder=spec.run_dir.slurm_logs,
-        max_num_timeout=restart_policy.submitit_max_num_timeout(spec.max_restarts),
+        max_num_timeout=restart_policy.submitit_max_num_timeout(spec.recovery.max_restarts),
         python=shlex.quote(job_python(spec)),
     )
     executor.update_parameters(**sbatch_parameters(spec, quarantine.nodes(spec.run_dir)))
@@ -184,9 +185,10 @@ def submit(spec: JobSpec) -> Any:
     from hpc_train.launch.launcher import Launcher
 
     spec.run_dir.slurm_logs.mkdir(parents=True, exist_ok=True)
-    if spec.container is not None and container.is_oci_image(spec.container):
+    image = spec.container.image
+    if image is not None and container.is_oci_image(image):
         container.write_bundle(
-            spec.run_dir.oci_bundle, Path(spec.container), spec.container_mount_list, spec.save_dir
+            spec.run_dir.oci_bundle, Path(image), spec.container_mount_list, spec.save_dir
         )
     from submitit.core.utils import FailedJobError
 
@@ -207,7 +209,7 @@ def record_submission(spec: JobSpec, job_id: str, when: float) -> None:
         nodes=spec.nodes_arg, max_update=spec.updates, preset=spec.preset, name=spec.job_name,
         # the run's limits, in-job watchdog or not (--no-watchdog): the doctor and the alerts
         # judge a stall by them from outside the job
-        hang_limits=asdict(spec.hang_limits), watchdog=not spec.no_watchdog,
+        hang_limits=asdict(spec.watch.hang), watchdog=not spec.watch.no_watchdog,
     )  # fmt: skip
     ledger.index_run(job_id, run.root.resolve(), spec.job_name, spec.updates)
 
@@ -278,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         job = submit(spec)
     except (SpecError, slurm.SlurmError) as err:
         parser.error(str(err))
-    spares = f" + {spec.spares} hot spare(s)" if spec.spares else ""
+    spares = f" + {spec.recovery.spares} hot spare(s)" if spec.recovery.spares else ""
     print(f"submitted job {job.job_id}: {spec.nodes_arg} node(s){spares}, preset {spec.preset}")
     run = spec.run_dir
     record_submission(spec, job.job_id, submitted_at)

@@ -153,9 +153,10 @@ def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str, prelude: st
     import sys
 
     from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.spec import JobSpec, Saves
 
-    spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=max_update, keep_checkpoints=5)
+    spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=max_update,
+                   saves=Saves(keep_checkpoints=5))  # fmt: skip
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     worker = ["-m", TRAIN_MODULE]
     if prelude:

@@ -75,7 +75,7 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
         "--max-update", str(spec.updates),
         "--save-dir", str(save_dir),
         "--save-interval-updates", str(spec.save_interval_updates),
-        "--keep-interval-updates", str(spec.keep_checkpoints),
+        "--keep-interval-updates", str(spec.saves.keep_checkpoints),
         "--no-epoch-checkpoints",
         "--skip-invalid-size-inputs-valid-test",
         "--log-format", "json",

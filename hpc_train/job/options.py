@@ -1,28 +1,42 @@
 """The submit command line, generated from the job spec's fields.
 
-Each option's flag, help and parsing are written once, on its ``JobSpec`` field (``spec.option``);
-its default is the field's default, shown in ``--help``. ``add_options`` puts them on a parser;
-``spec_from_options`` turns what was parsed into a ``JobSpec``. Values that need more than
-argparse's types (``--nodes 1-4``, ``--time 2:00:00``) are parsed afterwards, so their one-line
-SpecError reaches the user unchanged.
+Each option's flag, help and parsing are written once, on its field (``fields.option``), in
+``JobSpec`` or in one of its concerns (``fields.nested``: ``JobSpec.recovery``,
+``JobSpec.watch.hang``, …), whose options sit where the concern sits; its default is the field's
+default, shown in ``--help``. ``spec_options`` walks the nesting, ``add_options`` puts the
+options on a parser, ``spec_from_options`` turns what was parsed into a ``JobSpec``, each concern
+built with its own values. Values that need more than argparse's types (``--nodes 1-4``,
+``--time 2:00:00``) are parsed afterwards, so their one-line SpecError reaches the user unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hpc_train.job import levers
-from hpc_train.job.spec import JobSpec, Option
+from hpc_train.job.fields import Option
+from hpc_train.job.spec import JobSpec
+
+FieldPath = tuple[str, ...]  # a field's names from the spec down: ("watch", "hang", "factor")
 
 
-def spec_options() -> list[tuple[dataclasses.Field[Any], Option]]:
-    """(field, option) for every JobSpec field that has an option, in field order."""
-    return [
-        (f, f.metadata["option"]) for f in dataclasses.fields(JobSpec) if "option" in f.metadata
-    ]
+def leaves(concern: type = JobSpec, at: FieldPath = ()) -> Iterator[tuple[FieldPath, Any]]:
+    """(path, field) for every field that is not a concern, in declaration order: a nested
+    concern's fields where the concern sits."""
+    for f in dataclasses.fields(concern):
+        inner = f.metadata.get("nested")
+        if inner is not None:
+            yield from leaves(inner, (*at, f.name))
+        else:
+            yield (*at, f.name), f
+
+
+def spec_options() -> list[tuple[FieldPath, dataclasses.Field[Any], Option]]:
+    """(path, field, option) for every spec field that has an option, in ``--help``'s order."""
+    return [(path, f, f.metadata["option"]) for path, f in leaves() if "option" in f.metadata]
 
 
 def _default_text(f: dataclasses.Field[Any], opt: Option) -> str | None:
@@ -54,18 +68,18 @@ def add_lever_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    """One option per spec field that has one; an absent option leaves the field's default.
-    The speed levers' options sit where their field sits."""
-    lever_name = lever_field().name
-    for f in dataclasses.fields(JobSpec):
-        if f.name == lever_name:
+    """One option per spec field that has one (its dest: the field's path, dotted); an absent
+    option leaves the field's default. The speed levers' options sit where their field sits."""
+    lever = lever_field()
+    for path, f in leaves():
+        if f is lever:
             add_lever_options(parser)
         if "option" not in f.metadata:
             continue
         opt = f.metadata["option"]
         shown = _default_text(f, opt)
         text = opt.help + (f" (default: {shown})" if shown else "")
-        kwargs: dict[str, Any] = {"dest": f.name, "help": text.replace("%", "%%")}
+        kwargs: dict[str, Any] = {"dest": ".".join(path), "help": text.replace("%", "%%")}
         if f.type in ("bool", bool):
             kwargs["action"] = "store_true"
         else:
@@ -79,18 +93,34 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(opt.flag, **kwargs)
 
 
+def build(concern: type, values: dict[FieldPath, Any], at: FieldPath = ()) -> Any:
+    """``concern`` from ``values`` (by path), each nested concern built from its own; a field
+    with no value keeps its default."""
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(concern):
+        inner = f.metadata.get("nested")
+        if inner is not None:
+            kwargs[f.name] = build(inner, values, (*at, f.name))
+        elif (*at, f.name) in values:
+            kwargs[f.name] = values[(*at, f.name)]
+    return concern(**kwargs)
+
+
 def spec_from_options(args: argparse.Namespace, extra: Sequence[str] = ()) -> JobSpec:
     """The spec from parsed options (SpecError, one line, when a value does not parse)."""
     given = vars(args)
-    values: dict[str, Any] = {}
-    for f, opt in spec_options():
-        if f.name not in given:
+    values: dict[FieldPath, Any] = {}
+    for path, _f, opt in spec_options():
+        dest = ".".join(path)
+        if dest not in given:
             continue
-        value = opt.parse(given[f.name]) if opt.parse is not None else given[f.name]
-        if opt.fills:
-            values.update(zip(opt.fills, value, strict=True))
+        value = opt.parse(given[dest]) if opt.parse is not None else given[dest]
+        if opt.fills:  # siblings of the field
+            values.update({(*path[:-1], name): v for name, v in zip(opt.fills, value, strict=True)})
         else:
-            values[f.name] = value
+            values[path] = value
     asked = tuple((k[len(LEVER_DEST) :], v) for k, v in given.items() if k.startswith(LEVER_DEST))
-    values[lever_field().name] = asked
-    return JobSpec(**values, extra_args=tuple(extra))
+    values[(lever_field().name,)] = asked
+    values[("extra_args",)] = tuple(extra)
+    spec: JobSpec = build(JobSpec, values)
+    return spec

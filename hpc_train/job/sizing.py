@@ -14,6 +14,7 @@ from hpc_train.job import batch, devices
 
 if TYPE_CHECKING:
     from hpc_train.job import presets
+    from hpc_train.job.spec import Recovery
 
 
 class Sizing:
@@ -23,7 +24,7 @@ class Sizing:
         preset: str
         nodes_min: int
         nodes_max: int
-        spares: int
+        recovery: Recovery  # its spares
         gpus_per_node: int
         instance_type: str
         global_batch: int | None
@@ -41,13 +42,13 @@ class Sizing:
         """What the job asks Slurm for (sbatch --nodes): ``nodes_arg``, and with ``--spares K``
         up to K more: ``N-(N+K)``. The spares are best effort: a start (a requeue above all)
         never waits in the queue for them, it takes the ones that are free."""
-        if not self.spares:
+        if not self.recovery.spares:
             return self.nodes_arg
-        return f"{self.nodes_min}-{self.nodes_max + self.spares}"
+        return f"{self.nodes_min}-{self.nodes_max + self.recovery.spares}"
 
     def spares_in(self, allocated: int) -> int:
         """The hot spares in an allocation of ``allocated`` nodes: those past N, at most K."""
-        return min(self.spares, max(0, allocated - self.nodes_min))
+        return min(self.recovery.spares, max(0, allocated - self.nodes_min))
 
     @property
     def nodes_arg(self) -> str:

@@ -2,22 +2,26 @@
 
 The submit CLI builds it, ``--dry-run`` renders from it, submitit pickles it into the job, and the
 launcher reads it on every (re)start. Nothing here imports torch, fairseq or submitit.
+
+``JobSpec``'s own fields say what to train, where and how wide; the rest is nested by concern, each
+a frozen value whose fields carry their options (``job.fields``): ``recovery`` (``Recovery``),
+``saves`` (``Saves``), ``notify`` (``Notifications``), ``watch`` (``job.limits.Watch``: the
+watchers' ``HangLimits`` and ``StragglerLimits`` as they are) and ``container`` (``Container``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
 from hpc_core.rundir import RunDir
 from hpc_train.job import batch, container, devices, levers, presets
 from hpc_train.job.container import Mount
-from hpc_train.job.limits import HangLimits, StragglerLimits
+from hpc_train.job.fields import nested, option, seconds
+from hpc_train.job.limits import Watch
 from hpc_train.job.sizing import Sizing
 
 
@@ -85,28 +89,6 @@ def parse_save_interval(text: str) -> str:
     raise SpecError(f"--save-interval {text!r}: expected N >= 1, preset or auto")
 
 
-@dataclass(frozen=True)
-class Option:
-    """How a spec field appears on the submit command line (``hpc_train.job.options`` builds it)."""
-
-    flag: str
-    help: str
-    type: Callable[[str], Any] | None = None  # argparse's conversion (int, Path …)
-    parse: Callable[[Any], Any] | None = None  # then ours; SpecError reaches the user as is
-    fills: tuple[str, ...] = ()  # a parsed tuple spread over several fields (--nodes MIN-MAX)
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    default_text: str | None = None  # the default as the user writes it, when not the field's
-
-
-def option(flag: str, help: str, default: Any = MISSING, **how: Any) -> Any:
-    """A dataclass field with its CLI option: flag, help and default are written once, here."""
-    meta = {"option": Option(flag, help, **how)}
-    if default is MISSING:
-        return field(metadata=meta)
-    return field(default=default, metadata=meta)
-
-
 def _absolute(path: Path) -> Path:
     return path.resolve()
 
@@ -139,7 +121,141 @@ def parse_container_mounts(text: str) -> tuple[Mount, ...]:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """What follows a failure, a notice or a narrow start (``JobSpec.recovery``): the restart
+    budget, growing back, in-job restarts and hot spares (``launch.restart_policy``)."""
+
+    max_restarts: int = option(
+        "--max-restarts",
+        "restarts allowed in all: preemptions, node failures, crashes and time-limit requeues",
+        default=20, type=int, metavar="N",
+    )  # fmt: skip
+    grow_after: float = seconds(
+        "--grow-after",
+        "with --nodes MIN-MAX on fewer than MAX: grow once free nodes of the partition stay idle "
+        "this many seconds and Slurm would start them now (save on notice, requeue wider; "
+        "0: never)",
+        300.0,
+    )
+    restart_in_job: bool = option(
+        "--restart-in-job",
+        "after a crash or a hang, restart training inside the allocation on its healthy nodes "
+        "(the blamed node drained and left out) instead of a requeue through Slurm; a requeue "
+        "still follows when fewer than MIN healthy nodes remain",
+        default=False,
+    )  # fmt: skip
+    spares: int = option(
+        "--spares",
+        "hot spares: up to K more nodes allocated and kept idle; a node blamed for a crash, a "
+        "hang, a lost node or a straggler is replaced by one inside the allocation, at the same "
+        "width (implies --restart-in-job; needs a fixed --nodes N; the spares are billed). Best "
+        "effort: a start takes the spares that are free and never waits for them",
+        default=0, type=int, metavar="K",
+    )  # fmt: skip
+    nodes_replaced: str = option(
+        "--nodes-replaced",
+        "does the cluster replace a node that is drained or down (ParallelCluster's "
+        "clustermgtd does)? yes: a requeue short of usable nodes waits for the replacements, "
+        "and a blamed node is drained but not excluded by name (its replacement is another "
+        "machine); no: such a requeue stops the run with the reason; auto: yes where every node "
+        "of the partition has a ParallelCluster name",
+        default="auto", choices=("auto", "yes", "no"),
+    )  # fmt: skip
+    max_no_progress_restarts: int = option(
+        "--max-no-progress-restarts",
+        "stop the run (FAILED, with the reason) after N restarts in a row that resumed from the "
+        "same checkpoint: none advanced it (0: never)",
+        default=3, type=int, metavar="N",
+    )  # fmt: skip
+
+    @property
+    def in_job_restarts(self) -> bool:
+        """Recover inside the allocation (``--restart-in-job``, or spares to swap in)."""
+        return self.restart_in_job or self.spares > 0
+
+
+@dataclass(frozen=True)
+class Saves:
+    """When and where checkpoints are written (``JobSpec.saves``)."""
+
+    keep_checkpoints: int = option(
+        "--keep-checkpoints", "interval checkpoints kept (checkpoint_last.pt always)",
+        default=3, type=int, metavar="N",
+    )  # fmt: skip
+    interval: str = option(
+        "--save-interval", "updates between periodic saves: N, `preset`, or `auto` (Daly's "
+        "interval from this run's measured save and update times and --mtbf-hours, see "
+        "hpc_train/worker/save_interval.py)", default="preset", metavar="N|preset|auto",
+    )  # fmt: skip
+    mtbf_hours: float = option(
+        "--mtbf-hours", "one node's mean time between failures (spot reclaims included) for "
+        "--save-interval auto: an assumption, put your cluster's", default=2000.0, type=float,
+        metavar="H",
+    )  # fmt: skip
+    sync: bool = option(
+        "--sync-save", "save checkpoints inside the training loop (default: snapshot to host "
+        "memory, write in the background, see hpc_train/worker/async_save.py)", default=False,
+    )  # fmt: skip
+    local_dir: Path | None = option(
+        "--local-save-dir", "tiered saves: periodic checkpoints are written to this node-local "
+        "disk first (instance-store NVMe, e.g. /scratch/hpc-train; absolute, as the nodes see "
+        "it) and copied to --save-dir in the background; resume reads --save-dir only, a save "
+        "on notice goes straight there", default=None, type=Path, parse=parse_local_save_dir,
+        metavar="DIR", default_text="off: saves go straight to --save-dir",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        # --save-interval is parsed here, once however the spec was built (the CLI, a
+        # benchmark, dataclasses.replace): everyone after reads the canonical value
+        object.__setattr__(self, "interval", parse_save_interval(self.interval))
+
+
+@dataclass(frozen=True)
+class Notifications:
+    """Who hears of the run's events (``JobSpec.notify``): Slurm's mail, and a command."""
+
+    mail_user: str | None = option(
+        "--mail-user", "Slurm mails this address on the --mail-type events", default=None,
+        metavar="ADDR",
+    )  # fmt: skip
+    mail_type: str | None = option(
+        "--mail-type", "Slurm's mail events, e.g. END,FAIL,REQUEUE", default=None,
+        parse=parse_mail_type, metavar="TYPES", default_text="Slurm's (none)",
+    )  # fmt: skip
+    command: str | None = option(
+        "--notify", "a command (sh -c) run on the node on finish, failure and each requeue, "
+        "the ledger event as JSON on its stdin", default=None, metavar="CMD",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Container:
+    """The image the launcher and the ranks run in (``JobSpec.container``, ``job.container``);
+    ``image`` None: the nodes' own Python environment."""
+
+    image: str | None = option(
+        "--container", "run the launcher and the ranks inside this image (docs/containers.md): "
+        "through pyxis (srun --container-image) a registry reference in enroot's form, "
+        "docker://[USER@][REGISTRY#]IMAGE[:TAG], or a squashfs file from `enroot import` "
+        "(bootstrap/container/import.sh), e.g. /lustre/images/hpc-train.sqsh; through Slurm's "
+        "own OCI support (srun --container, runc) an OCI image directory, e.g. the local "
+        "cluster's .local/images/hpc-train (slurm/local/build-image.sh); the save dir, the "
+        "data, --local-save-dir (it must exist on every node) and the nodes' Slurm client are "
+        "mounted at their own paths", default=None, parse=parse_container, metavar="IMAGE",
+        default_text="off: the bootstrap's Python environment on the nodes",
+    )  # fmt: skip
+    mounts: tuple[Mount, ...] = option(
+        "--container-mounts", "more bind mounts for --container, SRC:DST[:FLAGS][,...] (pyxis's form) "
+        "(SRC must exist, DST absolute), e.g. /lustre/tokenizers:/tokenizers:ro",
+        default=(), parse=parse_container_mounts, metavar="SRC:DST[,...]", default_text="none",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class JobSpec(Sizing):
+    """A run: what to train, where and on how many nodes at the top; each concern's options
+    in its own value, where its options appear in ``--help`` (``job.options`` walks them)."""
+
     preset: str = option(
         "--preset", f"training recipe, one of: {', '.join(presets.PRESETS)}", metavar="NAME"
     )
@@ -181,73 +297,8 @@ class JobSpec(Sizing):
         default=DEFAULT_INSTANCE_TYPE, metavar="TYPE",
     )  # fmt: skip
     job_name: str = option("--job-name", "Slurm job name", default="hpc-train", metavar="NAME")
-    max_restarts: int = option(
-        "--max-restarts",
-        "restarts allowed in all: preemptions, node failures, crashes and time-limit requeues",
-        default=20, type=int, metavar="N",
-    )  # fmt: skip
-    grow_after: float = option(
-        "--grow-after",
-        "with --nodes MIN-MAX on fewer than MAX: grow once free nodes of the partition stay idle "
-        "this many seconds and Slurm would start them now (save on notice, requeue wider; "
-        "0: never)",
-        default=300.0, type=float, metavar="S",
-    )  # fmt: skip
-    restart_in_job: bool = option(
-        "--restart-in-job",
-        "after a crash or a hang, restart training inside the allocation on its healthy nodes "
-        "(the blamed node drained and left out) instead of a requeue through Slurm; a requeue "
-        "still follows when fewer than MIN healthy nodes remain",
-        default=False,
-    )  # fmt: skip
-    spares: int = option(
-        "--spares",
-        "hot spares: up to K more nodes allocated and kept idle; a node blamed for a crash, a "
-        "hang, a lost node or a straggler is replaced by one inside the allocation, at the same "
-        "width (implies --restart-in-job; needs a fixed --nodes N; the spares are billed). Best "
-        "effort: a start takes the spares that are free and never waits for them",
-        default=0, type=int, metavar="K",
-    )  # fmt: skip
-    nodes_replaced: str = option(
-        "--nodes-replaced",
-        "does the cluster replace a node that is drained or down (ParallelCluster's "
-        "clustermgtd does)? yes: a requeue short of usable nodes waits for the replacements, "
-        "and a blamed node is drained but not excluded by name (its replacement is another "
-        "machine); no: such a requeue stops the run with the reason; auto: yes where every node "
-        "of the partition has a ParallelCluster name",
-        default="auto", choices=("auto", "yes", "no"),
-    )  # fmt: skip
-    max_no_progress_restarts: int = option(
-        "--max-no-progress-restarts",
-        "stop the run (FAILED, with the reason) after N restarts in a row that resumed from the "
-        "same checkpoint: none advanced it (0: never)",
-        default=3, type=int, metavar="N",
-    )  # fmt: skip
-    keep_checkpoints: int = option(
-        "--keep-checkpoints", "interval checkpoints kept (checkpoint_last.pt always)",
-        default=3, type=int, metavar="N",
-    )  # fmt: skip
-    save_interval: str = option(
-        "--save-interval", "updates between periodic saves: N, `preset`, or `auto` (Daly's "
-        "interval from this run's measured save and update times and --mtbf-hours, see "
-        "hpc_train/worker/save_interval.py)", default="preset", metavar="N|preset|auto",
-    )  # fmt: skip
-    mtbf_hours: float = option(
-        "--mtbf-hours", "one node's mean time between failures (spot reclaims included) for "
-        "--save-interval auto: an assumption, put your cluster's", default=2000.0, type=float,
-        metavar="H",
-    )  # fmt: skip
-    sync_save: bool = option(
-        "--sync-save", "save checkpoints inside the training loop (default: snapshot to host "
-        "memory, write in the background, see hpc_train/worker/async_save.py)", default=False,
-    )  # fmt: skip
-    local_save_dir: Path | None = option(
-        "--local-save-dir", "tiered saves: periodic checkpoints are written to this node-local "
-        "disk first (instance-store NVMe, e.g. /scratch/hpc-train; absolute, as the nodes see "
-        "it) and copied to --save-dir in the background; resume reads --save-dir only, a save "
-        "on notice goes straight there", default=None, type=Path, parse=parse_local_save_dir,
-        metavar="DIR", default_text="off: saves go straight to --save-dir",
-    )  # fmt: skip
+    recovery: Recovery = nested(Recovery)
+    saves: Saves = nested(Saves)
     cpus_per_task: int | None = option(
         "--cpus-per-task", "CPUs for each node's task", default=None, type=int, metavar="N",
         default_text="all cores of the instance type on GPU nodes, Slurm's default on CPU nodes",
@@ -255,18 +306,7 @@ class JobSpec(Sizing):
     preflight: bool = option(
         "--preflight", "all-reduce health check of the allocation before training", default=False
     )
-    mail_user: str | None = option(
-        "--mail-user", "Slurm mails this address on the --mail-type events", default=None,
-        metavar="ADDR",
-    )  # fmt: skip
-    mail_type: str | None = option(
-        "--mail-type", "Slurm's mail events, e.g. END,FAIL,REQUEUE", default=None,
-        parse=parse_mail_type, metavar="TYPES", default_text="Slurm's (none)",
-    )  # fmt: skip
-    notify: str | None = option(
-        "--notify", "a command (sh -c) run on the node on finish, failure and each requeue, "
-        "the ledger event as JSON on its stdin", default=None, metavar="CMD",
-    )  # fmt: skip
+    notify: Notifications = nested(Notifications)
     precision: str | None = option(
         "--precision", "GPU ranks' precision", default=None, choices=devices.PRECISIONS,
         default_text="bf16 on A100/H100, fp16 on V100",
@@ -278,71 +318,15 @@ class JobSpec(Sizing):
     # speed levers (hpc_train.job.levers): one --NAME auto|on|off per lever (options.py), auto =
     # the GPU's default, listed by --dry-run; held as (name, setting) for those not left at auto
     speed: tuple[tuple[str, str], ...] = field(default=(), metadata={"levers": levers.LEVERS})
-    no_watchdog: bool = option(
-        "--no-watchdog", "no hang detection (a stuck job then holds its nodes until --time)",
-        default=False,
-    )  # fmt: skip
-    hang_factor: float = option(
-        "--hang-factor", "a hang: no update for this many times the slowest recent update…",
-        default=HangLimits.factor, type=float, metavar="K",
-    )  # fmt: skip
-    hang_timeout_floor: float = option(
-        "--hang-timeout-floor", "…or for this many seconds, whichever is longer",
-        default=HangLimits.floor_s, type=float, metavar="S",
-    )  # fmt: skip
-    hang_save_timeout: float = option(
-        "--hang-save-timeout", "seconds allowed for validation, a checkpoint save, an epoch change",
-        default=HangLimits.save_s, type=float, metavar="S",
-    )  # fmt: skip
-    hang_startup_timeout: float = option(
-        "--hang-startup-timeout", "seconds allowed from torchrun's start to the first update",
-        default=HangLimits.startup_s, type=float, metavar="S",
-    )  # fmt: skip
-    no_drain: bool = option(
-        "--no-drain", "never drain the node blamed for a hang (it is still excluded)",
-        default=False,
-    )  # fmt: skip
-    straggler_threshold: float = option(
-        "--straggler-threshold", "a straggler: a node whose own compute per update is this "
-        "much slower than the other nodes' median (0.2: 20 %)…",
-        default=StragglerLimits.threshold, type=float, metavar="F",
-    )  # fmt: skip
-    straggler_window: float = option(
-        "--straggler-window", "…at every check for this many seconds (logged, in the ledger)",
-        default=StragglerLimits.window_s, type=float, metavar="S",
-    )  # fmt: skip
-    evict_stragglers: bool = option(
-        "--evict-stragglers", "a straggler is a bad node: all ranks save at the next update, "
-        "it is drained (unless --no-drain), the job requeued without it", default=False,
-    )  # fmt: skip
+    watch: Watch = nested(Watch)
     audit_samples: bool = option(
         "--audit-samples", "each rank records the sample ids it trains, per epoch (under "
         "<save-dir>/.hpc-train/audit/); `python -m hpc_train.runs.audit SAVE_DIR` checks that "
         "every sample of an epoch was trained exactly once across restarts and width changes",
         default=False,
     )  # fmt: skip
-    container: str | None = option(
-        "--container", "run the launcher and the ranks inside this image (docs/containers.md): "
-        "through pyxis (srun --container-image) a registry reference in enroot's form, "
-        "docker://[USER@][REGISTRY#]IMAGE[:TAG], or a squashfs file from `enroot import` "
-        "(bootstrap/container/import.sh), e.g. /lustre/images/hpc-train.sqsh; through Slurm's "
-        "own OCI support (srun --container, runc) an OCI image directory, e.g. the local "
-        "cluster's .local/images/hpc-train (slurm/local/build-image.sh); the save dir, the "
-        "data, --local-save-dir (it must exist on every node) and the nodes' Slurm client are "
-        "mounted at their own paths", default=None, parse=parse_container, metavar="IMAGE",
-        default_text="off: the bootstrap's Python environment on the nodes",
-    )  # fmt: skip
-    container_mounts: tuple[Mount, ...] = option(
-        "--container-mounts", "more bind mounts for --container, SRC:DST[:FLAGS][,...] (pyxis's form) "
-        "(SRC must exist, DST absolute), e.g. /lustre/tokenizers:/tokenizers:ro",
-        default=(), parse=parse_container_mounts, metavar="SRC:DST[,...]", default_text="none",
-    )  # fmt: skip
+    container: Container = nested(Container)
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
-
-    def __post_init__(self) -> None:
-        # --save-interval is parsed here, once per spec however it was built (the CLI, a
-        # benchmark, dataclasses.replace): everyone after reads the canonical value
-        object.__setattr__(self, "save_interval", parse_save_interval(self.save_interval))
 
     @property
     def recipe(self) -> presets.Preset:
@@ -355,34 +339,14 @@ class JobSpec(Sizing):
     @property
     def save_interval_updates(self) -> int:
         """fairseq's ``--save-interval-updates`` at start (``auto`` starts from the preset's)."""
-        if self.save_interval.isdigit():
-            return int(self.save_interval)
+        if self.saves.interval.isdigit():
+            return int(self.saves.interval)
         return self.recipe.save_interval_updates
 
     @property
     def run_dir(self) -> RunDir:
         """The save dir's layout: logs, checkpoints, markers (``hpc_core.rundir``)."""
         return RunDir(self.save_dir)
-
-    @property
-    def hang_limits(self) -> HangLimits:
-        """The watchdog's allowances (``hpc_train.watch.hangs``)."""
-        return HangLimits(
-            self.hang_factor,
-            self.hang_timeout_floor,
-            self.hang_save_timeout,
-            self.hang_startup_timeout,
-        )
-
-    @property
-    def straggler_limits(self) -> StragglerLimits:
-        """When a node counts as a straggler (``hpc_train.watch.stragglers``)."""
-        return StragglerLimits(self.straggler_threshold, self.straggler_window)
-
-    @property
-    def in_job_restarts(self) -> bool:
-        """Recover inside the allocation (``--restart-in-job``, or spares to swap in)."""
-        return self.restart_in_job or self.spares > 0
 
     @property
     def gpu_precision(self) -> str:
@@ -404,24 +368,25 @@ class JobSpec(Sizing):
     @property
     def container_mount_list(self) -> tuple[Mount, ...]:
         """Every mount of the job's container (``job.container.job_mounts``); () without one."""
-        if self.container is None:
+        image = self.container.image
+        if image is None:
             return ()
         return container.job_mounts(
             self.save_dir,
             self.data,
-            self.local_save_dir,
-            self.container_mounts,
-            container.client_mounts(self.container),
+            self.saves.local_dir,
+            self.container.mounts,
+            container.client_mounts(image),
         )
 
     @property
     def container_srun_args(self) -> list[str]:
         """The container options of the job's srun (``job.container``: pyxis's, or Slurm's own
         ``--container`` with the run's OCI bundle); [] without --container."""
-        if self.container is None:
+        if self.container.image is None:
             return []
         return container.srun_args(
-            self.container, self.container_mount_list, self.save_dir, self.run_dir.oci_bundle
+            self.container.image, self.container_mount_list, self.save_dir, self.run_dir.oci_bundle
         )
 
 
@@ -454,8 +419,9 @@ def check_writable(save_dir: Path) -> None:
 def check_container(spec: JobSpec, check_paths: bool) -> None:
     """``--container``: the mounts' paths and destinations; with ``check_paths`` a file image's
     existence and squashfs magic, and each ``--container-mounts`` source's existence."""
-    if spec.container is None:
-        if spec.container_mounts:
+    image, mounts = spec.container.image, spec.container.mounts
+    if image is None:
+        if mounts:
             raise SpecError("--container-mounts needs --container IMAGE")
         return
     if spec.preflight:
@@ -466,10 +432,35 @@ def check_container(spec: JobSpec, check_paths: bool) -> None:
     try:
         spec.container_srun_args  # noqa: B018 - builds the mount list: ',' ':' and clashes
         if check_paths:
-            container.check_image_file(spec.container)
-            container.check_mount_sources(spec.container_mounts)
+            container.check_image_file(image)
+            container.check_mount_sources(mounts)
     except container.ContainerError as err:
         raise SpecError(str(err)) from None
+
+
+def check_options(spec: JobSpec) -> None:
+    """The recovery, save and watch options, each in its range (SpecError, one line)."""
+    recovery, saves = spec.recovery, spec.saves
+    hang, stragglers = spec.watch.hang, spec.watch.stragglers
+    if recovery.spares < 0:
+        raise SpecError(f"--spares {recovery.spares}: must be >= 0")
+    if recovery.spares and spec.nodes_min != spec.nodes_max:
+        raise SpecError(f"--spares needs a fixed --nodes N (got {spec.nodes_arg})")
+    if recovery.grow_after < 0:
+        raise SpecError(f"--grow-after {recovery.grow_after:g}: must be >= 0 (0: never grow)")
+    restarts = (recovery.max_restarts, recovery.max_no_progress_restarts)
+    if min(restarts) < 0 or saves.keep_checkpoints < 1:
+        raise SpecError(
+            "--max-restarts and --max-no-progress-restarts must be >= 0, --keep-checkpoints >= 1"
+        )
+    if hang.factor < 1 or min(hang.floor_s, hang.save_s, hang.startup_s) <= 0:
+        raise SpecError("--hang-factor must be >= 1 and the --hang-*-timeout* values > 0")
+    if stragglers.threshold <= 0 or stragglers.window_s <= 0:
+        raise SpecError("--straggler-threshold and --straggler-window must be > 0")
+    if saves.mtbf_hours <= 0:
+        raise SpecError(f"--mtbf-hours {saves.mtbf_hours:g}: must be > 0")
+    if saves.local_dir is not None and saves.sync:
+        raise SpecError("--local-save-dir needs async saves: drop --sync-save")
 
 
 def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
@@ -493,25 +484,7 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
         raise SpecError("--max-update must be >= 1")
     if spec.sequences_per_update < 1:
         raise SpecError("--global-batch must be >= 1")
-    if spec.spares < 0:
-        raise SpecError(f"--spares {spec.spares}: must be >= 0")
-    if spec.spares and spec.nodes_min != spec.nodes_max:
-        raise SpecError(f"--spares needs a fixed --nodes N (got {spec.nodes_arg})")
-    if spec.grow_after < 0:
-        raise SpecError(f"--grow-after {spec.grow_after:g}: must be >= 0 (0: never grow)")
-    if spec.max_restarts < 0 or spec.keep_checkpoints < 1 or spec.max_no_progress_restarts < 0:
-        raise SpecError(
-            "--max-restarts and --max-no-progress-restarts must be >= 0, --keep-checkpoints >= 1"
-        )
-    if spec.hang_factor < 1 or min(spec.hang_limits.floor_s, spec.hang_limits.save_s,
-                                   spec.hang_limits.startup_s) <= 0:  # fmt: skip
-        raise SpecError("--hang-factor must be >= 1 and the --hang-*-timeout* values > 0")
-    if spec.straggler_threshold <= 0 or spec.straggler_window <= 0:
-        raise SpecError("--straggler-threshold and --straggler-window must be > 0")
-    if spec.mtbf_hours <= 0:
-        raise SpecError(f"--mtbf-hours {spec.mtbf_hours:g}: must be > 0")
-    if spec.local_save_dir is not None and spec.sync_save:
-        raise SpecError("--local-save-dir needs async saves: drop --sync-save")
+    check_options(spec)
     if spec.batch_per_device is not None and spec.batch_per_device < 1:
         raise SpecError("--batch-per-device must be >= 1")
     problem = devices.precision_problem(spec.instance_type, spec.gpu_precision)

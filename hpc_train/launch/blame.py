@@ -34,7 +34,8 @@ def _blame(
 ) -> Verdict:
     job, restart = here.key
     note = here.deputy_note if deputy else here.note
-    return node_blame.blame(here.run, job, restart, node, why, not here.spec.no_drain, note, log,
+    drain = not here.spec.watch.no_drain
+    return node_blame.blame(here.run, job, restart, node, why, drain, note, log,
                             evidence, **data)  # fmt: skip
 
 

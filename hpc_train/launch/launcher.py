@@ -127,8 +127,8 @@ class Launcher:
         except OSError as err:  # the ledger is a record: never a reason to stop training
             log(f"could not write the ledger ({err})")
             event = ledger.Event(kind, time.time(), start.job_id, start.restart, data)
-        if self.spec.notify:
-            notify.notify(self.spec.notify, event, self.spec.save_dir, log)
+        if self.spec.notify.command:
+            notify.notify(self.spec.notify.command, event, self.spec.save_dir, log)
 
     def here(self, start: Start) -> Here:
         """This start as every part sees it (its key computed once)."""
@@ -187,9 +187,9 @@ class Launcher:
         assert here is not None
         spec = self.spec
         pulse = launchers.Pulse(spec.run_dir, here.key, start.task, start.hosts,
-                                launchers.allowance_s(spec.hang_limits.floor_s),
+                                launchers.allowance_s(spec.watch.hang.floor_s),
                                 partial(self._on_silent, start),
-                                watch=not spec.no_watchdog).start()  # fmt: skip
+                                watch=not spec.watch.no_watchdog).start()  # fmt: skip
         try:
             return self._start_body(here, gpus, came_from, pulse)
         finally:
@@ -264,7 +264,8 @@ class Launcher:
             return here.done(**({"stopped": True} if outcome.action is Action.STOPPED else {}))
         if outcome.action is Action.FAIL:
             log(outcome.why)
-            if start.task != 0 and self.spec.in_job_restarts:  # task 0 decides: in the job, or not
+            in_job = self.spec.recovery.in_job_restarts
+            if start.task != 0 and in_job:  # task 0 decides: in the job, or not
                 return recovery.follow_verdict(here, outcome.why)
             write_verdict(here.run, *here.key, RoundVerdict(STOP, outcome.why))
             raise RuntimeError(outcome.why)

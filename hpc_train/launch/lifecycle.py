@@ -107,8 +107,9 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
     spec = here.spec
     before = previous_end(here, came_from)
     log(f"job {here.job_id} start #{spent + 1}: {before}")
-    if not restart_policy.restart_allowed(spent, spec.max_restarts):
-        raise RuntimeError(f"restart budget exhausted (--max-restarts {spec.max_restarts})")
+    budget = spec.recovery.max_restarts
+    if not restart_policy.restart_allowed(spent, budget):
+        raise RuntimeError(f"restart budget exhausted (--max-restarts {budget})")
     spec.save_dir.mkdir(parents=True, exist_ok=True)
     decision = decide_start(here.run, here.start, spec, gpus, log)
     if decision.refused:
@@ -146,10 +147,10 @@ def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
         start=here.key,
         stop_marker=run.stop_marker(*here.key),
         notice_pending=run.notice_pending(*here.key),
-        heartbeat_dir=None if spec.no_watchdog else beats,
-        sync_save=spec.sync_save,
+        heartbeat_dir=None if spec.watch.no_watchdog else beats,
+        sync_save=spec.saves.sync,
         # tiered saves: this run's dir on node-local disk
-        local_save_dir=run.local_tier(spec.local_save_dir) if spec.local_save_dir else None,
+        local_save_dir=run.local_tier(spec.saves.local_dir) if spec.saves.local_dir else None,
         auto_interval=plan_mod.auto_interval(spec, here.start.num_nodes, use_gpu),
         audit_samples=spec.audit_samples,
     )
@@ -181,10 +182,10 @@ def watch_spot(job_id: str) -> SpotWatcher | None:
 
 def watch_hangs(here: Here, nproc: int, pid: int) -> hang_monitor.Monitor | None:
     """This node's hang watchdog (``watch.hang_monitor``), unless ``--no-watchdog``."""
-    if here.spec.no_watchdog:
+    if here.spec.watch.no_watchdog:
         return None
     return hang_monitor.Monitor(
-        here.run, *here.key, node_name(), nproc, here.start.num_nodes, here.spec.hang_limits, pid,
+        here.run, *here.key, node_name(), nproc, here.start.num_nodes, here.spec.watch.hang, pid,
         partial(process_exited, pid), log,
     ).start()  # fmt: skip
 
@@ -193,12 +194,12 @@ def watch_stragglers(here: Here, spent: int) -> straggler_monitor.Watch | None:
     """Task 0's straggler thread (``watch.straggler_monitor``), unless ``--no-watchdog`` (no
     heartbeats); it evicts only with a restart left (``spent``: the restarts the budget has
     counted, ``Launcher.restarts_spent``)."""
-    spec = here.spec
-    if spec.no_watchdog:
+    spec, watch = here.spec, here.spec.watch
+    if watch.no_watchdog:
         return None
-    evict = spec.evict_stragglers and restart_policy.may_requeue(spent, spec.max_restarts)
+    evict = watch.evict_stragglers and restart_policy.may_requeue(spent, spec.recovery.max_restarts)
     return straggler_monitor.watch(
-        here.run, here.start, here.key[0], spec.straggler_limits, evict, not spec.no_drain,
+        here.run, here.start, here.key[0], watch.stragglers, evict, not watch.no_drain,
         here.note, log,
     )  # fmt: skip
 
@@ -207,8 +208,8 @@ def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | N
     """Task 0's grow-back thread while this start runs on fewer than ``--nodes`` MAX
     (``watch.grow_monitor``); none with ``--grow-after 0``. A grow is a notice of task 0's
     own (``own_notice("grow")``): the save on notice, then submitit's requeue."""
-    spec, start = here.spec, here.start
-    if start.task != 0 or start.num_nodes >= spec.nodes_max or spec.grow_after <= 0:
+    spec, start, grow_after = here.spec, here.start, here.spec.recovery.grow_after
+    if start.task != 0 or start.num_nodes >= spec.nodes_max or grow_after <= 0:
         return None
     try:
         end = slurm.job_info(start.job_id) or {}
@@ -223,7 +224,7 @@ def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | N
         slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
 
     excluded = partial(requeue.excluded, spec, start.job_id)
-    return GrowWatch(spec.partition, start.hosts, spec.nodes_max, spec.grow_after, excluded,
+    return GrowWatch(spec.partition, start.hosts, spec.nodes_max, grow_after, excluded,
                      end_time, grow, log).start()  # fmt: skip
 
 

@@ -93,8 +93,8 @@ def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) 
     # the watchdog's kill makes the peers report lost connections: that is not the cause
     crash, repeated = (None, False) if returncode == 0 or hang else crash_report(here)
     outcome = restart_policy.after_exit(
-        returncode, ended.saved, here.start.task, spent, spec.max_restarts, was_cancelled, hang,
-        crash, repeated,
+        returncode, ended.saved, here.start.task, spent, spec.recovery.max_restarts, was_cancelled,
+        hang, crash, repeated,
     )  # fmt: skip
     outcome = restart_policy.evicting(outcome, ended.evicted.node if ended.evicted else None)
     if outcome.blame:
@@ -157,7 +157,7 @@ def refuse(here: Here, decision: StartDecision, spent: int) -> None:
         raise RuntimeError(f"{why}; task 0 requeues")
     here.note("stopped", cause="bad node", why=decision.refused)
     left_out = blame.refused(here, decision.bad_nodes, decision.refused)
-    outcome = restart_policy.after_refusal(why, spent, here.spec.max_restarts)
+    outcome = restart_policy.after_refusal(why, spent, here.spec.recovery.max_restarts)
     if outcome.action is Action.FAIL:
         raise RuntimeError(outcome.why)
     left = ", ".join(left_out)

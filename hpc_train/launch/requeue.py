@@ -71,8 +71,8 @@ def plan(
     every blamed node excluded: it is Slurm's to refuse then.)"""
     try:
         states = slurm.partition_nodes(spec.partition)
-        replaced = restart_policy.nodes_replaced(spec.nodes_replaced, states)
-        blamed = restart_policy.excluded_by_name(leave_out, replaced, not spec.no_drain)
+        replaced = restart_policy.nodes_replaced(spec.recovery.nodes_replaced, states)
+        blamed = restart_policy.excluded_by_name(leave_out, replaced, not spec.watch.no_drain)
         held = restart_policy.quarantined_by_name(
             quarantine.nodes(spec.run_dir), states, replaced
         )  # fmt: skip

@@ -52,7 +52,7 @@ def restart_in_job(here: Here, rec: Recovery) -> Next:
     left_out = list(rec.leave_out)
     healthy = [h for h in start.hosts if h not in left_out]
     members, standby = refill(healthy, start.standby, start.num_nodes)  # a spare for each
-    if not spec.in_job_restarts or len(members) < spec.nodes_min:
+    if not spec.recovery.in_job_restarts or len(members) < spec.nodes_min:
         requeue.requeue(here, left_out)
     why = f"{rec.outcome.cause}: {rec.detail}"
     write_verdict(here.run, *here.key, RoundVerdict(RESTART_IN_JOB, why, members, standby))

@@ -126,7 +126,9 @@ def decide_start(
     if resume.moved_aside:
         log(f"kept the bad checkpoint as {resume.moved_aside}")
     earlier = [int(e.get("resume_at", 0)) for e in ledger.read(run.ledger) if e.kind == "started"]
-    stop = restart_policy.no_progress([*earlier, resume.at_update], spec.max_no_progress_restarts)
+    stop = restart_policy.no_progress(
+        [*earlier, resume.at_update], spec.recovery.max_no_progress_restarts
+    )
     decision = StartDecision(
         resume.fairseq_args(), resume.at_update, resume.reason, shape.ranks_per_node,
         shape.use_gpu, plan.world_size, plan.batch_per_device, plan.update_freq, stop=stop,

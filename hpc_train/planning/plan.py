@@ -90,9 +90,9 @@ def job_mtbf_s(node_mtbf_h: float, nodes: int, spot_rate_per_h: float = 0.0) -> 
 def auto_interval(spec: JobSpec, nodes: int, gpu: bool) -> tuple[float, float] | None:
     """``--save-interval auto`` on ``nodes`` nodes: (the job's MTBF s, the preset's estimated
     save s) for rank 0's chooser (``worker.save_interval``); None for a fixed interval."""
-    if spec.save_interval != "auto":
+    if spec.saves.interval != "auto":
         return None
-    return job_mtbf_s(spec.mtbf_hours, nodes), costs.estimated_save_s(spec.preset, gpu)
+    return job_mtbf_s(spec.saves.mtbf_hours, nodes), costs.estimated_save_s(spec.preset, gpu)
 
 
 def _check_positive(**values: float) -> None:

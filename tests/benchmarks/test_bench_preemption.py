@@ -120,3 +120,44 @@ def test_write_json_replaces_the_file_whole(tmp_path):
     report.write_json(out, {"b": 2})
     assert json.loads(out.read_text()) == {"b": 2}
     assert [p.name for p in out.parent.iterdir()] == ["preemption.json"]  # no temporary left
+
+
+def test_recovery_figures_read_a_finished_runs_logs(tmp_path):
+    """The figures of one interrupted run, from its train log and task 0's log: notice at +0.5,
+    saved at +1, the job restarted at +10, the checkpoint loaded at +20, update 21 trained
+    again at +22.5 (one recomputed), 23 and 24 never trained."""
+    from hpc_core.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    lines = [metrics(T0 - 22 + u, u) for u in range(1, 22)]
+    lines += [
+        f"{stamp(T0 + 0.5)} | INFO | hpc_train.worker.preemption | saving at update 21",
+        f"{stamp(T0 + 1)} | INFO | hpc_train.worker.preemption | saved on notice at update 21 "
+        "in 0.25 s",
+        f"{stamp(T0 + 20)} | INFO | fairseq.trainer | Loaded checkpoint /s/checkpoint_last.pt "
+        "(epoch 1 @ 20 updates)",
+        metrics(T0 + 22.5, 21),
+        metrics(T0 + 23, 22),
+    ]
+    run.train_log.write_text("\n".join(lines) + "\n")
+    run.task_log("7", 0).parent.mkdir(parents=True, exist_ok=True)
+    run.task_log("7", 0).write_text(
+        f"submitit INFO ({stamp(T0 + 10)}) - Starting with JobEnvironment(job_id=7)\n"
+    )
+    figures = bench.recovery_figures(tmp_path, "7", T0, T0 + 22.5, max_update=24)
+    assert figures == {
+        "updates_recomputed": 1,
+        "updates_missing": [23, 24],
+        "recovery_s": 22.5,
+        "phases_s": {
+            "interrupt->notice": 0.5, "notice->saved": 0.5, "saved->restart": 9.0,
+            "restart->checkpoint_loaded": 10.0, "checkpoint_loaded->first_update": 2.5,
+        },
+        "restart_s": 10.0,
+        "startup_s": 12.5,
+        "save_on_notice_s": 0.25,
+    }  # fmt: skip
+    assert list(figures) == [  # in training_run's result, in this order
+        "updates_recomputed", "updates_missing", "recovery_s", "phases_s", "restart_s",
+        "startup_s", "save_on_notice_s",
+    ]  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 from hpc_core import slurm
 from hpc_train import submit
 from hpc_train.job import presets
-from hpc_train.job.spec import JobSpec, validate
+from hpc_train.job.spec import JobSpec, Notifications, Recovery, validate
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PYTHON = "/lustre/hpc-train/venv/bin/python"  # fixed so golden files do not depend on this machine
@@ -158,7 +158,7 @@ def test_hot_spares_are_allocated_beside_the_nodes_that_train_best_effort():
     settles for MIN): a start takes the spare when it is free and never waits for it. The
     pre-flight checks the 2 nodes that train first."""
     spec = JobSpec("tiny", Path("/d"), Path("/s"), nodes_min=2, nodes_max=2, gpus_per_node=0,
-                   spares=1, preflight=True)  # fmt: skip
+                   recovery=Recovery(spares=1), preflight=True)  # fmt: skip
     script = submit.render_sbatch(spec)
     assert "#SBATCH --nodes=2-3" in script and "--ntasks-per-node" not in script
     assert "#SBATCH --no-kill" in script  # a lost node no longer ends the allocation ...
@@ -185,8 +185,7 @@ def test_mail_options_pass_through_to_sbatch():
         Path("/d"),
         Path("/s"),
         gpus_per_node=0,
-        mail_user="me@lab.org",
-        mail_type="END,FAIL",
+        notify=Notifications(mail_user="me@lab.org", mail_type="END,FAIL"),
     )
     script = submit.render_sbatch(spec)
     assert "#SBATCH --mail-user=me@lab.org" in script and "#SBATCH --mail-type=END,FAIL" in script

@@ -13,7 +13,7 @@ from hpc_core import slurm
 from hpc_train import submit
 from hpc_train.job import container, presets
 from hpc_train.job.container import Mount
-from hpc_train.job.spec import JobSpec, validate
+from hpc_train.job.spec import Container, JobSpec, Saves, validate
 from tests.hpc_train.conftest import oci_image
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -30,9 +30,10 @@ def pyxis_spec(**changes: object) -> JobSpec:
         nodes_max=2,
         gpus_per_node=8,
         partition="gpu",
-        local_save_dir=Path("/scratch/hpc-train"),
-        container=IMAGE,
-        container_mounts=(Mount(Path("/lustre/tokenizers"), Path("/tokenizers"), "ro"),),
+        saves=Saves(local_dir=Path("/scratch/hpc-train")),
+        container=Container(
+            IMAGE, mounts=(Mount(Path("/lustre/tokenizers"), Path("/tokenizers"), "ro"),)
+        ),
     )
     return JobSpec(**{**spec.__dict__, **changes})
 
@@ -159,8 +160,8 @@ def test_a_good_squashfs_and_mounts_pass_validation(tmp_path, corpus_dir):
     sqsh = tmp_path / "ok.sqsh"
     sqsh.write_bytes(b"hsqs" + bytes(92))
     spec = JobSpec(
-        "tiny", corpus_dir, tmp_path / "run", gpus_per_node=0, container=str(sqsh),
-        container_mounts=(Mount(tmp_path, Path("/extra")),),
+        "tiny", corpus_dir, tmp_path / "run", gpus_per_node=0,
+        container=Container(str(sqsh), mounts=(Mount(tmp_path, Path("/extra")),)),
     )  # fmt: skip
     validate(spec)
 
@@ -192,7 +193,9 @@ def test_submit_writes_the_runs_bundle_before_sbatch(tmp_path, corpus_dir, slurm
                                                       monkeypatch):  # fmt: skip
     """submitit's executor is replaced (no Slurm here): what it would submit is recorded."""
     image = oci_image(tmp_path)
-    spec = JobSpec("tiny", corpus_dir, tmp_path / "run", gpus_per_node=0, container=str(image))
+    spec = JobSpec(
+        "tiny", corpus_dir, tmp_path / "run", gpus_per_node=0, container=Container(str(image))
+    )
     validate(spec)
     seen = {}
 

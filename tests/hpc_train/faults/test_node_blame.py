@@ -15,6 +15,7 @@ from hpc_train.faults import node_blame, quarantine
 from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.failures import Failure
+from hpc_train.job.limits import Watch
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher
 
@@ -273,7 +274,7 @@ def test_after_slurm_requeued_by_itself_task_0_blames_the_node_it_lost(tmp_path,
     run = RunDir(tmp_path)
     ledger.record(run.ledger, "started", "41", 0, nodes=["n1", "n2"])
     fake_slurm.nodes["n2"] = {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, no_watchdog=True)
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, watch=Watch(no_watchdog=True))
     done = Trains(spec).run(launcher.Start("41", 0, 1, "n1", 1, ("n1",)), gpus=0)
     assert done["restarts"] == 1
     assert fake_slurm.drained == [

@@ -18,10 +18,10 @@ def parse(*argv: str) -> JobSpec:
 
 
 def test_every_field_but_the_derived_ones_has_an_option():
-    with_option = {f.name for f, _ in options.spec_options()}
-    all_fields = {f.name for f in dataclasses.fields(JobSpec)}
+    with_option = {path for path, _f, _opt in options.spec_options()}
+    all_fields = {path for path, _f in options.leaves()}
     # filled by --nodes, by --, and by one --NAME per speed lever
-    assert all_fields - with_option == {"nodes_max", "extra_args", "speed"}
+    assert all_fields - with_option == {("nodes_max",), ("extra_args",), ("speed",)}
 
 
 def test_each_speed_lever_is_an_option_and_lands_in_the_spec():
@@ -43,11 +43,11 @@ def test_absent_options_keep_the_fields_defaults():
 
 def test_help_shows_each_default_from_the_field():
     text = submit.build_parser().format_help()
-    for _field, opt in options.spec_options():
+    for _path, _field, opt in options.spec_options():
         assert opt.flag in text
         if opt.default_text:
             assert opt.default_text.split(",")[0] in " ".join(text.split())
-    assert "(default: 20)" in text  # --max-restarts, from JobSpec.max_restarts
+    assert "(default: 20)" in text  # --max-restarts, from JobSpec.recovery.max_restarts
     assert "-- FAIRSEQ_ARGS" in text and "examples:" in text
     assert "tiny           roberta_base shrunk to 2 layers" in text  # not labelled roberta_base
 
@@ -61,3 +61,43 @@ def test_values_are_parsed_by_the_fields_parsers():
 def test_a_value_that_does_not_parse_is_a_spec_error():
     with pytest.raises(SpecError, match="MIN-MAX"):
         parse("--preset", "tiny", "--nodes", "four")
+
+
+def test_each_concerns_options_land_in_its_nested_value():
+    from hpc_train.job.limits import HangLimits, StragglerLimits
+
+    spec = parse(
+        "--preset", "tiny", "--nodes", "2", "--spares", "1", "--max-restarts", "4",
+        "--save-interval", "AUTO", "--sync-save", "--mail-user", "me@lab.org", "--notify", "cat",
+        "--no-watchdog", "--hang-factor", "4", "--hang-startup-timeout", "60", "--no-drain",
+        "--straggler-window", "90", "--evict-stragglers", "--container", "docker://img",
+    )  # fmt: skip
+    assert (spec.recovery.spares, spec.recovery.max_restarts, spec.recovery.grow_after) == (
+        1, 4, 300.0)  # fmt: skip
+    assert (spec.saves.interval, spec.saves.sync, spec.saves.keep_checkpoints) == ("auto", True, 3)
+    assert (spec.notify.mail_user, spec.notify.command, spec.notify.mail_type) == (
+        "me@lab.org", "cat", None)  # fmt: skip
+    watch = spec.watch
+    assert watch.no_watchdog and watch.no_drain and watch.evict_stragglers
+    assert watch.hang == HangLimits(factor=4.0, startup_s=60.0)  # the watchdog's own value
+    assert watch.stragglers == StragglerLimits(window_s=90.0)
+    assert (spec.container.image, spec.container.mounts) == ("docker://img", ())
+    assert (spec.nodes_min, spec.nodes_max) == (2, 2)  # --nodes fills its siblings
+
+
+def test_each_flag_is_declared_once_and_its_dest_is_the_fields_path():
+    flags = [opt.flag for _path, _f, opt in options.spec_options()]
+    assert len(flags) == len(set(flags))
+    parser = submit.build_parser()
+    dests = {a.option_strings[0]: a.dest for a in parser._actions if a.option_strings}
+    assert dests["--hang-factor"] == "watch.hang.factor"
+    assert dests["--spares"] == "recovery.spares" and dests["--preset"] == "preset"
+    nested = [path for path, _f, _opt in options.spec_options() if len(path) > 1]
+    assert {path[0] for path in nested} == {"recovery", "saves", "notify", "watch", "container"}
+
+
+def test_a_nested_concern_defaults_to_its_own_defaults():
+    spec = JobSpec("tiny", Path("d"), Path("s"))
+    for f in dataclasses.fields(JobSpec):
+        if "nested" in f.metadata:
+            assert getattr(spec, f.name) == f.metadata["nested"](), f.name

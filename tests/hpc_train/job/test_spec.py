@@ -2,7 +2,16 @@ from pathlib import Path
 
 import pytest
 
-from hpc_train.job.spec import JobSpec, SpecError, check_writable, parse_nodes, parse_time, validate
+from hpc_train.job.spec import (
+    JobSpec,
+    Recovery,
+    Saves,
+    SpecError,
+    check_writable,
+    parse_nodes,
+    parse_time,
+    validate,
+)
 
 
 def make_corpus(root: Path) -> Path:
@@ -44,17 +53,18 @@ def test_validate_uses_the_largest_world_of_an_elastic_range(tmp_path):
 def test_spares_need_a_fixed_node_count_and_imply_in_job_restarts(tmp_path):
     data = make_corpus(tmp_path / "d")
     with pytest.raises(SpecError, match="--spares needs a fixed --nodes N"):
-        validate(JobSpec("tiny", data, tmp_path / "s", 1, 2, 0, spares=1))
+        validate(JobSpec("tiny", data, tmp_path / "s", 1, 2, 0, recovery=Recovery(spares=1)))
     with pytest.raises(SpecError, match="--spares -1"):
-        validate(JobSpec("tiny", data, tmp_path / "s", 2, 2, 0, spares=-1))
-    spec = JobSpec("tiny", data, tmp_path / "s", 2, 2, 0, spares=1)
+        validate(JobSpec("tiny", data, tmp_path / "s", 2, 2, 0, recovery=Recovery(spares=-1)))
+    spec = JobSpec("tiny", data, tmp_path / "s", 2, 2, 0, recovery=Recovery(spares=1))
     validate(spec)
-    assert spec.allocation_arg == "2-3" and spec.in_job_restarts and not spec.restart_in_job
+    assert spec.allocation_arg == "2-3" and spec.recovery.in_job_restarts
+    assert not spec.recovery.restart_in_job
     # best effort: the spares are the nodes past N that Slurm gave, at most K
     assert [spec.spares_in(n) for n in (2, 3, 4)] == [0, 1, 1]
     assert JobSpec("tiny", data, tmp_path / "s", 1, 3, 0).allocation_arg == "1-3"
     assert JobSpec("tiny", data, tmp_path / "s", 2, 2, 0).spares_in(3) == 0
-    assert not JobSpec("tiny", data, tmp_path / "s", 2, 2, 0).in_job_restarts
+    assert not JobSpec("tiny", data, tmp_path / "s", 2, 2, 0).recovery.in_job_restarts
 
 
 def test_validate_rejects_missing_and_raw_data(tmp_path):
@@ -98,11 +108,11 @@ def test_save_interval_is_parsed_once_when_the_spec_is_built(tmp_path, monkeypat
     args = parser.parse_args(["--preset", "tiny", "--data", str(tmp_path), "--save-dir",
                               str(tmp_path / "s"), "--gpus-per-node", "0", "--save-interval", "AUTO"])  # fmt: skip
     spec = options.spec_from_options(args)
-    assert parsed == ["AUTO"] and spec.save_interval == "auto"
+    assert parsed == ["AUTO"] and spec.saves.interval == "auto"
     validate(spec, check_paths=False)
     assert parsed == ["AUTO"]  # validate() does not parse it again
     with pytest.raises(SpecError, match="--save-interval 'often'"):
-        JobSpec("tiny", tmp_path, tmp_path, save_interval="often")  # built by hand: still checked
+        JobSpec("tiny", tmp_path, tmp_path, saves=Saves(interval="often"))  # by hand: still checked
 
 
 def test_max_update_falls_back_to_the_presets_in_one_place(tmp_path):
@@ -118,3 +128,24 @@ def test_the_dry_runs_plan_is_the_largest_worlds(tmp_path):
     assert spec.largest_world(gpu=False) == 4
     assert validate(spec, check_paths=False) == spec.batch_plan(4, gpu=False)
     assert spec.batch_plan(1, gpu=False).update_freq == 4 * spec.batch_plan(4, False).update_freq
+
+
+def test_the_nested_spec_pickles_and_stays_frozen(tmp_path):
+    """submitit pickles the spec into the job and the launcher reads it back: every concern
+    comes back equal, and none can be changed in place."""
+    import dataclasses
+    import pickle
+
+    from hpc_train.job.limits import HangLimits, Watch
+
+    spec = JobSpec(
+        "tiny", tmp_path, tmp_path / "s", 2, 2, 0, recovery=Recovery(spares=1),
+        saves=Saves(interval="25", local_dir=Path("/scratch")),
+        watch=Watch(no_drain=True, hang=HangLimits(factor=3.0)),
+    )  # fmt: skip
+    back = pickle.loads(pickle.dumps(spec))
+    assert back == spec and back.watch.hang == HangLimits(factor=3.0)
+    assert back.save_interval_updates == 25 and back.allocation_arg == "2-3"
+    for value, name in ((back, "preset"), (back.recovery, "spares"), (back.watch.hang, "factor")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, name, 1)

@@ -24,7 +24,7 @@ from hpc_train.contract import (
 )
 from hpc_train.faults import agent_exit
 from hpc_train.faults.evidence import Evidence
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.spec import JobSpec, Recovery
 from hpc_train.launch import blame, lifecycle, recovery, release, requeue, spares
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
@@ -39,6 +39,7 @@ def here_of(tmp_path: Path, start: Start, **spec: Any) -> tuple[Here, list[tuple
 
 
 TWO = Start("41", 0, 2, "n1", 0, ("n1", "n2"))
+IN_JOB = Recovery(restart_in_job=True)
 
 
 def test_here_computes_the_start_key_once_for_every_part(tmp_path):
@@ -121,7 +122,7 @@ def test_a_launcher_of_an_earlier_start_is_over(fake_slurm):
 
 def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm):
     start = dataclasses.replace(TWO, standby=("n3",))
-    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
+    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
     nxt = spares.restart_in_job(here, rec)
@@ -138,7 +139,7 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     """The restart's watcher waits on the left-out node's task; once the job is no longer
     running it returns without releasing anything (a test's watcher must not outlive it: one
     that polled the next test's fake released a node there, CI stop 33)."""
-    here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, restart_in_job=True)
+    here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
     spares.restart_in_job(here, rec)
@@ -150,7 +151,7 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
 
 
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
-    here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, restart_in_job=True)
+    here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
@@ -162,7 +163,7 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
     """Blamed but not drained (a first signal kill): the in-job restart keeps it, no spare
     comes in for it, nothing goes back to Slurm."""
     start = dataclasses.replace(TWO, standby=("n3",))
-    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
+    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
     assert spares.restart_in_job(here, rec)[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
@@ -253,7 +254,7 @@ def test_lifecycle_builds_the_ranks_env_from_the_start_key(tmp_path):
 
 
 def test_only_task_0_of_a_narrow_run_watches_for_growth(tmp_path, fake_slurm):
-    narrow, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=3, grow_after=60)
+    narrow, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=3, recovery=Recovery(grow_after=60))
     task1 = Here.of(narrow.spec, dataclasses.replace(TWO, task=1), narrow.note)
     assert lifecycle.watch_growth(task1, lambda cause: None) is None
     watch = lifecycle.watch_growth(narrow, lambda cause: None)

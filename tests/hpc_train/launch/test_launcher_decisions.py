@@ -31,7 +31,8 @@ from hpc_train.contract import (
 )
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.faults.evidence import Evidence
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.limits import Watch
+from hpc_train.job.spec import JobSpec, Notifications, Recovery
 from hpc_train.launch import blame, lifecycle, restart_policy, starts
 from hpc_train.launch import launcher as launcher_module
 from hpc_train.launch.restart_policy import Action
@@ -79,7 +80,9 @@ class FakeTorchrun(launcher_module.Launcher):
 
 
 def spec_in(tmp_path: Path, max_restarts: int = 3) -> JobSpec:
-    return JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, max_restarts=max_restarts)
+    return JobSpec(
+        "tiny", Path("/d"), tmp_path, gpus_per_node=0, recovery=Recovery(max_restarts=max_restarts)
+    )
 
 
 def start(task: int = 0, restart: int = 0) -> launcher_module.Start:
@@ -299,7 +302,9 @@ def test_a_cancel_is_recorded_as_its_own_cause(tmp_path, fake_slurm):
 def test_notify_runs_the_users_command_on_stop_and_requeue_and_finish(tmp_path, fake_slurm):
     """--notify: `sh -c CMD` on task 0, the ledger event as JSON on stdin."""
     got = tmp_path / "events.jsonl"
-    spec = dataclasses.replace(spec_in(tmp_path), notify=f"cat >> {got}; echo >> {got}")
+    spec = dataclasses.replace(
+        spec_in(tmp_path), notify=Notifications(command=f"cat >> {got}; echo >> {got}")
+    )
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         FakeTorchrun(spec, 1).run(start(), gpus=0)
     FakeTorchrun(spec, 0).run(start(restart=1), gpus=0)
@@ -313,7 +318,9 @@ def test_notify_runs_the_users_command_on_stop_and_requeue_and_finish(tmp_path, 
 
 
 def test_a_failing_notify_command_is_logged_and_training_goes_on(tmp_path, fake_slurm, capsys):
-    spec = dataclasses.replace(spec_in(tmp_path), notify="echo mail server down >&2; exit 3")
+    spec = dataclasses.replace(
+        spec_in(tmp_path), notify=Notifications(command="echo mail server down >&2; exit 3")
+    )
     assert FakeTorchrun(spec, 0).run(start(), gpus=0)["restarts"] == 0
     assert "--notify command exited 3 on finished: mail server down" in capsys.readouterr().out
 
@@ -423,7 +430,7 @@ def test_where_nodes_are_replaced_a_short_requeue_waits_and_excludes_no_name(tmp
     A quarantined node (blamed twice) is, replaced or not."""
     fake_slurm.partition = {"n1": "idle", "n2": "drained", "n3": "idle"}
     spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
-                   nodes_replaced="yes")  # fmt: skip
+                   recovery=Recovery(nodes_replaced="yes"))  # fmt: skip
     for restart in (7, 8):  # an earlier job of the run blamed n3 twice
         ledger.record(RunDir(tmp_path).ledger, "blamed", "40", restart, node="n3", why="hang")
     quarantine.update(RunDir(tmp_path))  # what a blame does
@@ -444,7 +451,7 @@ def test_a_quarantined_node_drained_where_nodes_are_replaced_is_not_excluded_by_
     job for good (the 2026-11-26 soak's extra requeue came from a name held so)."""
     fake_slurm.partition = {"n1": "idle", "n2": "idle", "n3": "drained"}
     spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
-                   nodes_replaced="yes")  # fmt: skip
+                   recovery=Recovery(nodes_replaced="yes"))  # fmt: skip
     for restart in (7, 8):
         ledger.record(RunDir(tmp_path).ledger, "blamed", "40", restart, node="n3", why="hang")
     quarantine.update(RunDir(tmp_path))
@@ -469,7 +476,8 @@ class FailsOnce(FakeTorchrun):
 
 def in_job_spec(tmp_path: Path, nodes_min: int = 1) -> JobSpec:
     return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=nodes_min, nodes_max=2,
-                   gpus_per_node=0, restart_in_job=True, no_watchdog=True)  # fmt: skip
+                   gpus_per_node=0, recovery=Recovery(restart_in_job=True),
+                   watch=Watch(no_watchdog=True))  # fmt: skip
 
 
 def two_nodes(task: int) -> launcher_module.Start:
@@ -606,8 +614,9 @@ def test_only_this_starts_processes_on_this_node_are_its_leftovers(tmp_path):
 
 
 def spares_spec(tmp_path: Path) -> JobSpec:
-    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, spares=1,
-                   gpus_per_node=0, no_watchdog=True)  # fmt: skip
+    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2,
+                   recovery=Recovery(spares=1), gpus_per_node=0,
+                   watch=Watch(no_watchdog=True))  # fmt: skip
 
 
 def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
@@ -733,7 +742,9 @@ def test_straggler_eviction_asks_the_one_budget_with_in_job_restarts_in_it(
     """--max-restarts 1, spent by an in-job restart (Slurm's count still 0): the straggler
     thread may name a node but not evict it, as no restart is left to resume without it."""
     ledger.record(RunDir(tmp_path).ledger, "restarted", "41", 0, round=1)
-    spec = dataclasses.replace(spec_in(tmp_path, max_restarts=1), evict_stragglers=True)
+    spec = dataclasses.replace(
+        spec_in(tmp_path, max_restarts=1), watch=Watch(evict_stragglers=True)
+    )
     asked: list[bool] = []
     monkeypatch.setattr(lifecycle.straggler_monitor, "watch",
                         lambda run, start, key, limits, evict, *rest: asked.append(evict))  # fmt: skip

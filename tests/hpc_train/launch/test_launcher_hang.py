@@ -14,6 +14,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import SUSPECT, RunDir, incident_report
 from hpc_train.contract import StartDecision, write_decision
+from hpc_train.job.limits import HangLimits, Watch
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action
@@ -42,10 +43,11 @@ def quick_incidents(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
 
 
-def spec_in(tmp_path: Path, **hang: object) -> JobSpec:
+def spec_in(tmp_path: Path, no_drain: bool = False, **more: object) -> JobSpec:
+    hang = HangLimits(factor=1.0, floor_s=1.0, startup_s=30.0)
     return JobSpec(
-        "tiny", Path("/d"), tmp_path, gpus_per_node=0, hang_factor=1.0,
-        hang_timeout_floor=1.0, hang_startup_timeout=30.0, **hang,  # type: ignore[arg-type]
+        "tiny", Path("/d"), tmp_path, gpus_per_node=0, watch=Watch(hang=hang, no_drain=no_drain),
+        **more,  # type: ignore[arg-type]
     )  # fmt: skip
 
 

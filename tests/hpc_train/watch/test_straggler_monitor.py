@@ -14,7 +14,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
-from hpc_train.job.limits import StragglerLimits
+from hpc_train.job.limits import StragglerLimits, Watch
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action, Decision
@@ -103,8 +103,8 @@ def test_evict_stragglers_saves_drains_requeues_and_excludes_the_node(
     monkeypatch.setattr(straggler_monitor, "POLL_S", 0.05)
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     spec = JobSpec(
-        "tiny", Path("/d"), tmp_path, gpus_per_node=0, straggler_window=0.3,
-        evict_stragglers=True,
+        "tiny", Path("/d"), tmp_path, gpus_per_node=0,
+        watch=Watch(stragglers=StragglerLimits(window_s=0.3), evict_stragglers=True),
     )  # fmt: skip
     run = spec.run_dir
     key = "42" if round_ == 0 else f"42.{round_}"  # launch.starts.start_key

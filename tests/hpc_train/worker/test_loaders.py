@@ -103,9 +103,11 @@ def run_rank(corpus: Path, save: Path, *extra: str, env: dict[str, str] | None =
     """The tiny preset through the worker, one CPU rank, 4 loader processes; returns (log lines,
     the wall clock time the process exited)."""
     from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.spec import JobSpec, Saves
 
-    spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=20, keep_checkpoints=5)
+    spec = JobSpec(
+        "tiny", corpus, save, gpus_per_node=0, max_update=20, saves=Saves(keep_checkpoints=5)
+    )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     proc = subprocess.run(
         [sys.executable, "-m", TRAIN_MODULE, *args, "--num-workers", "4", *extra],

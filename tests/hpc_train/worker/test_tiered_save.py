@@ -23,7 +23,7 @@ from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train import contract, submit
 from hpc_train.job import options
-from hpc_train.job.spec import JobSpec, SpecError, validate
+from hpc_train.job.spec import JobSpec, Saves, SpecError, validate
 from hpc_train.launch import launcher
 from hpc_train.worker import async_save, checkpoints, local_tier
 
@@ -36,9 +36,9 @@ def parse(*argv: str) -> JobSpec:
 
 
 def test_the_option_takes_an_absolute_path_only_and_needs_async_saves(tmp_path):
-    assert parse("--preset", "tiny").local_save_dir is None
+    assert parse("--preset", "tiny").saves.local_dir is None
     spec = parse("--preset", "tiny", "--local-save-dir", "/scratch/hpc-train")
-    assert spec.local_save_dir == Path("/scratch/hpc-train")
+    assert spec.saves.local_dir == Path("/scratch/hpc-train")
     with pytest.raises(SpecError, match="--local-save-dir scratch: must be an absolute path"):
         parse("--preset", "tiny", "--local-save-dir", "scratch")
     both = parse("--preset", "tiny", "--local-save-dir", "/scratch", "--sync-save")
@@ -68,7 +68,7 @@ class EnvTorchrun(launcher.Launcher):
 
 @pytest.mark.parametrize("local", [None, Path("/scratch/hpc-train")])
 def test_the_launcher_passes_the_runs_local_dir_to_the_workers(tmp_path, fake_slurm, local):
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, local_save_dir=local)
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, saves=Saves(local_dir=local))
     EnvTorchrun(spec).run(launcher.Start("41", 0, 1, "n1", 0), gpus=0)
     expected = "" if local is None else str(RunDir(tmp_path).local_tier(local))
     assert (tmp_path / "env.txt").read_text() == expected
@@ -210,7 +210,9 @@ def test_a_save_on_notice_goes_straight_to_the_save_dir(corpus, tmp_path):
     from hpc_train.job.command_lines import fairseq_args
 
     save, local = tmp_path / "run", tmp_path / "local"
-    spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=5000, keep_checkpoints=5)
+    spec = JobSpec(
+        "tiny", corpus, save, gpus_per_node=0, max_update=5000, saves=Saves(keep_checkpoints=5)
+    )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     env = {**os.environ, "OMP_NUM_THREADS": "1", contract.LOCAL_SAVE_DIR: str(local)}
     env.pop(contract.SYNC_SAVE, None)

@@ -1,0 +1,47 @@
+"""How the job spec's fields are declared: each with its command-line option, written once.
+
+``option()`` is a dataclass field with its flag, help and default (``seconds()``: one that takes
+seconds); ``nested()`` a field that holds
+one concern's frozen dataclass of them (``JobSpec.recovery``, ``JobSpec.watch.hang``, …), where
+its options appear in ``--help``. ``hpc_train.job.options`` walks the nesting and builds the
+submit command line from it. Pure: no imports from the rest of the toolkit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Option:
+    """How a spec field appears on the submit command line (``hpc_train.job.options`` builds it)."""
+
+    flag: str
+    help: str
+    type: Callable[[str], Any] | None = None  # argparse's conversion (int, Path …)
+    parse: Callable[[Any], Any] | None = None  # then ours; SpecError reaches the user as is
+    fills: tuple[str, ...] = ()  # a parsed tuple spread over sibling fields (--nodes MIN-MAX)
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    default_text: str | None = None  # the default as the user writes it, when not the field's
+
+
+def option(flag: str, help: str, default: Any = MISSING, **how: Any) -> Any:
+    """A dataclass field with its CLI option: flag, help and default are written once, here."""
+    meta = {"option": Option(flag, help, **how)}
+    if default is MISSING:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def seconds(flag: str, help: str, default: float) -> Any:
+    """``option()`` for a duration in seconds (a float, shown as ``S``): a timeout, a window."""
+    return option(flag, help, default=default, type=float, metavar="S")
+
+
+def nested(concern: type) -> Any:
+    """A field that holds ``concern``, a frozen dataclass of options (its defaults by default):
+    its options are the spec's, in its place."""
+    return field(default_factory=concern, metadata={"nested": concern})
