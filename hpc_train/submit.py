@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core import instances, ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_train import cli
 from hpc_train.faults import quarantine
 from hpc_train.job import command_lines, container, levers, options, presets
@@ -203,7 +204,7 @@ def record_submission(spec: JobSpec, job_id: str, when: float) -> None:
     and its line in the user's index (``hpc-train status``)."""
     run = spec.run_dir
     ledger.record(
-        run.ledger, "submitted", job_id, 0, when,
+        run.ledger, Kind.SUBMITTED, job_id, 0, when,
         nodes=spec.nodes_arg, max_update=spec.updates, preset=spec.preset, name=spec.job_name,
         # the run's limits, in-job watchdog or not (--no-watchdog): the doctor and the alerts
         # judge a stall by them from outside the job

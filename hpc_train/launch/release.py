@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any
 
 from hpc_core import slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
 from hpc_train.contract import ENDED, read_launcher_beat
@@ -92,7 +93,7 @@ def release_when_ended(left: LeftOut, log: Callable[[str], None], note: Callable
             continue
         if released:
             log(f"released {node} from job {job_id}: its replacement can serve the next start")
-            note("released", node=node)
+            note(Kind.RELEASED, node=node)
         else:
             log(f"{node} left out, not released: it runs the job's batch script")
 
