@@ -49,7 +49,6 @@ The save dir reaches a rank here (``WorkerEnv.save_dir``), not through fairseq's
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import time
@@ -60,6 +59,7 @@ from typing import Any
 
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
+from hpc_core.slurm_env import SlurmEnv
 
 IMAGE_MARKER = "/opt/hpc-train/image.json"  # only an image has it: what it was built from, when
 
@@ -192,7 +192,7 @@ def rank_of(env: Mapping[str, str]) -> int:
 
 def node_name() -> str:
     """The Slurm node this process runs on (emulated nodes share one host name)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return SlurmEnv().nodename or socket.gethostname()
 
 
 # --- launcher to launcher: one decision per start -----------------------------------------------

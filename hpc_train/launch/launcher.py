@@ -40,7 +40,6 @@ Interruptions:
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -50,6 +49,7 @@ from typing import Any
 
 from hpc_core import ledger
 from hpc_core.ledger import Kind
+from hpc_core.slurm_env import SlurmEnv
 from hpc_core.wait import wait_until
 from hpc_train.contract import (
     DONE,
@@ -143,7 +143,7 @@ class Launcher:
         import submitit
 
         job = submitit.JobEnvironment()
-        restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        restart = SlurmEnv().restart_count
         hosts = tuple(job.hostnames)
         spare_count = self.spec.spares_in(len(hosts))  # derived once: the spares of this job
         start = allocation_start(job.job_id, job.global_rank, hosts, restart, spare_count)
