@@ -219,7 +219,7 @@ class Launcher:
         self._marker, self._pending = worker.stop_marker, worker.notice_pending
         argv = self.torchrun_command(here.start, nproc, args)
         log(f"running: {command_lines.shell(argv)}")
-        watchers = lifecycle.Watchers(spot=lifecycle.watch_spot(here.job_id))
+        watchers = lifecycle.Watchers()
         try:
             with (
                 signals.recording(self._signals, self._pending),

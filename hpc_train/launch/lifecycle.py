@@ -230,7 +230,8 @@ def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | N
 
 @dataclass
 class Watchers:
-    """The threads beside one torchrun, started as it starts and stopped as it exits."""
+    """The threads beside one torchrun, started as it starts and stopped as it exits (each a
+    ``watch.watcher.Watcher``; the launcher's pulse, ``watch.launchers``, spans the whole start)."""
 
     spot: SpotWatcher | None = None
     hangs: hang_monitor.Monitor | None = None
@@ -239,6 +240,7 @@ class Watchers:
 
     def start(self, here: Here, nproc: int, pid: int, spent: int,
               own_notice: Callable[[str], None]) -> None:  # fmt: skip
+        self.spot = watch_spot(here.job_id)
         self.hangs = watch_hangs(here, nproc, pid)
         self.stragglers = watch_stragglers(here, spent)  # task 0 only
         self.growth = watch_growth(here, own_notice)  # task 0, below --nodes MAX
