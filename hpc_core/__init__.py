@@ -10,6 +10,8 @@
 - ``hpc_core.ledger``: a run's ledger (what happened to it) and the user's index of runs.
 - ``hpc_core.instances``: EC2 instance types (GPUs, memory, EFA) and the NCCL environment.
 - ``hpc_core.wait``: the one poll-with-back-off loop.
+- ``hpc_core.procs``: this host's processes whose environment carries given values (a job's, a
+  start's, one emulated node's), read from /proc.
 
 Nothing here imports ``hpc_train``, ``nccl_checks``, torch, fairseq, submitit, NVML or YAML;
 ``make lint`` checks it with import-linter.

@@ -1,8 +1,10 @@
 """What a run is, decided in the user's CLI: the spec and its options (``spec``, ``options``), the
 presets, the devices' batch and precision (``devices``), the global-batch arithmetic (``batch``,
 each start's plan from ``JobSpec.batch_plan``), what the run asks of the cluster and how its batch
-divides (``sizing``: JobSpec's base), the watchers' allowances (``limits``), the command
-lines (``command_lines``: fairseq's argv, torchrun's) and the container flags (``container``).
+divides (``sizing``: JobSpec's base), the watchers' allowances (``limits``), the speed levers
+(``levers``: which a run uses, by the GPU's compute capability, and the rank's one argument), the
+command lines (``command_lines``: fairseq's argv, torchrun's) and the container flags
+(``container``).
 
 Imported by ``submit`` (the user's CLI) and by the launcher on each node, which builds the same
 command lines for the world task 0 decided. The spec, the arithmetic and the command lines are

@@ -42,7 +42,7 @@ OVERHEAD_BYTES = 32 * 1024
 OVERHEAD_PER_LAYER_BYTES = 16 * 1024
 
 SPOT_NOTICE_S = 120.0  # EC2 posts the instance-action this long before it reclaims the instance
-SPOT_POLL_S = 5.0  # the spot watcher's default poll (launch.spot): a notice is seen up to this late
+SPOT_POLL_S = 5.0  # the spot watcher's default poll (watch.spot): a notice is seen up to this late
 
 
 @dataclass(frozen=True)
