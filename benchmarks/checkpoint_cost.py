@@ -49,6 +49,7 @@ from typing import Any
 from benchmarks import report
 from benchmarks.report import fmt, ratio, run_and_write
 from hpc_core import instances, ledger
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train import contract
 from hpc_train.job.command_lines import fairseq_args
@@ -171,7 +172,7 @@ def run_mode(
     first, last = 1, updates - 1
     span = span_seconds(returns, first, last)
     events = ledger.read(RunDir(save).ledger)
-    saves = [e.data for e in events if e.kind == "checkpoint"]
+    saves = [e.data for e in events if e.kind == Kind.CHECKPOINT]
     return {
         "span_s": round(span, 3),
         "span_updates": last - first,

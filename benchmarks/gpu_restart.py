@@ -74,6 +74,7 @@ from benchmarks import gpu, gpu_measure, report
 from benchmarks.report import table, write_json
 from hpc_core import instances
 from hpc_core.rundir import RunDir
+from hpc_core.slurm_env import JOB_ID
 from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train import chaos, cli
 from hpc_train.contract import node_name
@@ -350,7 +351,7 @@ class Bench:
         self.spec: JobSpec = dataclasses.replace(spec, **changes)
         self.run = RunDir(self.save)
         self.tag = f"gpu-restart-{os.getpid()}"  # chaos finds the ranks by their job id
-        self.env = {**os.environ, "SLURM_JOB_ID": self.tag}
+        self.env = {**os.environ, JOB_ID: self.tag}
         if not use_gpu:  # as the launcher sets up CPU ranks
             self.env.update(instances.plain(instances.cpu_env()))
         self.starts: list[Start] = []

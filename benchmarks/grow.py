@@ -38,6 +38,7 @@ from benchmarks import report
 from benchmarks.preemption import BenchError, Jobs, machine, say, trained, wait_until
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train import testing
 
@@ -50,12 +51,12 @@ def segments(events: Sequence[ledger.Event]) -> list[dict[str, Any]]:
     """Each start: its nodes, when it started, its first update, when it ended, and the update
     it resumed from (pure, from the ledger)."""
     ordered = sorted(events, key=lambda e: e.time)
-    starts = [i for i, e in enumerate(ordered) if e.kind == "started"]
+    starts = [i for i, e in enumerate(ordered) if e.kind == Kind.STARTED]
     out = []
     for n, i in enumerate(starts):
         inside = ordered[i + 1 : starts[n + 1] if n + 1 < len(starts) else len(ordered)]
-        first = next((e.time for e in inside if e.kind == "first_update"), None)
-        end = next((e for e in inside if e.kind in ("stopped", "finished")), None)
+        first = next((e.time for e in inside if e.kind == Kind.FIRST_UPDATE), None)
+        end = next((e for e in inside if e.kind in (Kind.STOPPED, Kind.FINISHED)), None)
         out.append({
             "nodes": len(ordered[i].get("nodes") or []), "started": ordered[i].time,
             "first_update": first, "ended": end.time if end else ordered[-1].time,
@@ -111,7 +112,7 @@ def one_run(name: str, grow_after: float, args: argparse.Namespace, jobs: Jobs) 
         "job_id": job,
         "state": final.state,
         "starts": [{**s, "updates_per_s": rate(s)} for s in segs],
-        "grown": [e.data for e in events if e.kind == "grown"],
+        "grown": [e.data for e in events if e.kind == Kind.GROWN],
         "updates_recomputed": len(updates) - len(set(updates)),
         "updates_missing": sorted(set(range(1, args.max_update + 1)) - set(updates))[:20],
         "wall_s": round(end - submitted, 1),

@@ -47,6 +47,7 @@ from benchmarks import report
 from benchmarks.preemption import PER_UPDATE, BenchError, Jobs, machine, phases, say
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train import chaos, testing
 from hpc_train.runs import follow
@@ -81,7 +82,7 @@ def phase_of(declared: dict[str, Any]) -> str | None:
 
 
 def _first(
-    events: Sequence[ledger.Event], kind: str, after: float, restart: int | None = None
+    events: Sequence[ledger.Event], kind: Kind, after: float, restart: int | None = None
 ) -> ledger.Event | None:
     return next(
         (
@@ -104,21 +105,21 @@ def hang_figures(
     the requeue is that start's ``requeued``; the resume is the first ``first_update`` of a
     later start."""
     allowance = allowance_of(declared)
-    stop = _first(events, "stopped", stopped_at)
+    stop = _first(events, Kind.STOPPED, stopped_at)
     hang_start = stop.restart if stop is not None else None
-    requeued = _first(events, "requeued", stopped_at, hang_start)
+    requeued = _first(events, Kind.REQUEUED, stopped_at, hang_start)
     resumed = next(
         (
             e
             for e in events
-            if e.kind == "first_update"
+            if e.kind == Kind.FIRST_UPDATE
             and e.time >= stopped_at
             and hang_start is not None
             and e.restart > hang_start
         ),
         None,
     )
-    started = _first(events, "started", stopped_at)
+    started = _first(events, Kind.STARTED, stopped_at)
     declared_at = declared.get("time")
 
     def since(t: float | None) -> float | None:
@@ -153,7 +154,7 @@ def hang_figures(
 def hangs_declared(events: Sequence[ledger.Event], job: str) -> int:
     """Starts of ``job`` the launcher stopped for a hang."""
     return sum(
-        1 for e in events if e.kind == "stopped" and e.job == job and e.get("cause") == "hang"
+        1 for e in events if e.kind == Kind.STOPPED and e.job == job and e.get("cause") == "hang"
     )
 
 
@@ -222,13 +223,13 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
 
         def resumed_or_over(e: ledger.Event) -> bool:
             return e.job == job and (
-                (e.kind == "first_update" and e.restart > 0)
-                or e.kind == "finished"
-                or (e.kind == "stopped" and e.get("cause") != "hang")
+                (e.kind == Kind.FIRST_UPDATE and e.restart > 0)
+                or e.kind == Kind.FINISHED
+                or (e.kind == Kind.STOPPED and e.get("cause") != "hang")
             )
 
         seen = testing.wait_for_event(run, f"job {job} to resume", resumed_or_over, 600)
-        if seen.kind != "first_update":
+        if seen.kind != Kind.FIRST_UPDATE:
             raise BenchError(f"job {job} ended without a resume after the hang: {seen.data}")
         jobs.sample()
         interference = jobs.take_seen()
@@ -237,11 +238,11 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
         if "DRAIN" in slurm.node_info(victim).get("State", ""):
             slurm.resume(victim)
     events = ledger.read(run.ledger)
-    stop = _first(events, "stopped", stopped_at)
+    stop = _first(events, Kind.STOPPED, stopped_at)
     declared = hang_monitor.declaration(run.incident(job, stop.restart if stop else 0)) or {}
     figures = hang_figures(events, stopped_at, declared)
     say(f"hang: declared {figures['detect_s']} s, resumed {figures['resume_s']} s after SIGSTOP")
-    blamed = [e.get("node") for e in events if e.kind == "blamed"]
+    blamed = [e.get("node") for e in events if e.kind == Kind.BLAMED]
     return {
         **figures,
         "job_id": job,
@@ -270,12 +271,12 @@ def fault_free_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
     )  # fmt: skip
     running(job)
     first = testing.wait_for_event(
-        run, f"job {job}'s first update", lambda e: e.kind == "first_update", 600
+        run, f"job {job}'s first update", lambda e: e.kind == Kind.FIRST_UPDATE, 600
     )
     say(f"fault-free: job {job} training; watching it for {args.fault_free_minutes:g} min")
 
     def hang_or_end(e: ledger.Event) -> bool:
-        return e.kind in ("stopped", "finished") and e.job == job
+        return e.kind in (Kind.STOPPED, Kind.FINISHED) and e.job == job
 
     try:
         ended = testing.wait_for_event(run, "a stop", hang_or_end, seconds)
@@ -296,7 +297,7 @@ def fault_free_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
         "stopped_early": ended.data if ended else None,
         "restarts": final.restarts,
         "updates": summary.updates,
-        "checkpoints": sum(1 for e in events if e.kind == "checkpoint"),
+        "checkpoints": sum(1 for e in events if e.kind == Kind.CHECKPOINT),
         "validations": len(summary.valid_losses),
         "quiet_wait_s": quiet_wait,
         "save_dir": str(save),

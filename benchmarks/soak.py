@@ -111,6 +111,7 @@ from benchmarks import report
 from benchmarks.preemption import BenchError, Jobs, machine, say
 from benchmarks.report import fmt, provenance, ratio, run_and_write
 from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train import chaos, testing
 from hpc_train.cluster import requeue_hold
@@ -231,7 +232,7 @@ def duplicates(updates: Sequence[tuple[float, int]]) -> int:
 def first_update_after(
     events: Sequence[ledger.Event], after: float, before: float = float("inf")
 ) -> float | None:
-    return min((e.time for e in events if e.kind == "first_update" and after < e.time < before),
+    return min((e.time for e in events if e.kind == Kind.FIRST_UPDATE and after < e.time < before),
                default=None)  # fmt: skip
 
 
@@ -273,9 +274,9 @@ def training_nodes(events: Sequence[ledger.Event]) -> list[str]:
     """The nodes of the latest start or in-job restart (the spare is not one)."""
     nodes: list[str] = []
     for e in sorted(events, key=lambda e: e.time):
-        if e.kind == "started" and e.get("nodes"):
+        if e.kind == Kind.STARTED and e.get("nodes"):
             nodes = list(e.get("nodes"))
-        elif e.kind == "restarted" and e.get("members"):
+        elif e.kind == Kind.RESTARTED and e.get("members"):
             nodes = list(e.get("members"))
     return nodes
 
@@ -772,11 +773,11 @@ def requeue_waits(rows: Sequence[Mapping[str, Any]], hold_s: float | None) -> li
     out: list[dict[str, Any]] = []
     cause = None
     for i, row in enumerate(rows):
-        if row["kind"] == "stopped":
+        if row["kind"] == Kind.STOPPED:
             cause = row.get("cause")
-        if row["kind"] != "requeued":
+        if row["kind"] != Kind.REQUEUED:
             continue
-        nxt = next((r for r in rows[i + 1 :] if r["kind"] == "started"), None)
+        nxt = next((r for r in rows[i + 1 :] if r["kind"] == Kind.STARTED), None)
         if nxt is None:
             continue
         waited = nxt["time"] - row["time"]

@@ -1,24 +1,10 @@
 """A run's ledger, and the user's index of runs: JSON lines, appended, never rewritten.
 
 ``<save-dir>/.hpc-train/ledger.jsonl`` (``RunDir.ledger``) gets one line per stage of a run, written
-by the one process that saw it happen:
-
-    submitted     the submit command     job, nodes, max_update, preset
-    started       the launcher, task 0   restart, nodes (hosts), world, update_freq, previous
-    first_update  the worker, rank 0     update (the first one trained in this start)
-    checkpoint    the worker, rank 0     update, seconds (the training stall), bytes, notice;
-                                         snapshot_s, write_s with async saves (once on disk)
-    notice        the launcher, task 0   signal (USR2 at preemption, time limit, spot)
-    stopped       the launcher, task 0   cause (a class: notice, crash, cancelled, hang ...), why;
-                                         reached, last_progress (how far the start got)
-    blamed        the launcher, task 0   node, rank, why, drained (after a hang: the suspect)
-    straggler     the launcher, task 0   node, ratio, seconds, compute_s, median_s (a slow node)
-    requeued      the launcher, task 0   by (task 0 after a crash, submitit after a notice)
-    requeue_blocked the launcher, task 0 why (too few usable nodes: which, and why), waiting
-    restarted     the launcher, task 0   in the allocation: why, members, left_out, round
-    released      the launcher, task 0   node (a node left out, given back from the job)
-    grown         the launcher, task 0   from, to (nodes), why (idle nodes Slurm would start now)
-    finished      the launcher, task 0   why; reached, last_progress
+by the one process that saw it happen. What a line may say is ``Kind``: every kind of event, who
+writes it and the fields it carries; writers and readers name a kind by its member
+(``Kind.STARTED``), never by its string (tests/hpc_train/test_ledger_kinds.py reads the code for
+it), and ``contract.py``'s table lists each kind with its writer and its readers.
 
 Each append is one ``write`` of one whole line on a file opened with ``O_APPEND``, then fsync: a
 reader sees whole lines or nothing of a line; a line cut short by a crash is skipped when read,
@@ -34,25 +20,58 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-EVENTS = (
-    "submitted",
-    "started",
-    "first_update",
-    "checkpoint",
-    "notice",
-    "stopped",
-    "blamed",
-    "straggler",
-    "requeued",
-    "requeue_blocked",
-    "restarted",
-    "released",
-    "grown",
-    "finished",
-)
+SUBMIT = "the submit command"
+TASK0 = "task 0's launcher"  # or task 1's, acting for a stuck task 0 (stopped, blamed, requeued)
+RANK0 = "rank 0 (worker.ledger_hooks)"
+
+
+class Kind(StrEnum):
+    """A kind of ledger event: its name on the line (``"event"``), the process that writes it
+    and the fields of its ``data`` (a writer passes no other; a reader asks for a field with
+    ``Event.get``). A member is the string it names: it is written, compared and printed as is."""
+
+    writer: str
+    fields: tuple[str, ...]
+
+    def __new__(cls, name: str, writer: str, fields: str) -> Kind:
+        kind = str.__new__(cls, name)
+        kind._value_ = name
+        kind.writer, kind.fields = writer, tuple(fields.split())
+        return kind
+
+    # the run's first line: what was asked (--nodes, the updates, the preset, the name), and the
+    # hang limits and whether the in-job watchdog is on (the doctor judges a stall by them)
+    SUBMITTED = "submitted", SUBMIT, "nodes max_update preset name hang_limits watchdog"
+    # a (re)start: its hosts, world, update_freq, the update it resumes at, why the previous
+    # start ended (``previous``), the hot spares standing by
+    STARTED = "started", TASK0, "nodes world update_freq resume_at previous spares"
+    FIRST_UPDATE = "first_update", RANK0, "update"  # the first update trained in this start
+    # every save: its update, the training stall (seconds), bytes, notice (a save on notice);
+    # with async saves snapshot_s, write_s (copy_s: tiered, local -> save dir), once on disk
+    CHECKPOINT = "checkpoint", RANK0, "update seconds bytes notice snapshot_s write_s copy_s"
+    NOTICE = "notice", TASK0, "signal"  # USR2: preemption, the time limit, a spot notice
+    # a start's bad or early end: cause (a class: notice, crash, cancelled, hang ...), why;
+    # reached, last_progress: how far the start got
+    STOPPED = "stopped", TASK0, "cause why returncode error saved reached last_progress"
+    # a node blamed: its machine, why, the evidence and the verdict on it, drained; rank (a hang's)
+    BLAMED = "blamed", TASK0, "node machine why evidence verdict drained rank"
+    STRAGGLER = "straggler", TASK0, "node ratio seconds compute_s median_s"  # a slow node
+    REQUEUED = "requeued", TASK0, "by"  # by task 0 (a crash, a hang) or submitit (a notice)
+    # a requeue that could not start: too few usable nodes (which, and why); waiting
+    REQUEUE_BLOCKED = "requeue_blocked", TASK0, "why waiting"
+    # an in-job restart: why, the nodes it trains on (members), left_out, its round; the hot
+    # spares swapped in (spare_in) and those standing by (spares)
+    RESTARTED = "restarted", TASK0, "why members left_out round spare_in spares"
+    RELEASED = "released", TASK0, "node"  # a node left out, given back from the job
+    GROWN = "grown", TASK0, "from to why"  # from, to: nodes; why: idle nodes Slurm would start
+    FINISHED = "finished", TASK0, "why reached last_progress"  # training reached max-update
+
+
+EVENTS: tuple[Kind, ...] = tuple(Kind)
 INDEX_ENV = "HPC_TRAIN_STATE_HOME"  # overrides where the user's index lives (tests, shared homes)
 
 
@@ -102,9 +121,10 @@ def read_lines(path: Path, warn: Callable[[str], None] | None = None) -> list[di
 
 
 def record(
-    path: Path, kind: str, job: str, restart: int, when: float | None = None, **data: Any
+    path: Path, kind: Kind, job: str, restart: int, when: float | None = None, **data: Any
 ) -> Event:
-    """Append one event to the ledger at ``path`` (``when``: its time, now by default)."""
+    """Append one event to the ledger at ``path`` (``when``: its time, now by default); an
+    unknown kind is refused before anything is written."""
     if kind not in EVENTS:
         raise ValueError(f"unknown ledger event {kind!r} (one of {', '.join(EVENTS)})")
     event = Event(kind, time.time() if when is None else when, str(job), int(restart), data)

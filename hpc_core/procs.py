@@ -20,8 +20,10 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc_core.slurm_env import NODENAME
+
 PROC = Path("/proc")
-NODE_VAR = "SLURMD_NODENAME"  # set by slurmd in every process of a step, per emulated node
+NODE_VAR = NODENAME  # set by slurmd in every process of a step, per emulated node
 
 
 @dataclass(frozen=True)

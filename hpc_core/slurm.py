@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hpc_core.slurm_conf import DEFAULT_CONFS
+from hpc_core.slurm_env import SlurmEnv
 from hpc_core.wait import Backoff, wait_until
 
 LOCAL_HINT = "start the local cluster with `make cluster-up` and export the SLURM_CONF it prints"
@@ -108,7 +109,7 @@ def unreachable(timeout: float = 15.0) -> str | None:
     would retry reading it for a minute), and ``scontrol ping`` makes one attempt (a refused
     connection answers at once; ``timeout`` bounds a controller host that does not answer).
     """
-    conf = os.environ.get("SLURM_CONF")
+    conf = SlurmEnv().conf
     if conf and not os.path.isfile(conf):
         return f"SLURM_CONF={conf} does not exist"
     if not conf and not any(os.path.isfile(p) for p in DEFAULT_CONFS):
@@ -198,8 +199,7 @@ def release(job_id: str | int, node: str) -> bool:
     if node not in nodes or node == info.get("BatchHost") or len(nodes) < 2:
         return False
     keep = ",".join(n for n in nodes if n != node)
-    outside = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_JOB")}
-    run(["scontrol", "update", f"JobId={job_id}", f"NodeList={keep}"], env=outside)
+    run(["scontrol", "update", f"JobId={job_id}", f"NodeList={keep}"], env=SlurmEnv().outside_job())
     return True
 
 
@@ -399,12 +399,9 @@ def step_starts(job_id: str | int, node: str, timeout: float = 20.0) -> bool:
     """Does ``node``'s slurmd still start a step of the running job ``job_id`` (``srun
     --overlap true`` there, outside the caller's own step)? False when none started, whatever
     the reason (the slurmd gone, a busy controller, the job ending): a doubt, not a verdict."""
-    outside = {
-        k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"
-    }
     try:
         run(["srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "-N1", "-n1",
-             "true"], timeout=timeout, env=outside)  # fmt: skip
+             "true"], timeout=timeout, env=SlurmEnv().clients_only())  # fmt: skip
     except SlurmError:
         return False
     return True

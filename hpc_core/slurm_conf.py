@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hpc_core.slurm_env import SlurmEnv
+
 DEFAULT_CONFS = (
     "/etc/slurm/slurm.conf",
     "/opt/slurm/etc/slurm.conf",
@@ -17,7 +19,7 @@ DEFAULT_CONFS = (
 
 def conf_path() -> Path | None:
     """The slurm.conf the clients read: ``SLURM_CONF``, else the first default that exists."""
-    conf = os.environ.get("SLURM_CONF")
+    conf = SlurmEnv().conf
     if conf:
         return Path(conf)
     return next((Path(p) for p in DEFAULT_CONFS if os.path.isfile(p)), None)

@@ -1,4 +1,13 @@
-"""hpc-train: RoBERTa pretraining with fairseq on Slurm (AWS ParallelCluster), preemption-proof."""
+"""hpc-train: RoBERTa pretraining with fairseq on Slurm (AWS ParallelCluster), preemption-proof.
+
+Laid out by the process that runs the code (docs/architecture.md):
+
+- the user's CLI: ``command`` (the verbs), ``submit``, ``chaos``, ``environment`` (the
+  bootstrap), ``cli`` (the conventions), and the packages ``job``, ``runs``, ``planning``,
+  ``data`` and ``cluster``;
+- the launcher on each node: ``launch``, ``watch``, ``faults``; a rank: ``worker``;
+- between them: ``contract``; for the tests and the benchmarks only: ``testing``.
+"""
 
 import logging
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from hpc_core import procs, slurm
+from hpc_core.slurm_env import JOB_ID, SlurmEnv
 from hpc_train import cli, contract
 from hpc_train.contract import CrashRequest, write_crash_request
 from hpc_train.runs import index
@@ -68,7 +69,7 @@ def _processes(
     """(pid, cmdline) of this job's training processes (``targets``) on this host, for ``node``
     (``hpc_core.procs``: by ``SLURM_JOB_ID`` and the node in their environment)."""
     me = {os.getpid(), os.getppid()}
-    for process in procs.carrying({"SLURM_JOB_ID": job_id}, node, skip=me):
+    for process in procs.carrying({JOB_ID: job_id}, node, skip=me):
         cmd = process.cmdline()
         if cmd is not None and any(t in cmd for t in targets):
             yield process.pid, cmd
@@ -194,7 +195,7 @@ def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
 def stop_local_slurmd(node: str) -> None:
     """Local emulated cluster only: kill the node's slurmd so Slurm declares it failed."""
     cluster = os.environ.get("HPC_TRAIN_CLUSTER_DIR") or str(
-        Path(os.environ.get("SLURM_CONF", "")).resolve().parent.parent
+        Path(SlurmEnv().conf or "").resolve().parent.parent
     )
     pidfile = Path(cluster) / "run" / f"slurmd-{node}.pid"
     if not pidfile.exists():

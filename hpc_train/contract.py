@@ -1,8 +1,10 @@
 """What crosses a process boundary: every variable, file and decision passed between the
 launcher on each node and its training ranks, or between task 0's launcher and the others.
 
-The paths are ``hpc_core.rundir.RunDir``'s; the names and the schemas are here, each with who
-writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
+The paths are ``hpc_core.rundir.RunDir``'s and the ledger's kinds ``hpc_core.ledger.Kind``'s (with
+their fields: ``hpc_core.ledger`` checks each line's kind, and may not import this package); the
+other names and schemas are here. Each has a row below, with who writes it and who reads it.
+Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 
 | what | schema | written by | read by |
 |---|---|---|---|
@@ -22,7 +24,21 @@ writes it and who reads it. Nothing else names an ``HPC_TRAIN_*`` variable a ran
 | ``.hpc-train/nodes/<job>-<restart>-task<t>.exit.json`` | ``faults.agent_exit.NodeExit`` | each launcher (launcher to launcher) | task 0 |
 | ``.hpc-train/audit/<job>-<restart>/rank-<r>.jsonl`` | ``AuditLine`` (one a line) | each rank (``--audit-samples``) | ``runs.audit`` |
 | ``.hpc-train/audit/plan-epoch<e>.json`` (``RunDir.audit_plan``) | the epoch's sample ids, a sorted JSON list | rank 0, at its first step of the epoch (``worker.data_position``, ``--audit-samples``) | ``runs.audit`` (each id once per epoch) |
-| ``.hpc-train/ledger.jsonl`` | ``hpc_core.ledger.Event`` | submit, task 0's launcher, rank 0 (``worker.ledger_hooks``) | ``runs``, ``costs``, the launcher |
+| ``.hpc-train/ledger.jsonl``, one event a line (the kinds below) | ``hpc_core.ledger.Event``; each kind and its fields: ``hpc_core.ledger.Kind`` | submit, task 0's launcher, rank 0 (``worker.ledger_hooks``) | ``runs``, ``costs``, the launcher, the benchmarks |
+| ``ledger.jsonl``: ``submitted`` | ``Kind.SUBMITTED`` | ``submit`` | ``runs`` (``index``, ``goodput``, ``metrics``: the doctor's limits) |
+| ``ledger.jsonl``: ``started`` | ``Kind.STARTED`` | task 0 (``launch.lifecycle``) | ``runs`` (``index``, ``goodput``, ``metrics``, ``doctor``), ``launch.starts``, ``faults.node_blame`` |
+| ``ledger.jsonl``: ``first_update`` | ``Kind.FIRST_UPDATE`` | rank 0 (``worker.ledger_hooks``) | ``runs`` (``index``, ``goodput``, ``metrics``) |
+| ``ledger.jsonl``: ``checkpoint`` | ``Kind.CHECKPOINT`` | rank 0 (``worker.ledger_hooks``) | ``planning.costs`` (the measured saves), ``runs`` (``index``, ``goodput``, ``metrics``) |
+| ``ledger.jsonl``: ``notice`` | ``Kind.NOTICE`` | task 0 (``launch.launcher``: ``checkpoint()``) | the user (a record) |
+| ``ledger.jsonl``: ``stopped`` | ``Kind.STOPPED`` | task 0, or task 1 for a stuck task 0 (``launch``: ``launcher``, ``lifecycle``, ``recovery``) | ``runs`` (``index``, ``goodput``, ``metrics``), ``launch.starts``, ``launch.launcher``, ``launch.notify``, ``faults.node_blame`` |
+| ``ledger.jsonl``: ``blamed`` | ``Kind.BLAMED`` | task 0, or task 1 for a stuck task 0 (``faults.node_blame``) | ``faults.quarantine``, ``faults.node_blame``, ``runs`` (``named_nodes``, ``metrics``) |
+| ``ledger.jsonl``: ``straggler`` | ``Kind.STRAGGLER`` | task 0's straggler thread (``watch.straggler_monitor``) | ``runs.named_nodes`` |
+| ``ledger.jsonl``: ``requeued`` | ``Kind.REQUEUED`` | task 0, or task 1 for a stuck task 0 (``launch.requeue``; on a notice ``launch.launcher``) | ``runs.metrics``, ``launch.notify`` |
+| ``ledger.jsonl``: ``requeue_blocked`` | ``Kind.REQUEUE_BLOCKED`` | task 0, or task 1 for a stuck task 0 (``launch.requeue``) | ``runs.index`` |
+| ``ledger.jsonl``: ``restarted`` | ``Kind.RESTARTED`` | task 0 (``launch.spares``) | ``contract.last_round``, ``launch.launcher``, ``faults.node_blame``, ``runs.index`` |
+| ``ledger.jsonl``: ``released`` | ``Kind.RELEASED`` | task 0's release thread (``launch.release``) | the user (a record) |
+| ``ledger.jsonl``: ``grown`` | ``Kind.GROWN`` | task 0's grow thread (``launch.lifecycle``) | ``launch.starts`` |
+| ``ledger.jsonl``: ``finished`` | ``Kind.FINISHED`` | task 0 (``launch.launcher``) | ``runs`` (``index``, ``goodput``, ``doctor``), ``launch.notify`` |
 | ``profile.json`` (``RunDir.profile``) | ``worker.profile_table.Window.to_json`` | rank 0, when its ``HPC_TRAIN_PROFILE`` window closes | ``benchmarks.gpu_session``, ``benchmarks.levers_cpu``, the user |
 | ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
 | ``/opt/hpc-train/image.json`` inside an image (``IMAGE_MARKER``) | one line of JSON | the image's build (``slurm/local/build-image.sh``, the Containerfile) | each rank, at its start (``worker.train``: it says which image it runs in) |
@@ -33,7 +49,6 @@ The save dir reaches a rank here (``WorkerEnv.save_dir``), not through fairseq's
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import time
@@ -42,7 +57,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
+from hpc_core.slurm_env import SlurmEnv
 
 IMAGE_MARKER = "/opt/hpc-train/image.json"  # only an image has it: what it was built from, when
 
@@ -175,7 +192,7 @@ def rank_of(env: Mapping[str, str]) -> int:
 
 def node_name() -> str:
     """The Slurm node this process runs on (emulated nodes share one host name)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return SlurmEnv().nodename or socket.gethostname()
 
 
 # --- launcher to launcher: one decision per start -----------------------------------------------
@@ -285,7 +302,7 @@ def last_round(events: Sequence[Any], job: str, restart: int) -> int:
     """The last round of ``job``'s start ``restart``: each in-job restart the launcher made is a
     ledger ``restarted`` event with its round (``events``: ``hpc_core.ledger.read``'s)."""
     rounds = [int(e.get("round") or 0) for e in events
-              if e.kind == "restarted" and (e.job, e.restart) == (job, restart)]  # fmt: skip
+              if e.kind == Kind.RESTARTED and (e.job, e.restart) == (job, restart)]  # fmt: skip
     return max(rounds, default=0)
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core import instances, ledger, slurm
+from hpc_core.ledger import Kind
+from hpc_core.slurm_env import JOB_ID
 from hpc_train import cli
 from hpc_train.faults import quarantine
 from hpc_train.job import command_lines, container, levers, options, presets
@@ -150,11 +152,11 @@ def training_command(spec: JobSpec, plan: BatchPlan) -> tuple[str, str]:
     nproc = spec.ranks_per_node(gpu)
     args = command_lines.fairseq_argv(spec, plan, gpu)
     argv = command_lines.torchrun_argv(
-        "torchrun", spec.nodes_max, nproc, "FIRST_NODE", "SLURM_JOB_ID", args
+        "torchrun", spec.nodes_max, nproc, "FIRST_NODE", JOB_ID, args
     )
-    port = slurm.rendezvous_port("SLURM_JOB_ID")  # no digits: the rule's base
+    port = slurm.rendezvous_port(JOB_ID)  # no digits: the rule's base
     line = command_lines.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
-    line = line.replace("SLURM_JOB_ID", "$SLURM_JOB_ID")
+    line = line.replace(JOB_ID, f"${JOB_ID}")
     note = f"{plan.describe()}; RDZV_PORT = {slurm.RDZV_PORT_RULE}"
     image = spec.container.image
     if image is not None:
@@ -205,7 +207,7 @@ def record_submission(spec: JobSpec, job_id: str, when: float) -> None:
     and its line in the user's index (``hpc-train status``)."""
     run = spec.run_dir
     ledger.record(
-        run.ledger, "submitted", job_id, 0, when,
+        run.ledger, Kind.SUBMITTED, job_id, 0, when,
         nodes=spec.nodes_arg, max_update=spec.updates, preset=spec.preset, name=spec.job_name,
         # the run's limits, in-job watchdog or not (--no-watchdog): the doctor and the alerts
         # judge a stall by them from outside the job

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hpc_core import ledger, procs
 from hpc_core.rundir import RunDir
+from hpc_core.slurm_env import JOB_ID
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import contract
 from hpc_train.runs import follow
@@ -64,7 +65,7 @@ def job_alive(job_id: str, **env: str) -> bool:
     """Does a process on this host belong to ``job_id`` (``SLURM_JOB_ID`` in its environment,
     and each of ``env``, e.g. ``SLURM_PROCID="2"``: one task's; ``hpc_core.procs``)? The
     launchers, torchrun and the ranks of every emulated node run here."""
-    return next(procs.carrying({"SLURM_JOB_ID": job_id, **env}), None) is not None
+    return next(procs.carrying({JOB_ID: job_id, **env}), None) is not None
 
 
 def wait_for_update(run: RunDir, update: int, timeout: float, backoff: Backoff = STEADY) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from hpc_core import slurm
+from hpc_core.slurm_env import SlurmEnv
 from nccl_checks import (
     EXIT_CANNOT_RUN,
     EXIT_CRASHED,
@@ -72,7 +73,8 @@ def _node_count(args: argparse.Namespace) -> int:
             return len(slurm.hostnames(args.nodelist))
         except slurm.SlurmError as err:
             raise UsageError(f"--nodelist {args.nodelist}: {err}; give --nodes") from None
-    return int(os.environ.get("SLURM_JOB_NUM_NODES") or 2)
+    nodes = SlurmEnv().job_num_nodes
+    return nodes if nodes is not None else 2
 
 
 def _plan(args: argparse.Namespace) -> allreduce.Plan:
@@ -107,7 +109,7 @@ def cmd_allreduce(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(allreduce.dry_run_text(plan))
             return EXIT_HEALTHY
-        if os.environ.get("SLURM_JOB_ID"):
+        if SlurmEnv().job_id:
             outcome = allreduce.run_in_allocation(plan, timeout_s=plan.time_limit * 60.0)
         else:
             outcome = allreduce.submit(plan, wait_timeout_s=args.wait_timeout)
@@ -162,7 +164,7 @@ def cmd_gpu(args: argparse.Namespace) -> int:
         raise UsageError(f"--state {args.state}: {err}") from None
     report = gpu.check_node(state, args.instance_type or GPU_DEFAULT)
     code = EXIT_HEALTHY if report.healthy else EXIT_UNHEALTHY
-    node = args.node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = args.node or SlurmEnv().nodename or socket.gethostname().split(".")[0]
     drained = False
     if args.drain and not report.healthy:
         try:

@@ -25,6 +25,7 @@ from hpc_core import slurm
 from hpc_core.instances import Setting, cpu_env, efa_nccl_env, node_versions, plain, shell_lines
 from hpc_core.rundir import atomic_write, atomic_writer
 from hpc_core.slurm import rendezvous_port
+from hpc_core.slurm_env import JOB_ID, JOB_NODELIST, SlurmEnv
 from hpc_core.wait import Backoff
 from nccl_checks import EXIT_CANNOT_RUN, EXIT_HEALTHY, EXIT_UNHEALTHY
 from nccl_checks.parse import ParseError, parse
@@ -225,7 +226,7 @@ def sbatch_script(plan: Plan) -> str:
     lines += [
         "set -euo pipefail",
         f'export PYTHONPATH={shlex.quote(str(REPO))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
-        'echo "[$(date -u +%FT%TZ)] nccl-check: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
+        f'echo "[$(date -u +%FT%TZ)] nccl-check: job ${JOB_ID} on ${JOB_NODELIST}"',
         shlex.join(check),
     ]
     return "\n".join(lines) + "\n"
@@ -233,9 +234,10 @@ def sbatch_script(plan: Plan) -> str:
 
 def dry_run_text(plan: Plan) -> str:
     """What would run, without submitting or writing anything."""
-    inside = bool(os.environ.get("SLURM_JOB_ID"))
+    job_id = SlurmEnv().job_id
+    inside = job_id is not None
     nodes = _allocation_nodes(plan) if inside else [f"<node{i + 1}>" for i in range(plan.nodes)]
-    settings = rank_settings(plan, nodes[0], os.environ.get("SLURM_JOB_ID", "0"))
+    settings = rank_settings(plan, nodes[0], job_id or "0")
     if not inside and "MASTER_PORT" in settings:
         settings["MASTER_PORT"] = replace(settings["MASTER_PORT"], value="<from-the-job-id>")
     out = [] if inside else [f"# sbatch --parsable {plan.out_dir / SCRIPT}", sbatch_script(plan)]
@@ -247,7 +249,7 @@ def dry_run_text(plan: Plan) -> str:
 
 def _allocation_nodes(plan: Plan) -> list[str]:
     """The step's nodes: --nodelist if given (within the allocation), else the first N."""
-    allocated = slurm.hostnames(os.environ["SLURM_JOB_NODELIST"])
+    allocated = slurm.hostnames(_allocation_has(SlurmEnv().job_nodelist, JOB_NODELIST))
     wanted = slurm.hostnames(plan.nodelist) if plan.nodelist else allocated[: plan.nodes]
     if len(wanted) != plan.nodes or not set(wanted) <= set(allocated):
         raise slurm.SlurmError(
@@ -255,6 +257,13 @@ def _allocation_nodes(plan: Plan) -> list[str]:
             f"allocation's {', '.join(allocated)}"
         )
     return wanted
+
+
+def _allocation_has(value: str | None, name: str) -> str:
+    """A variable Slurm sets in every allocation (``value``: ``hpc_core.slurm_env``'s)."""
+    if value is None:
+        raise slurm.SlurmError(f"not inside a Slurm allocation: {name} is unset")
+    return value
 
 
 def judge_output(plan: Plan, text: str) -> tuple[int, str, Verdict | None]:
@@ -268,7 +277,7 @@ def judge_output(plan: Plan, text: str) -> tuple[int, str, Verdict | None]:
 
 def run_in_allocation(plan: Plan, timeout_s: float | None = None) -> Outcome:
     """Inside an allocation: one srun step, raw output saved, parsed, judged, result.json."""
-    job_id = os.environ["SLURM_JOB_ID"]
+    job_id = _allocation_has(SlurmEnv().job_id, JOB_ID)
     nodes = _allocation_nodes(plan)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     settings = plain(rank_settings(plan, nodes[0], job_id))

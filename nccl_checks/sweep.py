@@ -26,6 +26,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from hpc_core.slurm_env import LOCALID, NTASKS, PROCID, SlurmEnv
 from nccl_checks.parse import Measurement
 from nccl_checks.table import footer_lines, header_lines, parse_size, row_line, sizes
 from nccl_checks.verdict import algbw, bus_factor
@@ -34,11 +35,17 @@ PROGRAM = "all_reduce_perf (hpc-train torch.distributed sweep)"
 NA = Measurement(None, None, None, None)
 
 
-def _env_int(*names: str, default: int | None = None) -> int:
-    for name in names:
-        if os.environ.get(name):
-            return int(os.environ[name])
+def _env_int(
+    name: str, slurm: tuple[str, int | None] | None = None, default: int | None = None
+) -> int:
+    """Slurm's value (``slurm``: its variable and what ``hpc_core.slurm_env`` read of it) when
+    it set one, else ``name``'s (torchrun's), else ``default``."""
+    if slurm is not None and slurm[1] is not None:
+        return slurm[1]
+    if os.environ.get(name):
+        return int(os.environ[name])
     if default is None:
+        names = [slurm[0], name] if slurm is not None else [name]
         raise SystemExit(f"error: none of {', '.join(names)} is set (start me with srun)")
     return default
 
@@ -75,9 +82,10 @@ def _slowest(seconds: float, device: torch.device) -> float:
 def run(
     backend: str, size_list: list[int], factor: int, warmup: int, iters: int, timeout_s: float
 ) -> int:
-    rank = _env_int("SLURM_PROCID", "RANK")
-    world = _env_int("SLURM_NTASKS", "WORLD_SIZE")
-    local = _env_int("SLURM_LOCALID", "LOCAL_RANK", default=0)
+    slurm = SlurmEnv()
+    rank = _env_int("RANK", (PROCID, slurm.procid))
+    world = _env_int("WORLD_SIZE", (NTASKS, slurm.ntasks))
+    local = _env_int("LOCAL_RANK", (LOCALID, slurm.localid), default=0)
     addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = _env_int("MASTER_PORT")
     if backend == "nccl":

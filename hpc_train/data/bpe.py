@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from hpc_core.slurm_env import SlurmEnv
 from hpc_train.data.base import DataError
 
 # sha256 of GPT-2's released BPE files (openai/gpt-2, models/124M; fairseq's gpt2_bpe/ copies).
@@ -66,10 +67,10 @@ def gpt2_bpe_files() -> dict[str, Path]:
 def default_workers(environ: Mapping[str, str], cores: int) -> int:
     """Processes to use: Slurm's CPUs for this job when inside one, else the cores this process
     may run on (``cores``: its CPU affinity); never more than ``cores``, at least 1."""
-    for name in ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"):
-        value = environ.get(name, "") if environ.get("SLURM_JOB_ID") else ""
-        if value.isdigit() and int(value) > 0:
-            return max(1, min(int(value), cores))
+    slurm = SlurmEnv(environ)
+    for value in (slurm.cpus_per_task, slurm.cpus_on_node) if slurm.job_id else ():
+        if value:
+            return max(1, min(value, cores))
     return max(1, cores)
 
 

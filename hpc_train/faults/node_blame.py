@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train.contract import last_round, read_beats, read_stop, round_key
@@ -62,7 +63,7 @@ def blame(
     earlier = quarantine.earlier(ledger.read(run.ledger), node, machine, now)
     verdict = weigh(evidence, earlier)
     info = {"node": node, "why": why, "machine": machine}
-    entries = quarantine.update(run, also=[ledger.Event("blamed", now, job, restart, info)])
+    entries = quarantine.update(run, also=[ledger.Event(Kind.BLAMED, now, job, restart, info)])
     drained = False
     if drain and verdict.drain:
         try:
@@ -70,7 +71,7 @@ def blame(
             drained = True
         except slurm.SlurmError as err:
             log(f"could not drain {node}: {err}")
-    note("blamed", node=node, why=why, drained=drained, machine=machine,
+    note(Kind.BLAMED, node=node, why=why, drained=drained, machine=machine,
          evidence=str(evidence), verdict=verdict.why, **data)  # fmt: skip
     kept = "; --no-drain: left out, not drained" if verdict.drain and not drain else ""
     held = (
@@ -154,11 +155,11 @@ def unrecorded_end(run: RunDir, job: str, restart: int) -> list[str]:
     last = last_round(events, job, restart - 1)
     if read_stop(run, round_key(job, last), restart - 1) is not None:
         return []
-    rounds = [i for i, e in enumerate(events) if e.kind == "restarted"]
+    rounds = [i for i, e in enumerate(events) if e.kind == Kind.RESTARTED]
     events = events[rounds[-1] + 1 :] if rounds else events  # the last round's own
-    if any(e.kind in ("stopped", "blamed") for e in events):
+    if any(e.kind in (Kind.STOPPED, Kind.BLAMED) for e in events):
         return []  # task 0 said how it ended (and blamed whom it could)
-    started = [e.get("nodes") or [] for e in events if e.kind == "started"]
+    started = [e.get("nodes") or [] for e in events if e.kind == Kind.STARTED]
     return [str(n) for n in started[-1]] if started else []
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
 
 WINDOW_S = 24 * 3600.0  # a node blamed twice within a day is not a coincidence
@@ -47,7 +48,7 @@ def _blames(events: Sequence[ledger.Event]) -> dict[tuple[str, str], list[ledger
     """The ``blamed`` events by (node, machine), in the ledger's order."""
     blames: dict[tuple[str, str], list[ledger.Event]] = {}
     for event in events:
-        if event.kind == "blamed" and event.get("node"):
+        if event.kind == Kind.BLAMED and event.get("node"):
             blames.setdefault((event.get("node"), machine_of(event)), []).append(event)
     return blames
 

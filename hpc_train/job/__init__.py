@@ -2,8 +2,9 @@
 (``spec``; ``fields``: each option declared once, on its field; ``options``: the CLI), the
 presets, the devices' batch and precision (``devices``), the global-batch arithmetic (``batch``,
 each start's plan from ``JobSpec.batch_plan``), what the run asks of the cluster and how its batch
-divides (``sizing``: JobSpec's base), the watchers' settings (``limits``: ``JobSpec.watch``),
-the command lines (``command_lines``: fairseq's argv, torchrun's) and the container flags
+divides (``sizing``: JobSpec's base), the watchers' settings (``limits``: ``JobSpec.watch``), the
+speed levers (``levers``: which a run uses, by the GPU's compute capability, and the rank's one
+argument), the command lines (``command_lines``: fairseq's argv, torchrun's) and the container flags
 (``container``).
 
 Imported by ``submit`` (the user's CLI) and by the launcher on each node, which builds the same

@@ -40,7 +40,6 @@ Interruptions:
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
@@ -49,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core import ledger
+from hpc_core.ledger import Kind
+from hpc_core.slurm_env import SlurmEnv
 from hpc_core.wait import wait_until
 from hpc_train.contract import (
     DONE,
@@ -108,15 +109,15 @@ class Launcher:
     def _start(self, start: Start | None) -> None:
         self._here = self.here(start) if start is not None else None
 
-    def note(self, kind: str, **data: Any) -> None:
+    def note(self, kind: Kind, **data: Any) -> None:
         """Task 0 records a stage of this start in the run's ledger (the others never do)."""
         self._record(kind, data)
 
-    def deputy_note(self, kind: str, **data: Any) -> None:
+    def deputy_note(self, kind: Kind, **data: Any) -> None:
         """What ``note`` does, from task 1 acting for a stuck task 0."""
         self._record(kind, data, deputy=True)
 
-    def _record(self, kind: str, data: dict[str, Any], deputy: bool = False) -> None:
+    def _record(self, kind: Kind, data: dict[str, Any], deputy: bool = False) -> None:
         start = self._start
         if start is None or (start.task != 0 and not deputy):
             return
@@ -142,7 +143,7 @@ class Launcher:
         import submitit
 
         job = submitit.JobEnvironment()
-        restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        restart = SlurmEnv().restart_count
         hosts = tuple(job.hostnames)
         spare_count = self.spec.spares_in(len(hosts))  # derived once: the spares of this job
         start = allocation_start(job.job_id, job.global_rank, hosts, restart, spare_count)
@@ -174,8 +175,8 @@ class Launcher:
         (``restart_policy.restarts_spent``): Slurm's requeues and this job's in-job restarts,
         less the requeues that were grows (a start before this one that stopped for a grow)."""
         events = ledger.read(self.spec.run_dir.ledger)
-        in_job = sum(1 for e in events if e.kind == "restarted" and e.job == start.job_id)
-        grows = {e.restart for e in events if e.kind == "stopped" and e.job == start.job_id
+        in_job = sum(1 for e in events if e.kind == Kind.RESTARTED and e.job == start.job_id)
+        grows = {e.restart for e in events if e.kind == Kind.STOPPED and e.job == start.job_id
                  and e.get("cause") == "grow" and e.restart < start.restart}  # fmt: skip
         return restart_policy.restarts_spent(start.restart, max(in_job, start.round), len(grows))
 
@@ -204,7 +205,7 @@ class Launcher:
         args = lifecycle.announce(here, decision, before)
         if decision.at_update >= self.spec.updates:
             log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
-            here.note("finished", why="max-update reached before this start")
+            here.note(Kind.FINISHED, why="max-update reached before this start")
             spares.release_spares(here, DONE, "max-update reached")
             return here.done()
         ended = self._train(here, decision.use_gpu, decision.ranks_per_node, args, spent, pulse)
@@ -218,7 +219,7 @@ class Launcher:
         self._marker, self._pending = worker.stop_marker, worker.notice_pending
         argv = self.torchrun_command(here.start, nproc, args)
         log(f"running: {command_lines.shell(argv)}")
-        watchers = lifecycle.Watchers(spot=lifecycle.watch_spot(here.job_id))
+        watchers = lifecycle.Watchers()
         try:
             with (
                 signals.recording(self._signals, self._pending),
@@ -251,12 +252,12 @@ class Launcher:
         if outcome.action is Action.FINISHED:
             why = f"{outcome.why}; then {rec.stuck}: killed" if rec.stuck else outcome.why
             log(why)
-            here.note("finished", why=why, **progress)
+            here.note(Kind.FINISHED, why=why, **progress)
             spares.release_spares(here, DONE, why)
             self._await_watched(here, pulse)
             return here.done()
         error = {"error": rec.crash[1]} if rec.crash else {}
-        here.note("stopped", cause=outcome.cause, why=outcome.why, returncode=rec.returncode,
+        here.note(Kind.STOPPED, cause=outcome.cause, why=outcome.why, returncode=rec.returncode,
                   **error, **progress)  # fmt: skip
         if outcome.action in (Action.CANCELLED, Action.STOPPED):
             log(outcome.why)
@@ -312,12 +313,12 @@ class Launcher:
             log(f"notice after the job was requeued ({done.why}): nothing to add")
             return submitit.helpers.DelayedSubmission(Launcher(self.spec))
         log("notice received: waiting for the workers to save checkpoint_last.pt")
-        self.note("notice", signal="USR2")
+        self.note(Kind.NOTICE, signal="USR2")
         proc = self._proc
         saved = signals.wait_for_save(self._marker, proc.pid if proc else None, self.save_wait_s())
         why = "saved on notice" if saved else "notice, but no save on notice in time"
         progress = start_progress(self.spec.run_dir, *here.key, here.start.hosts) if here else {}
         cause = self._own_notice or "notice"
-        self.note("stopped", cause=cause, why=why, saved=saved, **progress)
-        self.note("requeued", by="submitit (notice)")
+        self.note(Kind.STOPPED, cause=cause, why=why, saved=saved, **progress)
+        self.note(Kind.REQUEUED, by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))

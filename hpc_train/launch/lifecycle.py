@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from hpc_core import instances, procs, slurm
+from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, node_name
 from hpc_train.job import command_lines
@@ -116,7 +117,7 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
         recovery.refuse(here, decision, spent)
     if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
         log(f"stopping the run: {decision.stop}")
-        here.note("stopped", cause="no progress", why=decision.stop)
+        here.note(Kind.STOPPED, cause="no progress", why=decision.stop)
         spares.release_spares(here, STOP, decision.stop)
         raise RuntimeError(decision.stop)
     return decision, before
@@ -131,7 +132,7 @@ def announce(here: Here, decision: StartDecision, before: str) -> list[str]:
             f"{decision.ranks_per_node} per node")  # fmt: skip
     log(f"node {start.task + 1}/{start.num_nodes}, {decision.ranks_per_node} rank(s) here; "
         f"{plan.describe()}")  # fmt: skip
-    here.note("started", nodes=list(start.hosts), world=plan.world_size,
+    here.note(Kind.STARTED, nodes=list(start.hosts), world=plan.world_size,
               update_freq=plan.update_freq, resume_at=decision.at_update, previous=before,
               **({"spares": list(start.standby)} if start.standby else {}))  # fmt: skip
     return command_lines.fairseq_argv(spec, plan, use_gpu) + decision.args
@@ -220,7 +221,7 @@ def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | N
     def grow(target: int, why: str) -> None:
         own_notice("grow")
         log(f"grow: from {start.num_nodes} to {target} node(s): {why}; saving on notice")
-        here.note("grown", **{"from": start.num_nodes, "to": target, "why": why})
+        here.note(Kind.GROWN, **{"from": start.num_nodes, "to": target, "why": why})
         slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
 
     excluded = partial(requeue.excluded, spec, start.job_id)
@@ -230,7 +231,8 @@ def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | N
 
 @dataclass
 class Watchers:
-    """The threads beside one torchrun, started as it starts and stopped as it exits."""
+    """The threads beside one torchrun, started as it starts and stopped as it exits (each a
+    ``watch.watcher.Watcher``; the launcher's pulse, ``watch.launchers``, spans the whole start)."""
 
     spot: SpotWatcher | None = None
     hangs: hang_monitor.Monitor | None = None
@@ -239,6 +241,7 @@ class Watchers:
 
     def start(self, here: Here, nproc: int, pid: int, spent: int,
               own_notice: Callable[[str], None]) -> None:  # fmt: skip
+        self.spot = watch_spot(here.job_id)
         self.hangs = watch_hangs(here, nproc, pid)
         self.stragglers = watch_stragglers(here, spent)  # task 0 only
         self.growth = watch_growth(here, own_notice)  # task 0, below --nodes MAX

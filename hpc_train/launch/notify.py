@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpc_core.ledger import Event
+from hpc_core.ledger import Event, Kind
 
-EVENTS = frozenset({"finished", "stopped", "requeued"})
+EVENTS = frozenset({Kind.FINISHED, Kind.STOPPED, Kind.REQUEUED})
 NOTIFY_TIMEOUT_S = 10.0  # short: the stop on notice runs inside the grace time
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_core import slurm
+from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import (
     IN_JOB_RESTART,
@@ -155,7 +156,7 @@ def refuse(here: Here, decision: StartDecision, spent: int) -> None:
     log(why)
     if here.start.task != 0:
         raise RuntimeError(f"{why}; task 0 requeues")
-    here.note("stopped", cause="bad node", why=decision.refused)
+    here.note(Kind.STOPPED, cause="bad node", why=decision.refused)
     left_out = blame.refused(here, decision.bad_nodes, decision.refused)
     outcome = restart_policy.after_refusal(why, spent, here.spec.recovery.max_restarts)
     if outcome.action is Action.FAIL:
@@ -217,7 +218,7 @@ def on_silent(
         with contextlib.suppress(TimeoutError):
             saved = bool(wait_until(lambda: read_stop(here.run, *here.key), "the save on notice",
                                     save_wait_s(here.spec), FAST))  # fmt: skip
-    (here.deputy_note if deputy else here.note)("stopped", cause="hang", why=why, saved=saved)
+    (here.deputy_note if deputy else here.note)(Kind.STOPPED, cause="hang", why=why, saved=saved)
     if requeue.send(here, [silence.node] if leave else [], why, deputy) is not None:
         slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it
 

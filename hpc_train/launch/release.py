@@ -16,22 +16,22 @@ already taken the node out of it.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from hpc_core import slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
 from hpc_train.contract import ENDED, read_launcher_beat
+from hpc_train.watch.watcher import Watcher
 
 ENDED_WAIT_S = 120.0  # for a left-out launcher's last beat: it only has to read task 0's word
 EXIT_GRACE_S = 10.0  # from that beat to its process's exit (submitit writes its result)
 POLL = Backoff(1.0, 1.5, 5.0)
-WATCHER = "release-left-out"  # the watcher thread's name
+WATCHER = "release-left-out"  # the watcher thread's name (``Release``)
 
 
 def task_ended(run: RunDir, key: tuple[str, int], task: int) -> bool:
@@ -69,43 +69,73 @@ class LeftOut:
     nodes: Mapping[int, str]
 
 
-def release_when_ended(left: LeftOut, log: Callable[[str], None], note: Callable[..., Any]) -> None:
+def release_when_ended(
+    left: LeftOut, log: Callable[[str], None], note: Callable[..., Any],
+    sleep: Callable[[float], None] = time.sleep, stopping: Callable[[], bool] = lambda: False,
+) -> None:  # fmt: skip
     """Release each node left out from the job once its task has ended; say each release (log,
-    ledger ``released``) and each node kept."""
-    run, key, job_id = left.run, left.key, left.job_id
+    ledger ``released``) and each node kept. ``sleep`` and ``stopping``: the watcher's
+    (``Release``), whose ``stop()`` ends the waits."""
     for task, node in left.nodes.items():
-        try:
-            ended = wait_until(partial(gone, run, key, task, job_id, node),
-                               f"the end of {node}'s task", ENDED_WAIT_S, POLL)  # fmt: skip
-        except TimeoutError:
-            ended = False
-        if not ended:
-            log(f"{node} left out, not released: its task did not end in {ENDED_WAIT_S:.0f} s")
-            continue
-        time.sleep(EXIT_GRACE_S)
-        if not in_job(job_id, node, key[1]):
-            continue  # Slurm took it out, or the job was requeued meanwhile: not this start's
-        try:
-            released = slurm.release(job_id, node)
-        except slurm.SlurmError as err:
-            log(f"{node} left out, not released: {err}")
-            continue
-        if released:
-            log(f"released {node} from job {job_id}: its replacement can serve the next start")
-            note("released", node=node)
-        else:
-            log(f"{node} left out, not released: it runs the job's batch script")
+        if stopping():
+            return
+        _release_once_ended(left, task, node, log, note, sleep, stopping)
 
 
-def start(
-    left: LeftOut, log: Callable[[str], None], note: Callable[..., Any]
-) -> threading.Thread | None:
-    """``release_when_ended`` in a daemon thread (the restart does not wait for it)."""
+def _release_once_ended(
+    left: LeftOut, task: int, node: str, log: Callable[[str], None], note: Callable[..., Any],
+    sleep: Callable[[float], None], stopping: Callable[[], bool],
+) -> None:  # fmt: skip
+    run, key, job_id = left.run, left.key, left.job_id
+
+    def ended_or_stopping() -> bool:
+        return stopping() or gone(run, key, task, job_id, node)
+
+    try:
+        ended = wait_until(ended_or_stopping, f"the end of {node}'s task", ENDED_WAIT_S, POLL,
+                           sleep=sleep)  # fmt: skip
+    except TimeoutError:
+        ended = False
+    if stopping():
+        return
+    if not ended:
+        log(f"{node} left out, not released: its task did not end in {ENDED_WAIT_S:.0f} s")
+        return
+    sleep(EXIT_GRACE_S)
+    if stopping() or not in_job(job_id, node, key[1]):
+        return  # Slurm took it out, or the job was requeued meanwhile: not this start's
+    try:
+        released = slurm.release(job_id, node)
+    except slurm.SlurmError as err:
+        log(f"{node} left out, not released: {err}")
+        return
+    if released:
+        log(f"released {node} from job {job_id}: its replacement can serve the next start")
+        note(Kind.RELEASED, node=node)
+    else:
+        log(f"{node} left out, not released: it runs the job's batch script")
+
+
+class Release(Watcher[None]):
+    """Task 0's thread that gives the left-out nodes back (the restart does not wait for it):
+    one look, ``release_when_ended``, whose waits are the watcher's naps (``stop()`` ends them)."""
+
+    first_wait = False  # the look starts at once
+
+    def __init__(self, left: LeftOut, log: Callable[[str], None], note: Callable[..., Any]) -> None:
+        super().__init__(WATCHER, POLL.most)
+        self.left, self.log, self.note = left, log, note
+
+    def tick(self) -> bool:
+        release_when_ended(self.left, self.log, self.note, self.nap, lambda: self.stopping)
+        return True
+
+    def result(self) -> None:
+        return None
+
+
+def start(left: LeftOut, log: Callable[[str], None], note: Callable[..., Any]) -> Release | None:
+    """A ``Release`` watcher for the nodes ``left`` out, started; None when there are none."""
     if not left.nodes:
         return None
-    thread = threading.Thread(
-        target=release_when_ended, args=(left, log, note),
-        name=WATCHER, daemon=True,
-    )  # fmt: skip
-    thread.start()
-    return thread
+    return Release(left, log, note).start()

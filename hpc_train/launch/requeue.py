@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hpc_core import slurm
+from hpc_core.ledger import Kind
 from hpc_train.contract import REQUEUE, STOP, RoundVerdict, write_verdict
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.job.spec import JobSpec
@@ -51,12 +52,12 @@ def send(
     by_name, blocked, said = plan(here.spec, here.job_id, leave_out)
     if said:
         log(said)
-        note("requeue_blocked", why=said, waiting=blocked is None)
+        note(Kind.REQUEUE_BLOCKED, why=said, waiting=blocked is None)
     if blocked is not None:
         write_verdict(here.run, *here.key, RoundVerdict(STOP, blocked.why))
         return blocked
     write_verdict(here.run, *here.key, RoundVerdict(REQUEUE, ended))
-    note("requeued", by=f"task {here.start.task}")
+    note(Kind.REQUEUED, by=f"task {here.start.task}")
     slurm.requeue(here.job_id)
     if by_name:
         node_blame.exclude(here.job_id, by_name, log)

@@ -17,6 +17,7 @@ import socket
 from functools import partial
 from typing import Any
 
+from hpc_core.ledger import Kind
 from hpc_core.wait import Backoff, wait_until
 from hpc_train.contract import (
     DONE,
@@ -60,7 +61,7 @@ def restart_in_job(here: Here, rec: Recovery) -> Next:
     tasks = {start.hosts.index(n): n for n in left_out}
     release.start(release.LeftOut(here.run, here.key, start.job_id, tasks), log, here.note)
     spare_in = members[len(healthy) :]
-    here.note("restarted", why=why, members=members, left_out=left_out, round=start.round + 1,
+    here.note(Kind.RESTARTED, why=why, members=members, left_out=left_out, round=start.round + 1,
               **({"spare_in": spare_in, "spares": standby} if start.standby else {}))  # fmt: skip
     log(f"in-job restart on {', '.join(members)} (without {', '.join(left_out) or 'none'}"
         + (f"; hot spare {', '.join(spare_in)} in" if spare_in else "") + ")")  # fmt: skip

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hpc_core import ledger
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import (
@@ -81,14 +82,16 @@ def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
     events = ledger.read(run.ledger)
     last = round_key(job_id, last_round(events, job_id, restart - 1))
     marker = read_stop(run, last, restart - 1)
-    grown = [e for e in events if e.kind == "grown" and (e.job, e.restart) == (job_id, restart - 1)]
+    grown = [
+        e for e in events if e.kind == Kind.GROWN and (e.job, e.restart) == (job_id, restart - 1)
+    ]
     if grown and marker is not None:
         width = f"grown from {grown[-1].get('from')} to {grown[-1].get('to')} node(s)"
         return f"{width}: saved on notice at update {marker.update}"
     if marker is not None:
         return f"saved on notice ({marker.signal or 'peer'}) at update {marker.update}"
     for event in reversed(events):  # task 0 said why it stopped (a hang ...)
-        if event.kind == "stopped" and (event.job, event.restart) == (job_id, restart - 1):
+        if event.kind == Kind.STOPPED and (event.job, event.restart) == (job_id, restart - 1):
             detail = event.get("error") or event.get("why")
             return f"{event.get('cause')} ({detail}): last periodic checkpoint"
     return "no save on notice (node failure, requeue or crash): last periodic checkpoint"
@@ -125,7 +128,9 @@ def decide_start(
     log(f"resume: {resume.reason}")
     if resume.moved_aside:
         log(f"kept the bad checkpoint as {resume.moved_aside}")
-    earlier = [int(e.get("resume_at", 0)) for e in ledger.read(run.ledger) if e.kind == "started"]
+    earlier = [
+        int(e.get("resume_at", 0)) for e in ledger.read(run.ledger) if e.kind == Kind.STARTED
+    ]
     stop = restart_policy.no_progress(
         [*earlier, resume.at_update], spec.recovery.max_no_progress_restarts
     )

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpc_core.ledger import Event
+from hpc_core.ledger import Event, Kind
 from hpc_train.job import presets
 
 # RoBERTa's GPT-2 BPE dictionary: 50,260 dict.txt symbols + 4 specials + <mask>.
@@ -42,7 +42,7 @@ OVERHEAD_BYTES = 32 * 1024
 OVERHEAD_PER_LAYER_BYTES = 16 * 1024
 
 SPOT_NOTICE_S = 120.0  # EC2 posts the instance-action this long before it reclaims the instance
-SPOT_POLL_S = 5.0  # the spot watcher's default poll (launch.spot): a notice is seen up to this late
+SPOT_POLL_S = 5.0  # the spot watcher's default poll (watch.spot): a notice is seen up to this late
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ def measured_save_s(events: Sequence[Event]) -> float | None:
     """What a save to durable took in this run: the slowest of its last ``RECENT_SAVES``
     checkpoint events (the ledger's), snapshot + background write for an async save (a save on
     notice waits for both), the stall for a synchronous one; None before the first save."""
-    saves = [e for e in events if e.kind == "checkpoint" and e.get("seconds") is not None]
+    saves = [e for e in events if e.kind == Kind.CHECKPOINT and e.get("seconds") is not None]
     durations = [
         e.get("snapshot_s") + e.get("write_s") if e.get("write_s") is not None else e.get("seconds")
         for e in saves[-RECENT_SAVES:]

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import cli
 from hpc_train.contract import STOPPING
@@ -181,7 +182,7 @@ def training_over(view: RunView) -> bool:
     start = view.current_start
     done = view.max_update is not None and view.summary.updates >= view.max_update
     finished = start is not None and any(
-        e.kind == "finished" and (e.job, e.restart) == (start.job, start.restart)
+        e.kind == Kind.FINISHED and (e.job, e.restart) == (start.job, start.restart)
         for e in view.events
     )
     return done or finished or (view.phase == STOPPING and bool(view.beats))
@@ -210,7 +211,7 @@ def storm_count(view: RunView, limits: Limits) -> int:
     is a start that had one before it, however long ago the first was); without a ledger,
     Slurm's Restarts of the job."""
     if view.events:
-        starts = sorted(e.time for e in view.events if e.kind == "started")
+        starts = sorted(e.time for e in view.events if e.kind == Kind.STARTED)
         return sum(1 for t in starts[1:] if view.now - t <= limits.storm_window_s)
     return view.job_state.restarts if view.job_state else 0
 

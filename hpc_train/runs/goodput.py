@@ -32,10 +32,10 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from hpc_core.ledger import Event
+from hpc_core.ledger import Event, Kind
 from hpc_train.contract import IN_JOB_RESTART
 
-ENDS = ("stopped", "finished")
+ENDS = (Kind.STOPPED, Kind.FINISHED)
 CANCELLED = "cancelled"
 REQUEUED = "requeued"
 REQUEUED_WHY = (
@@ -110,13 +110,13 @@ def segments(events: Sequence[Event], now: float) -> list[Segment]:
     """One segment per ``started`` event, in order (events of other jobs' starts included: a
     save dir resumed by a new job is one run)."""
     ordered = sorted(events, key=lambda e: e.time)
-    starts = [i for i, e in enumerate(ordered) if e.kind == "started"]
+    starts = [i for i, e in enumerate(ordered) if e.kind == Kind.STARTED]
     out = []
     for n, i in enumerate(starts):
         start = ordered[i]
         stop = starts[n + 1] if n + 1 < len(starts) else len(ordered)
         inside = ordered[i + 1 : stop]
-        first = next((e.time for e in inside if e.kind == "first_update"), None)
+        first = next((e.time for e in inside if e.kind == Kind.FIRST_UPDATE), None)
         end = next((e for e in inside if e.kind in ENDS), None)
         if end is not None:
             ended, cause = end.time, str(end.get("cause", end.kind))
@@ -127,7 +127,7 @@ def segments(events: Sequence[Event], now: float) -> list[Segment]:
             ended, cause = now, "running"
         if cause == CANCELLED and n + 1 < len(starts) and same_job(start, ordered[starts[n + 1]]):
             cause = REQUEUED
-        saves = sum(float(e.get("seconds", 0.0)) for e in inside if e.kind == "checkpoint")
+        saves = sum(float(e.get("seconds", 0.0)) for e in inside if e.kind == Kind.CHECKPOINT)
         said = end.data if end is not None else {}
         out.append(Segment(
             start.restart, start.time, first, ended, cause, saves,
@@ -176,7 +176,7 @@ def account(
     its last event for a run that is over). ``recomputed_updates`` and ``seconds_per_update``
     override what the ledger says (a run whose launcher did not record its progress)."""
     segs = segments(events, now)
-    submitted = [e.time for e in events if e.kind == "submitted"]
+    submitted = [e.time for e in events if e.kind == Kind.SUBMITTED]
     begin = min([*submitted, *(s.started for s in segs)], default=now)
     end = max(segs[-1].ended if segs else now, begin)
     startup = sum(((s.first_update or s.ended) - s.started) for s in segs)
@@ -210,7 +210,7 @@ def restarts(events: Sequence[Event]) -> list[tuple[int, str]]:
     what ``scancel`` looks like to the launcher), but ``scontrol requeue`` looks the same: when
     the same Slurm job started again, it was a requeue, whatever the previous start said."""
     ordered = sorted(events, key=lambda e: e.time)
-    starts = [e for e in ordered if e.kind == "started"]
+    starts = [e for e in ordered if e.kind == Kind.STARTED]
     ends = {(e.job, e.restart): e for e in ordered if e.kind in ENDS}
     found = []
     for before, start in itertools.pairwise(starts):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train.runs import follow, goodput
 from hpc_train.runs.named_nodes import NodeNote, node_notes
@@ -59,7 +60,7 @@ def resolve(arg: str, warn: Callable[[str], None] | None = None) -> Run:
     if path.is_dir():
         if not _is_run_dir(path):
             raise RunNotFound(f"{arg}: not a run directory (no train.log, slurm/ or .hpc-train/)")
-        submitted = [e for e in ledger.read(RunDir(path).ledger, warn) if e.kind == "submitted"]
+        submitted = [e for e in ledger.read(RunDir(path).ledger, warn) if e.kind == Kind.SUBMITTED]
         last = submitted[-1] if submitted else None
         return Run(
             path.resolve(),
@@ -148,15 +149,17 @@ COMPLETED = "COMPLETED"  # Slurm's word for a job that ended well; the ledger's 
 
 def ledger_state(events: list[ledger.Event]) -> str:
     """The run's state by its own record (for a job Slurm has forgotten)."""
-    ends = [e for e in events if e.kind in ("finished", "stopped", "started", "submitted")]
+    ends = [
+        e for e in events if e.kind in (Kind.FINISHED, Kind.STOPPED, Kind.STARTED, Kind.SUBMITTED)
+    ]
     if not ends:
         return "UNKNOWN"
     last = ends[-1]
-    if last.kind == "finished":
+    if last.kind == Kind.FINISHED:
         return COMPLETED
-    if last.kind == "stopped":
+    if last.kind == Kind.STOPPED:
         return "CANCELLED" if last.get("cause") == "cancelled" else f"STOPPED ({last.get('cause')})"
-    return "ENDED?" if last.kind == "started" else "SUBMITTED"
+    return "ENDED?" if last.kind == Kind.STARTED else "SUBMITTED"
 
 
 def status_of(
@@ -175,7 +178,7 @@ def status_of(
     else:
         state = ledger_state(events)
     end = now if alive or not events else max(e.time for e in events)
-    saves = [e for e in events if e.kind == "checkpoint"]
+    saves = [e for e in events if e.kind == Kind.CHECKPOINT]
     ckpt_update = int(saves[-1].get("update", 0)) if saves else None
     ckpt_age = now - saves[-1].time if saves else None
     if not saves and run.dir.checkpoint_last.exists():
@@ -205,9 +208,9 @@ def blocked_requeue(events: Sequence[ledger.Event]) -> str | None:
     """Why the run's requeue cannot start (the launcher's ``requeue_blocked``: too few usable
     nodes, each named), while no start has followed it; else None."""
     for event in reversed(events):
-        if event.kind == "started":
+        if event.kind == Kind.STARTED:
             return None
-        if event.kind == "requeue_blocked":
+        if event.kind == Kind.REQUEUE_BLOCKED:
             return str(event.get("why", "too few usable nodes"))
     return None
 
@@ -215,15 +218,15 @@ def blocked_requeue(events: Sequence[ledger.Event]) -> str | None:
 def standing_by(events: Sequence[ledger.Event]) -> list[str]:
     """The hot spares of the current start: the last ``started`` or ``restarted`` says."""
     for event in reversed(events):
-        if event.kind in ("started", "restarted"):
+        if event.kind in (Kind.STARTED, Kind.RESTARTED):
             return list(event.get("spares") or [])
     return []
 
 
 def seconds_per_update(events: list[ledger.Event], updates: int, now: float) -> float | None:
     """Mean seconds per update of the current start (first update .. now)."""
-    starts = [e for e in events if e.kind == "started"]
-    firsts = [e for e in events if e.kind == "first_update"]
+    starts = [e for e in events if e.kind == Kind.STARTED]
+    firsts = [e for e in events if e.kind == Kind.FIRST_UPDATE]
     if not starts or not firsts or firsts[-1].time < starts[-1].time:
         return None
     done = updates - int(firsts[-1].get("update", 0))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import cli
 from hpc_train.contract import Beat, read_beats
@@ -73,7 +74,7 @@ class RunView:
 
     @property
     def current_start(self) -> ledger.Event | None:
-        starts = [e for e in self.events if e.kind == "started"]
+        starts = [e for e in self.events if e.kind == Kind.STARTED]
         return starts[-1] if starts else None
 
     def start_ended(self) -> bool:
@@ -95,7 +96,7 @@ class RunView:
         if self.beats:
             reached = max(b.update for b in self.beats)
             return max(b.time for b in self.beats if b.update == reached)
-        times = [e.time for e in self.events if e.kind in ("first_update", "checkpoint")]
+        times = [e.time for e in self.events if e.kind in (Kind.FIRST_UPDATE, Kind.CHECKPOINT)]
         with contextlib.suppress(OSError):
             times.append(RunDir(self.run.save_dir).train_log.stat().st_mtime)
         start = self.current_start
@@ -109,7 +110,7 @@ class RunView:
         return max(self.beats, key=lambda b: b.time).phase if self.beats else None
 
     def _submitted(self) -> ledger.Event | None:
-        submitted = [e for e in self.events if e.kind == "submitted"]
+        submitted = [e for e in self.events if e.kind == Kind.SUBMITTED]
         return submitted[-1] if submitted else None
 
     @property
@@ -147,14 +148,14 @@ class RunView:
 
     @property
     def checkpoints(self) -> list[ledger.Event]:
-        return [e for e in self.events if e.kind == "checkpoint"]
+        return [e for e in self.events if e.kind == Kind.CHECKPOINT]
 
     def checkpoint_interval_s(self) -> float | None:
         """The median time between saves: the current start's once it has saved twice (its
         pace now), else the run's across all its starts, so a resumed run is held to the pace
         it had (else the stale-checkpoint alert is blind after every requeue until two new
         saves). Only gaps inside one start count: one across a restart holds a queue wait."""
-        starts = sorted(e.time for e in self.events if e.kind == "started")
+        starts = sorted(e.time for e in self.events if e.kind == Kind.STARTED)
         by_start: dict[int, list[float]] = {}
         for e in self.checkpoints:
             by_start.setdefault(bisect.bisect_right(starts, e.time), []).append(e.time)
@@ -189,7 +190,9 @@ class RunView:
         """When the job last went back to the queue (its submission, a requeue, a stop)."""
         if self.job_state is None or self.job_state.state != "PENDING":
             return None
-        marks = [e.time for e in self.events if e.kind in ("submitted", "requeued", "stopped")]
+        marks = [
+            e.time for e in self.events if e.kind in (Kind.SUBMITTED, Kind.REQUEUED, Kind.STOPPED)
+        ]
         return max(marks) if marks else None
 
     def goodput(self) -> goodput.Goodput | None:
@@ -454,7 +457,7 @@ def _add_nodes(f: dict[str, Family], v: RunView) -> None:
     blamed: dict[str, int] = {}
     held = set()
     for note in v.nodes_named():
-        if note.kind == "blamed":
+        if note.kind == Kind.BLAMED:
             blamed[note.node] = blamed.get(note.node, 0) + 1
             if note.quarantined:
                 held.add(note.node)

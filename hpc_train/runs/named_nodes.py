@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_core import ledger
+from hpc_core.ledger import Kind
 from hpc_train.faults import quarantine
 
 
@@ -19,7 +20,7 @@ class NodeNote:
     drained) for a hang, a crash, a node failure, a start short of GPUs or slowness."""
 
     node: str
-    kind: str  # "straggler" or "blamed"
+    kind: Kind  # STRAGGLER or BLAMED
     why: str
     job: str
     start: int  # 1 for the job's first start
@@ -29,7 +30,7 @@ class NodeNote:
 
     def describe(self) -> str:
         where = f"(job {self.job}, start #{self.start})"
-        if self.kind == "straggler":
+        if self.kind == Kind.STRAGGLER:
             return f"straggler: {self.node} {self.why} {where}" + (
                 "; evicted" if self.evicted else ""
             )
@@ -44,24 +45,24 @@ def node_notes(events: Sequence[ledger.Event]) -> list[NodeNote]:
     """The nodes the ledger names, in its order (pure)."""
 
     def eviction(e: ledger.Event) -> bool:  # the blame of a straggler it then evicted
-        return e.kind == "blamed" and str(e.get("why", "")).startswith("straggler")
+        return e.kind == Kind.BLAMED and str(e.get("why", "")).startswith("straggler")
 
     evicted = {(e.job, e.restart, e.get("node")) for e in events if eviction(e)}
     held = {(q.node, q.machine) for q in quarantine.decide(events)}
     out = []
     for e in events:
         node = str(e.get("node") or "")
-        if e.kind == "straggler" and node:
+        if e.kind == Kind.STRAGGLER and node:
             why = (
                 f"{float(e.get('ratio', 0)):.2f}x the other nodes' median compute "
                 f"for {float(e.get('seconds', 0)):.0f} s"
             )
             gone = (e.job, e.restart, node) in evicted
-            out.append(NodeNote(node, "straggler", why, e.job, e.restart + 1, evicted=gone))
-        elif e.kind == "blamed" and node and not eviction(e):
+            out.append(NodeNote(node, Kind.STRAGGLER, why, e.job, e.restart + 1, evicted=gone))
+        elif e.kind == Kind.BLAMED and node and not eviction(e):
             out.append(
                 NodeNote(
-                    node, "blamed", str(e.get("why", "")), e.job, e.restart + 1,
+                    node, Kind.BLAMED, str(e.get("why", "")), e.job, e.restart + 1,
                     drained=bool(e.get("drained")),
                     quarantined=(node, quarantine.machine_of(e)) in held,
                 )

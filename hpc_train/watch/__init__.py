@@ -1,7 +1,10 @@
 """Watcher threads inside each node's launcher, and their pure verdicts.
 
-Every thread is a ``watcher.Watcher`` (start, stop, a look every interval, through
-``hpc_core.wait``); the launcher (``hpc_train.launch.lifecycle``) starts them around torchrun.
+Every thread of the launcher is a ``watcher.Watcher`` (start, stop, a look every interval,
+through ``hpc_core.wait``): the pulse (``launchers``) for the whole start, the others beside
+torchrun (``hpc_train.launch.lifecycle.Watchers``), and task 0's release of the nodes an in-job
+restart left out (``hpc_train.launch.release``). One thread is not: the copy of torchrun's
+stderr (``hpc_train.faults.agent_exit.Tee``, below this package).
 
 - watcher:           the one base: start, stop, interval, the result ``stop()`` returns
 - hangs:             pure: heartbeats in, a hang verdict (and its suspect) out

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train.contract import node_name, read_beats
 from hpc_train.faults import node_blame
@@ -94,7 +95,7 @@ class Watch(Watcher[Suspect | None]):
             self.named.add(found.node)
             self.log(f"straggler: {found.describe()}")
             self.note(
-                "straggler", node=found.node, ratio=round(found.ratio, 3),
+                Kind.STRAGGLER, node=found.node, ratio=round(found.ratio, 3),
                 seconds=round(found.seconds), compute_s=found.compute_s, median_s=found.median_s,
             )  # fmt: skip
             if self.evict and self.evicted is None:

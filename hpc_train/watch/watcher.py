@@ -7,7 +7,8 @@ thread at once. ``stop()`` joins the thread (at most ``join_s()``) and returns `
 the watcher found (a hang, an evicted straggler, the width it grew to, a stuck launcher).
 
 The watchers: ``hang_monitor.Monitor``, ``straggler_monitor.Watch``, ``grow_monitor.GrowWatch``,
-``launchers.Pulse`` and ``spot.SpotWatcher``.
+``launchers.Pulse``, ``spot.SpotWatcher`` and the launcher's ``launch.release.Release``; the
+launcher starts no thread but through this base (tests/hpc_train/watch/test_watcher.py).
 """
 
 from __future__ import annotations

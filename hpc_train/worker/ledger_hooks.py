@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from hpc_core import ledger
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train.worker import async_save, preemption
 
@@ -34,7 +35,7 @@ def install(run: RunDir, start: tuple[str, int] | None, rank: int) -> bool:
 
     job, restart = start
 
-    def note(kind: str, **data: Any) -> None:
+    def note(kind: Kind, **data: Any) -> None:
         ledger.record(run.ledger, kind, job, restart, **data)
 
     step = fairseq_train.validate_and_save
@@ -44,7 +45,7 @@ def install(run: RunDir, start: tuple[str, int] | None, rank: int) -> bool:
     def validate_and_save(cfg: Any, trainer: Any, *args: Any, **kwargs: Any) -> Any:
         if not first["seen"]:
             first["seen"] = True
-            note("first_update", update=trainer.get_num_updates())
+            note(Kind.FIRST_UPDATE, update=trainer.get_num_updates())
         return step(cfg, trainer, *args, **kwargs)
 
     save = checkpoint_utils.save_checkpoint
@@ -68,7 +69,7 @@ def install(run: RunDir, start: tuple[str, int] | None, rank: int) -> bool:
             if saver is not None and saver.last is not None and saver.last.copy_s is not None:
                 timing["copy_s"] = round(saver.last.copy_s, 3)  # tiered: local → save dir
             note(
-                "checkpoint",
+                Kind.CHECKPOINT,
                 update=update,
                 seconds=round(seconds, 3),
                 bytes=size,

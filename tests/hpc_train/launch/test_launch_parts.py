@@ -261,6 +261,30 @@ def test_only_task_0_of_a_narrow_run_watches_for_growth(tmp_path, fake_slurm):
     assert watch is not None and watch.stop() is None
 
 
+def test_the_threads_beside_torchrun_start_in_watchers_the_spot_watch_too(tmp_path, monkeypatch):
+    """``Watchers.start`` starts every thread beside one torchrun (the spot watch with the
+    others) and ``Watchers.stop`` stops each."""
+    started: list[str] = []
+
+    class Thread:
+        def __init__(self, name: str) -> None:
+            started.append(name)
+            self.stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    monkeypatch.setattr(lifecycle, "watch_spot", lambda job_id: Thread(f"spot {job_id}"))
+    monkeypatch.setattr(lifecycle, "watch_hangs", lambda here, nproc, pid: None)
+    monkeypatch.setattr(lifecycle, "watch_stragglers", lambda here, spent: None)
+    monkeypatch.setattr(lifecycle, "watch_growth", lambda here, own_notice: None)
+    here, _ = here_of(tmp_path, TWO)
+    watchers = lifecycle.Watchers()
+    watchers.start(here, 1, 123, 0, lambda cause: None)
+    assert started == ["spot 41"] and watchers.spot is not None
+    assert watchers.stop() == (None, None, None) and watchers.spot.stopped
+
+
 def test_a_cpu_job_counts_no_gpu_and_its_launcher_never_imports_torch():
     """``--gpus-per-node 0``: the count is 0 without torch (its import is ~1.7 s of CPU at every
     start of every node), checked in a fresh interpreter (this one may hold torch already); a

@@ -4,12 +4,15 @@ tests/hpc_core/test_slurm.py and tests/integration/test_restart_in_job.py)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train.contract import ENDED, WAITING, LauncherBeat, write_launcher_beat
 from hpc_train.launch import release
+from hpc_train.watch.watcher import Watcher
 
 
 class JobSlurm:
@@ -86,6 +89,30 @@ def test_a_node_slurm_already_took_out_is_not_waited_for_nor_recorded(tmp_path, 
 
 def test_nothing_left_out_starts_no_thread(tmp_path, fake):
     assert release.start(left(RunDir(tmp_path), {}), print, print) is None
+
+
+def test_the_release_is_a_watcher_thread_that_releases_then_ends(tmp_path, fake):
+    run, said, notes = RunDir(tmp_path), [], []
+    beat(run, 1, "n2", ENDED)
+    watcher = release.start(left(run, {1: "n2"}), said.append,
+                            lambda kind, **d: notes.append(kind))  # fmt: skip
+    assert isinstance(watcher, Watcher) and watcher.name == release.WATCHER
+    watcher.join(10)
+    assert not watcher.is_alive() and fake.released == ["n2"] and notes == ["released"]
+
+
+def test_its_stop_ends_the_wait_for_a_task_still_running(tmp_path, fake, monkeypatch):
+    """A watcher's ``stop()`` ends it at once, never waiting out ``ENDED_WAIT_S``."""
+    monkeypatch.setattr(release, "ENDED_WAIT_S", 60.0)
+    monkeypatch.setattr(release, "POLL", release.Backoff(0.02, 1.0, 0.02))
+    run, said = RunDir(tmp_path), []
+    beat(run, 1, "n2", WAITING)
+    watcher = release.start(left(run, {1: "n2"}), said.append, lambda *a, **k: 0)
+    assert watcher is not None and watcher.is_alive()
+    began = time.monotonic()
+    watcher.stop()
+    assert not watcher.is_alive() and time.monotonic() - began < 5
+    assert fake.released == [] and said == []
 
 
 def test_slurm_release_shrinks_the_running_job_without_its_environment(monkeypatch):

@@ -3,10 +3,17 @@ result ``stop()`` returns. Real threads, intervals of milliseconds."""
 
 from __future__ import annotations
 
+import ast
 import threading
 import time
+from pathlib import Path
 
 from hpc_train.watch.watcher import Watcher
+
+ROOT = Path(__file__).resolve().parents[3]
+# the one thread not a Watcher: faults sits below watch (the import layers), and the copy of
+# torchrun's stderr must drain the file after torchrun's end, where a Watcher's stop ends at once
+NOT_A_WATCHER = {"hpc_train/faults/agent_exit.py"}
 
 
 class Counter(Watcher[int]):
@@ -51,3 +58,24 @@ def test_begin_false_ends_the_watch_before_any_tick():
     watcher = Off(0.01)
     watcher.loop()  # in this thread: returns at once
     assert watcher.ticks == 0
+
+
+def threads_made() -> list[str]:
+    """Where the toolkit makes a ``threading.Thread`` itself (``Thread(...)``)."""
+    found = []
+    for path in sorted((ROOT / "hpc_train").rglob("*.py")):
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            func = node.func if isinstance(node, ast.Call) else None
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "Thread":
+                found.append(where)
+    return found
+
+
+def test_every_thread_of_the_launcher_is_started_through_the_watcher_base():
+    """Pulse, the spot watch, the hang, straggler and grow monitors, the release of left-out
+    nodes: each a ``Watcher`` (start, stop, naming, daemon), none a thread of its own."""
+    made = threads_made()
+    assert "hpc_train/watch/watcher.py" in made  # the scan sees the base's own thread
+    assert set(made) - {"hpc_train/watch/watcher.py"} == NOT_A_WATCHER
