@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import last_round, read_beats, read_stop, round_key
+from hpc_train.contract import StartFiles, last_round, read_beats
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.evidence import Evidence, Verdict
@@ -123,36 +123,34 @@ def crash_suspect(
     return None
 
 
-def rank_nodes(run: RunDir, job: str, restart: int, hosts: Sequence[str]) -> dict[int, str]:
+def rank_nodes(files: StartFiles, hosts: Sequence[str]) -> dict[int, str]:
     """Every rank of a start and its node, from the heartbeats (none with ``--no-watchdog``)."""
-    return {
-        beat.rank: beat.node
-        for host in hosts
-        for beat in read_beats(run.heartbeats(job, restart, host))
-    }
+    return {beat.rank: beat.node for host in hosts for beat in read_beats(files.heartbeats(host))}
 
 
-def crash_evidence(run: RunDir, job: str, restart: int, hosts: Sequence[str]) -> list[Failure]:
+def crash_evidence(files: StartFiles, hosts: Sequence[str]) -> list[Failure]:
     """The start's failure reports, once every node has written its exit record (a worker
     reports before its torchrun exits; ``agent_exit.read`` has them then) or
     ``EVIDENCE_WAIT_S`` has passed."""
     with contextlib.suppress(TimeoutError):
         wait_until(
-            lambda: len(agent_exit.read(run, job, restart, len(hosts))) >= len(hosts) or None,
+            lambda: len(agent_exit.read(files, len(hosts))) >= len(hosts) or None,
             "every node's exit record", EVIDENCE_WAIT_S, FAST,
         )  # fmt: skip
-    return failures.read(run, job, restart)
+    return failures.read(files)
 
 
-def unrecorded_end(run: RunDir, job: str, restart: int) -> list[str]:
-    """The nodes of the start before ``restart`` if its last round ended without a word from the
-    toolkit (no save on notice, no stop task 0 recorded): Slurm ended and requeued it itself
-    (NODE_FAIL, an administrator's requeue). Empty otherwise."""
+def unrecorded_end(files: StartFiles) -> list[str]:
+    """The nodes of the job's Slurm start before ``files``' if its last round ended without a
+    word from the toolkit (no save on notice, no stop task 0 recorded): Slurm ended and requeued
+    it itself (NODE_FAIL, an administrator's requeue). Empty otherwise. The job is
+    ``files.job``, its id, never a round's name."""
+    job, restart = files.job, files.restart
     if restart == 0:
         return []
-    events = [e for e in ledger.read(run.ledger) if (e.job, e.restart) == (job, restart - 1)]
-    last = last_round(events, job, restart - 1)
-    if read_stop(run, round_key(job, last), restart - 1) is not None:
+    events = [e for e in ledger.read(files.run.ledger) if (e.job, e.restart) == (job, restart - 1)]
+    before = StartFiles(files.run, job, restart - 1, last_round(events, job, restart - 1))
+    if before.stop() is not None:
         return []
     rounds = [i for i, e in enumerate(events) if e.kind == "restarted"]
     events = events[rounds[-1] + 1 :] if rounds else events  # the last round's own

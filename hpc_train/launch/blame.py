@@ -32,10 +32,9 @@ from hpc_train.watch.hangs import Suspect
 def _blame(
     here: Here, node: str, why: str, evidence: Evidence, deputy: bool = False, **data: Any
 ) -> Verdict:
-    job, restart = here.key
-    note = here.deputy_note if deputy else here.note
-    return node_blame.blame(here.run, job, restart, node, why, not here.spec.no_drain, note, log,
-                            evidence, **data)  # fmt: skip
+    files, note = here.files, here.deputy_note if deputy else here.note
+    return node_blame.blame(files.run, files.name, files.restart, node, why,
+                            not here.spec.no_drain, note, log, evidence, **data)  # fmt: skip
 
 
 def for_stop(here: Here, cause: str) -> tuple[Suspect | None, bool]:
@@ -43,15 +42,15 @@ def for_stop(here: Here, cause: str) -> tuple[Suspect | None, bool]:
     blamed, and whether the verdict leaves it out of what follows; (None, False) when no node
     can be named. A crash's signal kill whose node Slurm then finds lost is a lost node
     (``node_blame.unless_lost``)."""
-    run, (job, restart), hosts = here.run, here.key, here.start.hosts
+    files, hosts = here.files, here.start.hosts
+    job = files.name  # as the log and the ledger have always said it (a round's: 41.1)
     if cause == "hang":
-        found = hang_monitor.blame(run, job, restart, hosts, log)
+        found = hang_monitor.blame(files, hosts, log)
         why = f"hang in job {job}: {found.why}" if found else ""
     else:
-        ranks = node_blame.rank_nodes(run, job, restart, hosts)
-        exits = agent_exit.read(run, job, restart, len(hosts)).values()
-        crash = node_blame.crash_suspect(failures.read(run, job, restart), list(exits), hosts,
-                                         ranks)  # fmt: skip
+        ranks = node_blame.rank_nodes(files, hosts)
+        exits = agent_exit.read(files, len(hosts)).values()
+        crash = node_blame.crash_suspect(failures.read(files), list(exits), hosts, ranks)
         if crash is not None and crash.evidence is Evidence.SIGNAL:
             crash = node_blame.unless_lost(crash, here.job_id, log)
         found = Suspect(crash.node, None, crash.why, crash.evidence) if crash else None
@@ -68,10 +67,9 @@ def lost(here: Here, previous_end: str) -> str:
     """Task 0, after a start Slurm ended by itself: blame the nodes it lost (NODE_FAIL: a
     lost node, drained; the requeued job is Slurm's and already left it);
     the previous start's end, as the log and the ledger say it."""
-    job, restart = here.key
-    found = node_blame.lost_nodes(node_blame.unrecorded_end(here.run, job, restart), log)
+    found = node_blame.lost_nodes(node_blame.unrecorded_end(here.files), log)
     for node, state in found:
-        _blame(here, node, f"node failure in job {job}: {state}", Evidence.LOST)
+        _blame(here, node, f"node failure in job {here.job_id}: {state}", Evidence.LOST)
     if not found:
         return previous_end
     return f"node failure ({', '.join(f'{n} {s}' for n, s in found)}): last periodic checkpoint"

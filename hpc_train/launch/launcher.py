@@ -59,11 +59,6 @@ from hpc_train.contract import (
     WAITING,
     RoundVerdict,
     node_name,
-    read_launcher_beat,
-    read_stop,
-    read_verdict,
-    start_progress,
-    write_verdict,
 )
 from hpc_train.faults import agent_exit
 from hpc_train.job import command_lines
@@ -186,7 +181,7 @@ class Launcher:
         here = self._here
         assert here is not None
         spec = self.spec
-        pulse = launchers.Pulse(spec.run_dir, here.key, start.task, start.hosts,
+        pulse = launchers.Pulse(here.files, start.task, start.hosts,
                                 launchers.allowance_s(spec.hang_limits.floor_s),
                                 partial(self._on_silent, start),
                                 watch=not spec.no_watchdog).start()  # fmt: skip
@@ -233,12 +228,12 @@ class Launcher:
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
                 root = tee.finish(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
-                agent_exit.write(here.run, *here.key, agent_exit.NodeExit(
+                agent_exit.write(here.files, agent_exit.NodeExit(
                     here.start.task, node_name(), returncode, *(root or (None, None))))  # fmt: skip
         finally:
             hang, evicted, stuck = watchers.stop()
         pulse.beat(ENDING)
-        saved = read_stop(here.run, *here.key) is not None
+        saved = here.files.stop() is not None
         return Ended(returncode, saved, hang, evicted, stuck)
 
     def _notice_of_own(self, cause: str) -> None:
@@ -247,7 +242,7 @@ class Launcher:
     def _after(self, here: Here, rec: Recovery, pulse: launchers.Pulse) -> Next:
         """Act on the recovery decision: finish, stop, fail, requeue or restart in the job."""
         outcome, start = rec.outcome, here.start
-        progress = start_progress(here.run, *here.key, start.hosts) if here.task0 else {}
+        progress = here.files.progress(start.hosts) if here.task0 else {}
         if outcome.action is Action.FINISHED:
             why = f"{outcome.why}; then {rec.stuck}: killed" if rec.stuck else outcome.why
             log(why)
@@ -266,7 +261,7 @@ class Launcher:
             log(outcome.why)
             if start.task != 0 and self.spec.in_job_restarts:  # task 0 decides: in the job, or not
                 return recovery.follow_verdict(here, outcome.why)
-            write_verdict(here.run, *here.key, RoundVerdict(STOP, outcome.why))
+            here.files.write_verdict(RoundVerdict(STOP, outcome.why))
             raise RuntimeError(outcome.why)
         log(f"job {start.job_id}: {outcome.why}")
         return spares.restart_in_job(here, rec)
@@ -278,7 +273,7 @@ class Launcher:
         pulse.beat(ENDED)  # first: the launcher watching this one waits for it too
 
         def ended() -> bool | None:  # (a launcher that never beat is not one: a test's stand-in)
-            beats = [read_launcher_beat(here.run, *here.key, t) for t in pulse.watching]
+            beats = [here.files.launcher_beat(t) for t in pulse.watching]
             return pulse.said is not None or all(b.phase == ENDED for b in beats if b is not None)
 
         with contextlib.suppress(TimeoutError):
@@ -306,7 +301,7 @@ class Launcher:
 
         self._signals.append("notice")
         here = self._here
-        done = read_verdict(self.spec.run_dir, *here.key) if here else None
+        done = here.files.verdict() if here else None
         if done is not None and done.action == REQUEUE:  # task 1 acted for this (stuck) task
             log(f"notice after the job was requeued ({done.why}): nothing to add")
             return submitit.helpers.DelayedSubmission(Launcher(self.spec))
@@ -315,7 +310,7 @@ class Launcher:
         proc = self._proc
         saved = signals.wait_for_save(self._marker, proc.pid if proc else None, self.save_wait_s())
         why = "saved on notice" if saved else "notice, but no save on notice in time"
-        progress = start_progress(self.spec.run_dir, *here.key, here.start.hosts) if here else {}
+        progress = here.files.progress(here.start.hosts) if here else {}
         cause = self._own_notice or "notice"
         self.note("stopped", cause=cause, why=why, saved=saved, **progress)
         self.note("requeued", by="submitit (notice)")

@@ -79,7 +79,7 @@ def end_leftovers(here: Here, returncode: int) -> list[int]:
     and no node's torchrun ever ends: task 0 never decides and this node waits for its word in
     vain. Their end is the one their peers see (a lost connection): the start ends everywhere
     and task 0 weighs this node's exit record (``agent_exit.NodeExit.killed``)."""
-    pids = leftovers(here.spec.save_dir, here.key, node_name())
+    pids = leftovers(here.spec.save_dir, here.files.ranks_start, node_name())
     if not pids:
         return []
     log(f"torchrun exited with {returncode} and left {len(pids)} process(es) of this start "
@@ -97,7 +97,7 @@ def previous_end(here: Here, came_from: str | None) -> str:
     """Why the start before this one ended (task 0 blames the nodes Slurm lost meanwhile)."""
     if came_from is not None:
         return came_from
-    said = previous_stop(here.run, *here.key)
+    said = previous_stop(here.files)
     return blame.lost(here, said) if here.task0 else said
 
 
@@ -139,17 +139,17 @@ def announce(here: Here, decision: StartDecision, before: str) -> list[str]:
 def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
     """The ranks' ``WorkerEnv`` (built once here, parsed once by each rank), and torchrun's
     whole environment."""
-    spec, run = here.spec, here.run
-    beats = run.heartbeats(*here.key, node_name())
+    spec, files = here.spec, here.files
+    beats = files.heartbeats(node_name())
     worker = WorkerEnv(
         save_dir=spec.save_dir,
-        start=here.key,
-        stop_marker=run.stop_marker(*here.key),
-        notice_pending=run.notice_pending(*here.key),
+        start=files.ranks_start,
+        stop_marker=files.stop_marker,
+        notice_pending=files.notice_pending,
         heartbeat_dir=None if spec.no_watchdog else beats,
         sync_save=spec.sync_save,
         # tiered saves: this run's dir on node-local disk
-        local_save_dir=run.local_tier(spec.local_save_dir) if spec.local_save_dir else None,
+        local_save_dir=here.run.local_tier(spec.local_save_dir) if spec.local_save_dir else None,
         auto_interval=plan_mod.auto_interval(spec, here.start.num_nodes, use_gpu),
         audit_samples=spec.audit_samples,
     )
@@ -184,7 +184,7 @@ def watch_hangs(here: Here, nproc: int, pid: int) -> hang_monitor.Monitor | None
     if here.spec.no_watchdog:
         return None
     return hang_monitor.Monitor(
-        here.run, *here.key, node_name(), nproc, here.start.num_nodes, here.spec.hang_limits, pid,
+        here.files, node_name(), nproc, here.start.num_nodes, here.spec.hang_limits, pid,
         partial(process_exited, pid), log,
     ).start()  # fmt: skip
 
@@ -197,10 +197,8 @@ def watch_stragglers(here: Here, spent: int) -> straggler_monitor.Watch | None:
     if spec.no_watchdog:
         return None
     evict = spec.evict_stragglers and restart_policy.may_requeue(spent, spec.max_restarts)
-    return straggler_monitor.watch(
-        here.run, here.start, here.key[0], spec.straggler_limits, evict, not spec.no_drain,
-        here.note, log,
-    )  # fmt: skip
+    return straggler_monitor.watch(here.files, here.start, spec.straggler_limits, evict,
+                                   not spec.no_drain, here.note, log)  # fmt: skip
 
 
 def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hpc_core import slurm
@@ -30,8 +30,6 @@ from hpc_train.contract import (
     StartDecision,
     node_name,
     read_beats,
-    read_stop,
-    read_verdict,
 )
 from hpc_train.faults import failures, node_blame
 from hpc_train.launch import blame, requeue, restart_policy
@@ -120,27 +118,25 @@ def after_stuck_agent(
 
 def ranks_finished(here: Here) -> bool:
     """Did every rank of this node reach max-update (its heartbeat) with no crash report?"""
-    job, restart = here.key
-    beats = read_beats(here.run.heartbeats(job, restart, node_name()))
+    beats = read_beats(here.files.heartbeats(node_name()))
     return (
         bool(beats)
         and min(b.update for b in beats) >= here.spec.updates
-        and not failures.read(here.run, job, restart)
+        and not failures.read(here.files)
     )
 
 
 def crash_report(here: Here) -> tuple[tuple[str, str] | None, bool]:
     """(class, description) of the exception that ended this start's workers, if any said,
     and whether the start before died of the same user error at the same update."""
-    run, (job, restart), start = here.run, here.key, here.start
-    if start.task == 0:  # it decides: every node's exit record and its ranks' reports
-        now = node_blame.crash_evidence(run, job, restart, start.hosts)
-    else:
-        now = failures.read(run, job, restart)
+    files, start = here.files, here.start
+    # task 0 decides: every node's exit record and its ranks' reports
+    now = node_blame.crash_evidence(files, start.hosts) if start.task == 0 else failures.read(files)
     cause = failures.first(now)
     if cause is None:
         return None, False
-    before = failures.read(run, job, restart - 1) if restart > 0 else []
+    # the same round's name in the Slurm start before (an in-job round's is none there)
+    before = failures.read(replace(files, restart=files.restart - 1)) if files.restart else []
     repeated = failures.repeated(now, before) is not None
     if all(f.witness for f in now):  # only peers saw a rank go away: the peers' symptom
         return ("crash", f"a rank died without a word; its peers saw {cause.describe()}"), False
@@ -178,8 +174,7 @@ def next_round(here: Here, members: Sequence[str], why: str, standby: Sequence[s
 def follow_verdict(here: Here, why: str) -> Next:
     """A node other than task 0's, after a bad end: wait for task 0's word and follow it."""
     try:
-        verdict = wait_until(lambda: read_verdict(here.run, *here.key),
-                             "task 0's verdict", VERDICT_WAIT_S, FAST)  # fmt: skip
+        verdict = wait_until(here.files.verdict, "task 0's verdict", VERDICT_WAIT_S, FAST)
     except TimeoutError:
         raise RuntimeError(f"{why}; task 0 said nothing in {VERDICT_WAIT_S:.0f} s") from None
     if verdict.action == RESTART_IN_JOB:
@@ -215,7 +210,7 @@ def on_silent(
     if training:
         slurm.signal(start.job_id, "USR2")
         with contextlib.suppress(TimeoutError):
-            saved = bool(wait_until(lambda: read_stop(here.run, *here.key), "the save on notice",
+            saved = bool(wait_until(here.files.stop, "the save on notice",
                                     save_wait_s(here.spec), FAST))  # fmt: skip
     (here.deputy_note if deputy else here.note)("stopped", cause="hang", why=why, saved=saved)
     if requeue.send(here, [silence.node] if leave else [], why, deputy) is not None:

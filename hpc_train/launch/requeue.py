@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from hpc_core import slurm
-from hpc_train.contract import REQUEUE, STOP, RoundVerdict, write_verdict
+from hpc_train.contract import REQUEUE, STOP, RoundVerdict
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import restart_policy
@@ -53,9 +53,9 @@ def send(
         log(said)
         note("requeue_blocked", why=said, waiting=blocked is None)
     if blocked is not None:
-        write_verdict(here.run, *here.key, RoundVerdict(STOP, blocked.why))
+        here.files.write_verdict(RoundVerdict(STOP, blocked.why))
         return blocked
-    write_verdict(here.run, *here.key, RoundVerdict(REQUEUE, ended))
+    here.files.write_verdict(RoundVerdict(REQUEUE, ended))
     note("requeued", by=f"task {here.start.task}")
     slurm.requeue(here.job_id)
     if by_name:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from functools import partial
 from typing import Any
 
 from hpc_core.wait import Backoff, wait_until
@@ -24,14 +23,12 @@ from hpc_train.contract import (
     REQUEUE,
     RESTART_IN_JOB,
     RoundVerdict,
-    read_verdict,
-    write_verdict,
 )
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import release, requeue
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.recovery import Next, Recovery, next_round
-from hpc_train.launch.starts import Start, refill, start_key
+from hpc_train.launch.starts import Start, refill
 
 SPARE_POLL = Backoff(1.0, 1.5, 5.0)  # a hot spare reads task 0's word: seconds matter, not ms
 
@@ -40,7 +37,7 @@ def release_spares(here: Here, action: str, why: str) -> None:
     """Task 0, as the run ends in this allocation: the hot spares standing by end too."""
     start = here.start
     if start.task == 0 and start.standby:
-        write_verdict(here.run, *here.key, RoundVerdict(action, why, [], list(start.standby)))
+        here.files.write_verdict(RoundVerdict(action, why, [], list(start.standby)))
 
 
 def restart_in_job(here: Here, rec: Recovery) -> Next:
@@ -55,10 +52,10 @@ def restart_in_job(here: Here, rec: Recovery) -> Next:
     if not spec.in_job_restarts or len(members) < spec.nodes_min:
         requeue.requeue(here, left_out)
     why = f"{rec.outcome.cause}: {rec.detail}"
-    write_verdict(here.run, *here.key, RoundVerdict(RESTART_IN_JOB, why, members, standby))
+    here.files.write_verdict(RoundVerdict(RESTART_IN_JOB, why, members, standby))
     # each node left out goes back to Slurm once its task has ended (a watcher thread)
     tasks = {start.hosts.index(n): n for n in left_out}
-    release.start(release.LeftOut(here.run, here.key, start.job_id, tasks), log, here.note)
+    release.start(release.LeftOut(here.files, tasks), log, here.note)
     spare_in = members[len(healthy) :]
     here.note("restarted", why=why, members=members, left_out=left_out, round=start.round + 1,
               **({"spare_in": spare_in, "spares": standby} if start.standby else {}))  # fmt: skip
@@ -75,7 +72,7 @@ def stand_by(spec: JobSpec, spare: Start, trains: int) -> Next:
     log(f"hot spare: standing by ({trains} node(s) train)")
     waiting = spare
     while True:
-        verdict = wait_until(partial(read_verdict, spec.run_dir, *start_key(waiting)),
+        verdict = wait_until(waiting.files(spec.run_dir).verdict,
                              f"round {waiting.round}'s end", None, SPARE_POLL)  # fmt: skip
         if verdict.action == RESTART_IN_JOB and me in verdict.members:
             log(f"hot spare taken in for round {waiting.round + 1}: {verdict.why}")

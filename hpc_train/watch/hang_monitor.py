@@ -40,7 +40,6 @@ from hpc_core import instances
 from hpc_core.rundir import (
     HANG_DECLARED,
     SUSPECT,
-    RunDir,
     atomic_write,
     incident_report,
     incident_reports,
@@ -52,7 +51,7 @@ from hpc_core.rundir import (
     stacks_file,
 )
 from hpc_core.wait import FAST, Backoff, process_exited, process_state, wait_until
-from hpc_train.contract import STACKS_SIGNAL, Beat, read_beats
+from hpc_train.contract import STACKS_SIGNAL, Beat, StartFiles, read_beats
 from hpc_train.job.limits import HangLimits
 from hpc_train.watch import hangs
 from hpc_train.watch.hangs import RankReport, Suspect
@@ -224,9 +223,7 @@ class Monitor(Watcher[str | None]):
 
     def __init__(
         self,
-        run: RunDir,
-        job_id: str,
-        restart: int,
+        files: StartFiles,
         node: str,
         ranks: int,
         nodes: int,
@@ -236,8 +233,8 @@ class Monitor(Watcher[str | None]):
         log: Callable[[str], None],
     ) -> None:
         super().__init__("hang-watchdog", POLL_S)
-        self.directory = run.heartbeats(job_id, restart, node)
-        self.incident = run.incident(job_id, restart)
+        self.directory = files.heartbeats(node)
+        self.incident = files.incident
         self.node, self.ranks, self.nodes, self.limits = node, ranks, nodes, limits
         self.torchrun_pid, self.exited, self.log = torchrun_pid, exited, log
         self.hang: str | None = None
@@ -349,13 +346,11 @@ def _ranks_of(report: dict[str, Any]) -> list[RankReport]:
     return [RankReport(**r) for r in report.get("ranks", [])]
 
 
-def blame(
-    run: RunDir, job_id: str, restart: int, hosts: Sequence[str], log: Callable[[str], None]
-) -> Suspect | None:
+def blame(files: StartFiles, hosts: Sequence[str], log: Callable[[str], None]) -> Suspect | None:
     """Task 0, after a hang: name the suspect from every node's report and record it in
     ``suspect.json`` (``hpc_train.faults.node_blame`` drains and excludes it). None when no node can
     be named."""
-    incident = run.incident(job_id, restart)
+    incident = files.incident
     wait_for_reports(incident, len(hosts), REPORT_WAIT_S)
     reports = []
     for path in incident_reports(incident):

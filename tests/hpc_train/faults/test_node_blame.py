@@ -11,6 +11,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.contract import StartFiles
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.evidence import Evidence
@@ -223,10 +224,10 @@ def test_crash_evidence_is_every_nodes_exit_record_and_the_reports(tmp_path, mon
 
     run = RunDir(tmp_path)
     failures.write(run, "9", 0, failure(0, GLOO_PEER))
-    agent_exit.write(run, "9", 0, NodeExit(0, "n1", 1, 0, 1))
+    agent_exit.write(StartFiles(run, "9", 0), NodeExit(0, "n1", 1, 0, 1))
     monkeypatch.setattr(node_blame, "EVIDENCE_WAIT_S", 0.3)  # n2 never writes its record
-    reports = node_blame.crash_evidence(run, "9", 0, HOSTS)  # returns after the wait
-    seen = agent_exit.read(run, "9", 0, len(HOSTS)).values()
+    reports = node_blame.crash_evidence(StartFiles(run, "9", 0), HOSTS)  # returns after the wait
+    seen = agent_exit.read(StartFiles(run, "9", 0), len(HOSTS)).values()
     assert [f.rank for f in reports] == [0] and [e.node for e in seen] == ["n1"]
 
 
@@ -283,7 +284,7 @@ def test_after_slurm_requeued_by_itself_task_0_blames_the_node_it_lost(tmp_path,
     (started,) = [e for e in events if e.kind == "started" and e.restart == 1]
     assert started.get("previous").startswith("node failure (n2 DOWN+NOT_RESPONDING")
     # the next start finds the end recorded (blamed): no second blame
-    assert node_blame.unrecorded_end(run, "41", 2) == []
+    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == []
 
 
 def test_a_last_in_job_round_slurm_ended_is_unrecorded_though_an_earlier_round_stopped(
@@ -299,9 +300,9 @@ def test_a_last_in_job_round_slurm_ended_is_unrecorded_though_an_earlier_round_s
     ledger.record(run.ledger, "stopped", "41", 1, cause="crash")
     ledger.record(run.ledger, "restarted", "41", 1, round=1, members=["n1", "n3"])
     ledger.record(run.ledger, "started", "41", 1, nodes=["n1", "n3"])
-    assert node_blame.unrecorded_end(run, "41", 2) == ["n1", "n3"]
+    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == ["n1", "n3"]
     write_stop(run.stop_marker("41.1", 1), StopMarker(90, "SIGUSR2"))  # round 1 saved on notice
-    assert node_blame.unrecorded_end(run, "41", 2) == []
+    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == []
 
 
 class PeerWitness(launcher.Launcher):
@@ -332,7 +333,8 @@ def test_a_killed_rank_is_the_restarts_cause_not_its_peers_lost_connection(
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))  # task 1 is up
-    agent_exit.write(run, "41", 0, NodeExit(1, "n2", 1, 2, -9))  # its rank 2 got SIGKILL
+    # its rank 2 got SIGKILL
+    agent_exit.write(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
     spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)
@@ -353,7 +355,7 @@ def test_task_0_requeues_a_first_signal_kill_without_draining_or_excluding_its_n
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
-    agent_exit.write(run, "41", 0, NodeExit(1, "n2", 1, 2, -9))
+    agent_exit.write(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
     spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)

@@ -19,7 +19,10 @@ from hpc_train.contract import (
     RESTART_IN_JOB,
     STOP,
     RoundVerdict,
+    StartFiles,
+    StopMarker,
     read_verdict,
+    write_stop,
     write_verdict,
 )
 from hpc_train.faults import agent_exit
@@ -28,7 +31,7 @@ from hpc_train.job.spec import JobSpec
 from hpc_train.launch import blame, lifecycle, recovery, release, requeue, spares
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
-from hpc_train.launch.starts import Start, start_key
+from hpc_train.launch.starts import Start
 from hpc_train.watch.hangs import Suspect
 
 
@@ -41,9 +44,10 @@ def here_of(tmp_path: Path, start: Start, **spec: Any) -> tuple[Here, list[tuple
 TWO = Start("41", 0, 2, "n1", 0, ("n1", "n2"))
 
 
-def test_here_computes_the_start_key_once_for_every_part(tmp_path):
+def test_here_binds_the_start_key_once_for_every_part(tmp_path):
     here, _ = here_of(tmp_path, dataclasses.replace(TWO, round=2))
-    assert here.key == ("41.2", 0) == start_key(here.start)
+    assert (here.files.name, here.files.restart) == ("41.2", 0)
+    assert here.files == here.start.files(here.run) == StartFiles(here.run, "41", 0, 2)
 
 
 def test_the_requeue_excludes_the_blamed_node_and_tells_the_others(tmp_path, fake_slurm):
@@ -205,8 +209,8 @@ def test_only_task_0_releases_the_spares(tmp_path):
 
 def test_a_crash_is_blamed_on_the_node_whose_agent_was_killed(tmp_path, fake_slurm):
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     found, leave = blame.for_stop(here, "crash")
     assert found is not None and found.node == "n2" and found.evidence is Evidence.SIGNAL
     assert fake_slurm.drained == [] and not leave  # a first kill by a signal: kept
@@ -222,8 +226,8 @@ def test_a_signal_kill_on_a_node_slurm_then_loses_is_a_lost_node(tmp_path, fake_
     """kill-node --stop-slurmd: the node's torchrun is SIGKILLed, then its slurmd dies. No step
     starts there and Slurm marks it not responding: a lost node, drained at the first blame."""
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake_slurm.gone.add("n2")
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED+NOT_RESPONDING", "Reason": "Not responding"}
     found, leave = blame.for_stop(here, "crash")
@@ -237,12 +241,37 @@ def test_a_failed_probe_alone_never_drains(tmp_path, fake_slurm):
     """No step starts on the node, but Slurm still counts it as up (a busy controller, the
     job ending): the signal kill stands, not drained."""
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake_slurm.gone.add("n2")
     found, leave = blame.for_stop(here, "crash")
     assert found is not None and found.evidence is Evidence.SIGNAL and not leave
     assert fake_slurm.drained == [] and notes[0][1]["drained"] is False
+
+
+def test_a_round_asks_for_the_start_before_by_the_jobs_id_never_its_rounds_name(
+    tmp_path, fake_slurm
+):
+    """Why the start before ended (``lifecycle.previous_end`` with no word from a round before:
+    ``starts.previous_stop``, and task 0's ``node_blame.unrecorded_end``) is asked with the
+    start's files, whose ``job`` is the job's id: round 2 (files ``41.2``) asks about job 41's
+    restart 0. Once they took ``(key, restart)`` and got the round's key where the job id was
+    meant, right only because every round after the first has its ``came_from``."""
+    run = RunDir(tmp_path)
+    ledger.record(run.ledger, "started", "41", 0, nodes=["n1", "n2"])
+    write_stop(run.stop_marker("41", 0), StopMarker(9, "SIGUSR2"))
+    later = dataclasses.replace(TWO, task=1, restart=1, round=2)
+    task1, _ = here_of(tmp_path, later)
+    assert (task1.files.name, task1.files.job) == ("41.2", "41")
+    assert lifecycle.previous_end(task1, None) == "saved on notice (SIGUSR2) at update 9"
+    run.stop_marker("41", 0).unlink()  # no word: Slurm ended it (NODE_FAIL), n2 is down
+    fake_slurm.nodes["n2"] = {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}
+    task0, notes = here_of(tmp_path, dataclasses.replace(later, task=0))
+    assert lifecycle.previous_end(task0, None).startswith("node failure (n2 DOWN+NOT_RESPONDING")
+    assert [(k, d["node"]) for k, d in notes] == [("blamed", "n2")]
+    assert lifecycle.previous_end(task0, "in-job restart after crash") == (
+        "in-job restart after crash"
+    )
 
 
 def test_lifecycle_builds_the_ranks_env_from_the_start_key(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.contract import StartFiles
 from hpc_train.job.limits import StragglerLimits
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher, restart_policy
@@ -45,7 +46,7 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
     notes: list[tuple[str, dict[str, Any]]] = []
     lines: list[str] = []
     watch = straggler_monitor.Watch(
-        run, "7", 0, ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False, False,
+        StartFiles(run, "7", 0), ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False, False,
         lambda kind, **data: notes.append((kind, data)), lines.append, clock,
     )  # fmt: skip
     assert watch.sample().compute_s == {"n1": 0.1, "n2": 0.14, "n3": 0.1}  # n4: no heartbeat
@@ -107,7 +108,7 @@ def test_evict_stragglers_saves_drains_requeues_and_excludes_the_node(
         evict_stragglers=True,
     )  # fmt: skip
     run = spec.run_dir
-    key = "42" if round_ == 0 else f"42.{round_}"  # launch.starts.start_key
+    key = "42" if round_ == 0 else f"42.{round_}"  # contract.StartFiles.name
     (run.node_report(key, 0, 1)).parent.mkdir(parents=True, exist_ok=True)
     run.node_report(key, 0, 1).write_text('{"task": 1, "node": "n2", "gpus": 0}')
     start = launcher.Start("42", 0, 2, "n1", 0, ("n1", "n2"), round=round_)
