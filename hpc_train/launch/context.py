@@ -3,8 +3,8 @@
 ``Here`` is one node's start (``starts.Start``) with the run's spec, the start's files
 (``contract.StartFiles``: the run directory bound to the start's key once, here, and passed on
 as a value: no part passes the key apart) and task 0's ledger (``Launcher.note``). The parts
-(``lifecycle``, ``recovery``, ``requeue``, ``blame``, ``spares``, ``signals``) take it instead
-of the launcher.
+(``lifecycle``, ``recovery``, ``requeue``, ``spares``, ``signals``) take it instead of the
+launcher; ``blamer`` is its word to ``hpc_train.faults.node_blame``, which blames.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from hpc_core.rundir import RunDir
 from hpc_train.contract import StartFiles
+from hpc_train.faults import node_blame
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch.starts import Start
 
@@ -57,6 +58,12 @@ class Here:
     @property
     def task0(self) -> bool:
         return self.start.task == 0
+
+    def blamer(self, deputy: bool = False) -> node_blame.Blamer:
+        """Who blames for this start (``faults.node_blame``): task 0, or task 1 acting for a
+        stuck task 0 (``deputy``: its own ledger note)."""
+        note = self.deputy_note if deputy else self.note
+        return node_blame.Blamer(self.files, self.start.hosts, not self.spec.no_drain, note, log)
 
     def done(self, **extra: Any) -> dict[str, Any]:
         """This node's result for submitit: its host and the start's restart count."""

@@ -9,12 +9,11 @@ requeue Slurm performs by itself (node failure, spot loss, ``scontrol requeue``)
 
 - ``lifecycle``: one start before and around torchrun (decision, environment, watcher threads);
 - ``recovery``: what follows torchrun's exit (``restart_policy``), and task 0's word followed;
-- ``blame``: which node a stop is blamed on (``hpc_train.faults.node_blame`` does the rest);
 - ``requeue``: the requeue without the blamed nodes, or the stop when the job could not start;
 - ``spares``: the in-job restart's nodes, the hot spares, the left-out nodes released;
 - ``signals``: USR2 (the notice: ``checkpoint()`` waits for the save) and SIGTERM (a cancel).
 
-What happens when a rank crashes: ``recovery`` (the decision), ``blame`` (the node),
+What happens when a rank crashes: ``recovery`` (the decision), ``faults.node_blame`` (the node),
 ``requeue`` or ``spares`` (what follows); the rank's side is ``hpc_train.worker.crash``.
 
 Interruptions:

@@ -25,15 +25,16 @@ from pathlib import Path
 from hpc_core import instances, procs, slurm
 from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, node_name
+from hpc_train.faults import node_blame
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job import command_lines
-from hpc_train.launch import blame, recovery, requeue, restart_policy, spares
+from hpc_train.launch import recovery, requeue, restart_policy, spares
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
 from hpc_train.planning import costs
 from hpc_train.planning import plan as plan_mod
 from hpc_train.watch import hang_monitor, straggler_monitor
 from hpc_train.watch.grow_monitor import GrowWatch
-from hpc_train.watch.hangs import Suspect
 from hpc_train.watch.spot import SpotWatcher, endpoint_to_watch
 
 
@@ -98,7 +99,7 @@ def previous_end(here: Here, came_from: str | None) -> str:
     if came_from is not None:
         return came_from
     said = previous_stop(here.files)
-    return blame.lost(here, said) if here.task0 else said
+    return node_blame.lost(here.blamer(), said) if here.task0 else said
 
 
 def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[StartDecision, str]:

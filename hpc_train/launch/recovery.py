@@ -3,7 +3,7 @@
 "What happens when a rank crashes", in order: the rank's crash report (``worker.crash``) and its
 node's agent exit (``faults.agent_exit``) are read back here (``crash_report``);
 ``restart_policy.after_exit`` (pure) says FINISHED, STOPPED, CANCELLED, REQUEUE or FAIL;
-task 0 blames the node behind it (``launch.blame``), then requeues without it
+task 0 blames the node behind it (``faults.node_blame``), then requeues without it
 (``launch.requeue``) or restarts training in the allocation on the healthy nodes and the hot
 spares (``launch.spares``). The other tasks wait for task 0's word (``follow_verdict``).
 
@@ -32,12 +32,12 @@ from hpc_train.contract import (
     read_beats,
 )
 from hpc_train.faults import failures, node_blame
-from hpc_train.launch import blame, requeue, restart_policy
+from hpc_train.faults.suspects import Suspect
+from hpc_train.launch import requeue, restart_policy
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.restart_policy import Action
 from hpc_train.launch.signals import save_wait_s
 from hpc_train.launch.starts import Start
-from hpc_train.watch.hangs import Suspect
 from hpc_train.watch.launchers import Silence
 
 VERDICT_WAIT_S = 240.0  # for task 0's word after a bad end (its evidence waits come first)
@@ -96,7 +96,7 @@ def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) 
     )  # fmt: skip
     outcome = restart_policy.evicting(outcome, ended.evicted.node if ended.evicted else None)
     if outcome.blame:
-        suspect, leave = blame.for_stop(here, outcome.cause)
+        suspect, leave = node_blame.for_stop(here.blamer(), outcome.cause)
     else:  # a straggler evicted: blamed as it was (always drained: a measured straggler)
         suspect, leave = ended.evicted, ended.evicted is not None
     if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
@@ -152,7 +152,7 @@ def refuse(here: Here, decision: StartDecision, spent: int) -> None:
     if here.start.task != 0:
         raise RuntimeError(f"{why}; task 0 requeues")
     here.note("stopped", cause="bad node", why=decision.refused)
-    left_out = blame.refused(here, decision.bad_nodes, decision.refused)
+    left_out = node_blame.refused(here.blamer(), decision.bad_nodes, decision.refused)
     outcome = restart_policy.after_refusal(why, spent, here.spec.max_restarts)
     if outcome.action is Action.FAIL:
         raise RuntimeError(outcome.why)
@@ -201,7 +201,7 @@ def on_silent(
         log(f"{why}; not acted on: {gone}")
         return
     log(why)
-    leave = blame.stuck_launcher(here, silence.node, why, deputy)
+    leave = node_blame.stuck_launcher(here.blamer(deputy), silence.node, why)
     if training and not deputy:
         own_notice("hang")
         slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue

@@ -7,8 +7,8 @@ median compute time per update, ``Beat.compute_s``; a node's is its slowest rank
 the ledger (``straggler``: node, ratio, seconds, compute_s, median_s).
 
 ``--evict-stragglers`` treats the first one as a bad node at the next checkpoint: it is blamed
-(``hpc_train.faults.node_blame``: a ledger ``blamed``, the quarantine list, drained with the reason
-``hpc-train: straggler in job J: ...`` unless ``--no-drain``), and
+(``hpc_train.faults.node_blame.straggler``: a ledger ``blamed``, the quarantine list, drained with
+the reason ``hpc-train: straggler in job J: ...`` unless ``--no-drain``), and
 this node's ranks get the notice (SIGUSR2). The workers agree on it (all-reduce), all save
 ``checkpoint_last.pt`` at the same update and stop; the launcher then requeues the job itself
 (not submitit: its requeue ends the launcher at once) and excludes the node once the job is
@@ -26,10 +26,9 @@ from typing import Any, Protocol
 
 from hpc_train.contract import StartFiles, node_name, read_beats
 from hpc_train.faults import node_blame
-from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import StragglerLimits
 from hpc_train.watch import stragglers
-from hpc_train.watch.hangs import Suspect
 from hpc_train.watch.watcher import Watcher
 
 POLL_S = 5.0  # how often task 0 reads every node's heartbeats
@@ -96,14 +95,9 @@ class Watch(Watcher[Suspect | None]):
         return new
 
     def evict_node(self, found: stragglers.Straggler) -> None:
-        files = self.files
-        why = f"straggler in job {files.job}: {found.describe()}"
-        node_blame.blame(files.run, files.job, files.restart, found.node, why, self.drain,
-                         self.note, self.log, Evidence.STRAGGLER)  # fmt: skip
-        self.evicted = Suspect(
-            found.node, None, f"straggler: {found.describe()}", Evidence.STRAGGLER
-        )
-        ranks = read_beats(files.heartbeats(node_name()))
+        by = node_blame.Blamer(self.files, self.hosts, self.drain, self.note, self.log)
+        self.evicted = node_blame.straggler(by, found.node, found.describe())
+        ranks = read_beats(self.files.heartbeats(node_name()))
         for beat in ranks:  # one rank's notice is every rank's (they all-reduce it)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(beat.pid, signal.SIGUSR2)

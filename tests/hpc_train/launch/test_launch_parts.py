@@ -25,14 +25,14 @@ from hpc_train.contract import (
     write_stop,
     write_verdict,
 )
-from hpc_train.faults import agent_exit
+from hpc_train.faults import agent_exit, node_blame
 from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch import blame, lifecycle, recovery, release, requeue, spares
+from hpc_train.launch import lifecycle, recovery, release, requeue, spares
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.launch.starts import Start
-from hpc_train.watch.hangs import Suspect
 
 
 def here_of(tmp_path: Path, start: Start, **spec: Any) -> tuple[Here, list[tuple[str, dict]]]:
@@ -80,14 +80,14 @@ def test_a_clean_exit_finishes_with_no_blame_and_a_crash_is_blamed_on_task_0(
     here, _ = here_of(tmp_path, TWO)
     rec = recovery.decide(here, recovery.Ended(0, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.FINISHED and rec.suspect is None
-    suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))
+    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))
     monkeypatch.setattr(recovery, "crash_report", lambda here: (None, False))
     rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.REQUEUE and rec.suspect == suspect
     assert rec.detail == "torchrun exited with 1" and rec.leave_out == ("n2",)
     # blamed, but the verdict keeps it (a first signal kill): nothing is left out
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, False))
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, False))
     rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
     assert rec.suspect == suspect and rec.leave_out == ()
 
@@ -103,7 +103,7 @@ def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
     assert rec.returncode == 0 and rec.hang is None
     assert rec.outcome.cause == "notice" and not rec.outcome.blame and rec.suspect is None
     assert rec.stuck == "torchrun still there"
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (None, False))  # no hang reports
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (None, False))  # no hang reports
     unsaved = recovery.decide(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
     assert unsaved.hang == "torchrun stuck: torchrun still there" and unsaved.returncode == -9
 
@@ -127,7 +127,9 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
+    rec = recovery.Recovery(
+        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
+    )
     nxt = spares.restart_in_job(here, rec)
     assert nxt == (
         start.next_round(["n1", "n3"], "n1"),
@@ -144,7 +146,9 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     that polled the next test's fake released a node there, CI stop 33)."""
     here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, restart_in_job=True)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
+    rec = recovery.Recovery(
+        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
+    )
     spares.restart_in_job(here, rec)
     (watcher,) = [t for t in threading.enumerate() if t.name == release.WATCHER]
     assert watcher.is_alive()  # n2's task has not said it ended
@@ -156,7 +160,9 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
     here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, restart_in_job=True)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
+    rec = recovery.Recovery(
+        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
+    )
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         spares.restart_in_job(here, rec)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -168,7 +174,7 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
     assert spares.restart_in_job(here, rec)[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
     verdict = read_verdict(here.run, "41", 0)
     assert (verdict.members, verdict.standby) == (["n1", "n2"], ["n3"])
@@ -180,7 +186,7 @@ def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
     """Without --restart-in-job a crash is a requeue: it excludes no node the verdict kept."""
     here, _ = here_of(tmp_path, TWO)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         spares.restart_in_job(here, rec)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
@@ -211,14 +217,14 @@ def test_a_crash_is_blamed_on_the_node_whose_agent_was_killed(tmp_path, fake_slu
     here, notes = here_of(tmp_path, TWO)
     agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
     agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
-    found, leave = blame.for_stop(here, "crash")
+    found, leave = node_blame.for_stop(here.blamer(), "crash")
     assert found is not None and found.node == "n2" and found.evidence is Evidence.SIGNAL
     assert fake_slurm.drained == [] and not leave  # a first kill by a signal: kept
     assert [k for k, _ in notes] == ["blamed"] and notes[0][1]["drained"] is False
     # the machine's second blame (its first recorded in the ledger, as task 0's note does)
     # drains it, and the verdict leaves it out
     ledger.record(here.run.ledger, "blamed", "41", 0, **notes[0][1])
-    found, leave = blame.for_stop(here, "crash")
+    found, leave = node_blame.for_stop(here.blamer(), "crash")
     assert [n for n, _ in fake_slurm.drained] == ["n2"] and leave
 
 
@@ -230,7 +236,7 @@ def test_a_signal_kill_on_a_node_slurm_then_loses_is_a_lost_node(tmp_path, fake_
     agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake_slurm.gone.add("n2")
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED+NOT_RESPONDING", "Reason": "Not responding"}
-    found, leave = blame.for_stop(here, "crash")
+    found, leave = node_blame.for_stop(here.blamer(), "crash")
     assert found is not None and found.evidence is Evidence.LOST and leave
     assert "then Slurm lost it: ALLOCATED+NOT_RESPONDING" in found.why
     assert [n for n, _ in fake_slurm.drained] == ["n2"]
@@ -244,7 +250,7 @@ def test_a_failed_probe_alone_never_drains(tmp_path, fake_slurm):
     agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
     agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake_slurm.gone.add("n2")
-    found, leave = blame.for_stop(here, "crash")
+    found, leave = node_blame.for_stop(here.blamer(), "crash")
     assert found is not None and found.evidence is Evidence.SIGNAL and not leave
     assert fake_slurm.drained == [] and notes[0][1]["drained"] is False
 

@@ -30,13 +30,13 @@ from hpc_train.contract import (
     write_launcher_beat,
     write_stop,
 )
-from hpc_train.faults import agent_exit, failures, quarantine
+from hpc_train.faults import agent_exit, failures, node_blame, quarantine
 from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch import blame, lifecycle, restart_policy, starts
 from hpc_train.launch import launcher as launcher_module
+from hpc_train.launch import lifecycle, restart_policy, starts
 from hpc_train.launch.restart_policy import Action
-from hpc_train.watch.hangs import Suspect
 
 
 class FakeTorchrun(launcher_module.Launcher):
@@ -536,8 +536,8 @@ def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, mon
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
     agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake = FakeTorchrun(in_job_spec(tmp_path, nodes_min=2), 1)
-    suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))  # drained
+    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))  # drained
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         fake.run(two_nodes(0), gpus=0)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -631,8 +631,8 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     write_node_report(run, "41.1", 0, NodeReport(1, "n3", 0))  # the spare, as a member
     agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake = FailsOnce(spares_spec(tmp_path))
-    suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))  # drained
+    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))  # drained
     first = starts.allocation_start("41", 0, ("n1", "n2", "n3"), 0, spares=1)
     assert first is not None and first.standby == ("n3",)
     done = fake.run(first, gpus=0)

@@ -15,12 +15,13 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import StartFiles
+from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import StragglerLimits
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.watch import straggler_monitor
-from hpc_train.watch.hangs import Suspect
 from hpc_train.worker.heartbeat import Heartbeat
 
 
@@ -62,7 +63,7 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
 
 def test_the_eviction_decision():
     requeue = Decision(Action.REQUEUE, "stopped on notice: requeueing (restart 1/20)", "notice")
-    node = Suspect("n2", None, "straggler: ...")
+    node = Suspect("n2", "straggler: ...", Evidence.STRAGGLER)
     got = restart_policy.evicting(requeue, node.node)
     assert (got.action, got.cause, got.why.endswith("evicting n2")) == (
         Action.REQUEUE,
