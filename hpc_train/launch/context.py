@@ -3,7 +3,7 @@
 ``Here`` is one node's start (``starts.Start``) with the run's spec, the start's files
 (``contract.StartFiles``: the run directory bound to the start's key once, here, and passed on
 as a value: no part passes the key apart) and task 0's ledger (``Launcher.note``). The parts
-(``lifecycle``, ``recovery``, ``requeue``, ``spares``, ``signals``) take it instead of the
+(``lifecycle``, ``recovery``, ``requeue``, ``rounds``, ``signals``) take it instead of the
 launcher; ``blamer`` is its word to ``hpc_train.faults.node_blame``, which blames.
 """
 

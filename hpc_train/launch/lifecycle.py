@@ -28,7 +28,7 @@ from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, 
 from hpc_train.faults import node_blame
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job import command_lines
-from hpc_train.launch import recovery, requeue, restart_policy, spares
+from hpc_train.launch import recovery, requeue, restart_policy, rounds
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
 from hpc_train.planning import costs
@@ -117,7 +117,7 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
     if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
         log(f"stopping the run: {decision.stop}")
         here.note("stopped", cause="no progress", why=decision.stop)
-        spares.release_spares(here, STOP, decision.stop)
+        rounds.release_spares(here, STOP, decision.stop)
         raise RuntimeError(decision.stop)
     return decision, before
 

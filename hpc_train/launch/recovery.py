@@ -1,11 +1,11 @@
-"""What follows a start's end: the recovery decision, and the others following task 0's word.
+"""What follows a start's end: the recovery decision; a start refused; a stuck launcher.
 
 "What happens when a rank crashes", in order: the rank's crash report (``worker.crash``) and its
 node's agent exit (``faults.agent_exit``) are read back here (``crash_report``);
 ``restart_policy.after_exit`` (pure) says FINISHED, STOPPED, CANCELLED, REQUEUE or FAIL;
-task 0 blames the node behind it (``faults.node_blame``), then requeues without it
-(``launch.requeue``) or restarts training in the allocation on the healthy nodes and the hot
-spares (``launch.spares``). The other tasks wait for task 0's word (``follow_verdict``).
+task 0 blames the node behind it (``faults.node_blame``), then (``Launcher._after`` chooses)
+requeues without it (``launch.requeue``) or restarts training in the allocation on the healthy
+nodes and the hot spares (``launch.rounds``, where the other tasks wait for task 0's word).
 
 - ``decide``: torchrun's exit and what the watchers saw -> ``Recovery`` (outcome, suspect, crash);
 - ``refuse``: a start that could not run (a node short of GPUs): blame, requeue or fail;
@@ -16,17 +16,11 @@ spares (``launch.spares``). The other tasks wait for task 0's word (``follow_ver
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from hpc_core import slurm
-from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import (
-    IN_JOB_RESTART,
-    REQUEUE,
-    RESTART_IN_JOB,
     StartDecision,
     node_name,
     read_beats,
@@ -36,12 +30,9 @@ from hpc_train.faults.suspects import Suspect
 from hpc_train.launch import requeue, restart_policy
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.restart_policy import Action
-from hpc_train.launch.signals import save_wait_s
+from hpc_train.launch.signals import save_wait_s, wait_for_save
 from hpc_train.launch.starts import Start
 from hpc_train.watch.launchers import Silence
-
-VERDICT_WAIT_S = 240.0  # for task 0's word after a bad end (its evidence waits come first)
-Next = dict[str, Any] | tuple[Start, str]  # this node's result, or its next start and why
 
 
 @dataclass(frozen=True)
@@ -160,30 +151,6 @@ def refuse(here: Here, decision: StartDecision, spent: int) -> None:
     requeue.requeue(here, left_out, f"{why}: requeued without {left}")
 
 
-def next_round(here: Here, members: Sequence[str], why: str, standby: Sequence[str] = ()) -> Next:
-    """This node's part in an in-job restart on ``members``: its next start, or (left out,
-    blamed) the end of its task, a success: the run goes on without it."""
-    start = here.start
-    me = start.hosts[start.task]
-    if me not in members:
-        log(f"left out of the in-job restart ({why}): this task ends")
-        return here.done(left_out=True)
-    return start.next_round(members, me, standby), f"{IN_JOB_RESTART} after {why}"
-
-
-def follow_verdict(here: Here, why: str) -> Next:
-    """A node other than task 0's, after a bad end: wait for task 0's word and follow it."""
-    try:
-        verdict = wait_until(here.files.verdict, "task 0's verdict", VERDICT_WAIT_S, FAST)
-    except TimeoutError:
-        raise RuntimeError(f"{why}; task 0 said nothing in {VERDICT_WAIT_S:.0f} s") from None
-    if verdict.action == RESTART_IN_JOB:
-        return next_round(here, verdict.members, verdict.why, verdict.standby)
-    if verdict.action == REQUEUE:
-        requeue.await_end()  # task 0's requeue ends this task
-    raise RuntimeError(f"{why}; task 0: {verdict.action} ({verdict.why})")
-
-
 def on_silent(
     here: Here, silence: Silence, training: bool, own_notice: Callable[[str], None]
 ) -> None:
@@ -207,11 +174,9 @@ def on_silent(
         slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
         return
     saved = False
-    if training:
+    if training:  # the save on notice: rank 0's marker alone says it (this node's ranks do not)
         slurm.signal(start.job_id, "USR2")
-        with contextlib.suppress(TimeoutError):
-            saved = bool(wait_until(here.files.stop, "the save on notice",
-                                    save_wait_s(here.spec), FAST))  # fmt: skip
+        saved = wait_for_save(here.files.stop_marker, save_wait_s(here.spec))
     (here.deputy_note if deputy else here.note)("stopped", cause="hang", why=why, saved=saved)
     if requeue.send(here, [silence.node] if leave else [], why, deputy) is not None:
         slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it

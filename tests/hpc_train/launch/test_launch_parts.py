@@ -29,7 +29,7 @@ from hpc_train.faults import agent_exit, node_blame
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch import lifecycle, recovery, release, requeue, spares
+from hpc_train.launch import lifecycle, recovery, release, requeue, rounds
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.launch.starts import Start
@@ -110,8 +110,8 @@ def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
 
 def test_the_next_round_is_start_next_round_or_the_end_of_a_left_out_task(tmp_path):
     here, _ = here_of(tmp_path, dataclasses.replace(TWO, task=1))
-    assert recovery.next_round(here, ["n1"], "crash")["left_out"] is True
-    assert recovery.next_round(here, ["n2", "n3"], "crash") == (
+    assert rounds.next_round(here, ["n1"], "crash")["left_out"] is True
+    assert rounds.next_round(here, ["n2", "n3"], "crash") == (
         TWO.next_round(["n2", "n3"], "n2"),
         "in-job restart after crash",
     )
@@ -123,6 +123,13 @@ def test_a_launcher_of_an_earlier_start_is_over(fake_slurm):
     assert "belongs to restart 0" in recovery.start_over(TWO)
 
 
+def in_the_job(here: Here, rec: recovery.Recovery) -> rounds.Round:
+    """Task 0's next round (``rounds.plan``), which these tests expect there to be."""
+    nxt = rounds.plan(here, rec)
+    assert nxt is not None
+    return nxt
+
+
 def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm):
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
@@ -130,7 +137,7 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
     rec = recovery.Recovery(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
-    nxt = spares.restart_in_job(here, rec)
+    nxt = rounds.restart(here, rec, in_the_job(here, rec))
     assert nxt == (
         start.next_round(["n1", "n3"], "n1"),
         "in-job restart after crash: torchrun exited with 1",
@@ -149,7 +156,7 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     rec = recovery.Recovery(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
-    spares.restart_in_job(here, rec)
+    rounds.restart(here, rec, in_the_job(here, rec))
     (watcher,) = [t for t in threading.enumerate() if t.name == release.WATCHER]
     assert watcher.is_alive()  # n2's task has not said it ended
     fake_slurm.state = "COMPLETED"
@@ -163,8 +170,9 @@ def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
     rec = recovery.Recovery(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
+    assert rounds.plan(here, rec) is None  # the launcher requeues instead
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
-        spares.restart_in_job(here, rec)
+        requeue.requeue(here, list(rec.leave_out))
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
 
 
@@ -175,7 +183,8 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, restart_in_job=True)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
-    assert spares.restart_in_job(here, rec)[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
+    nxt = rounds.restart(here, rec, in_the_job(here, rec))
+    assert nxt[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
     verdict = read_verdict(here.run, "41", 0)
     assert (verdict.members, verdict.standby) == (["n1", "n2"], ["n3"])
     assert notes[-1][1]["left_out"] == [] and notes[-1][1]["spare_in"] == []
@@ -187,8 +196,9 @@ def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
     here, _ = here_of(tmp_path, TWO)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
+    assert rounds.plan(here, rec) is None  # no --restart-in-job: the launcher requeues
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
-        spares.restart_in_job(here, rec)
+        requeue.requeue(here, list(rec.leave_out))
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
 
 
@@ -197,19 +207,55 @@ def test_a_spare_joins_the_round_that_takes_it_as_start_next_round_says(tmp_path
     spare = Start("41", 2, 3, "n1", 0, ("n1", "n2", "n3"))
     write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"]))
     write_verdict(run, "41.1", 0, RoundVerdict(RESTART_IN_JOB, "hang", ["n1", "n3"], []))
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
-    start, why = spares.stand_by(spec, spare, trains=2)
+    here, _ = here_of(tmp_path, spare)
+    start, why = rounds.stand_by(here, trains=2)
     assert start == dataclasses.replace(spare, round=1).next_round(["n1", "n3"], "n3")
     assert start.round == 2 and why == "in-job restart after hang"
+
+
+def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """``rounds.follow``: n1-n3 train, n4 and n5 stand by. Round 0's word: n2 out, n4 in. n2
+    (left out) ends, n3 joins round 1; spare n4 is taken in, spare n5 (not taken in) waits for
+    round 1's word and is released by it. A word never comes: the node fails, not the spare."""
+    run = RunDir(tmp_path)
+    hosts = ("n1", "n2", "n3")
+    start = Start("41", 0, 3, "n1", 0, hosts, 0, ("n4", "n5"))
+    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n3", "n4"], ["n5"]))
+    write_verdict(run, "41.1", 0, RoundVerdict(DONE, "max-update reached", [], ["n5"]))
+    n2, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
+    assert rounds.follow(n2, "crash")["left_out"] is True
+    n3, _ = here_of(tmp_path, dataclasses.replace(start, task=2))
+    assert rounds.follow(n3, "crash") == (
+        start.next_round(["n1", "n3", "n4"], "n3", ["n5"]),
+        "in-job restart after crash",
+    )
+    spare = Start("41", 3, 5, "n1", 0, (*hosts, "n4", "n5"))
+    n4, _ = here_of(tmp_path, spare)
+    taken, why = rounds.follow(n4, "hot spare", spare=True)
+    assert (taken.task, taken.round, taken.hosts) == (2, 1, ("n1", "n3", "n4"))
+    assert why == "in-job restart after crash"
+    n5, _ = here_of(tmp_path, dataclasses.replace(spare, task=4))
+    assert rounds.follow(n5, "hot spare", spare=True)["spare"] is True
+    write_verdict(run, "41", 0, RoundVerdict(STOP, "no restart left"))
+    with pytest.raises(RuntimeError, match="crash; task 0: stop"):
+        rounds.follow(n3, "crash")
+    with pytest.raises(RuntimeError, match="hot spare: task 0 said stop"):
+        rounds.follow(n4, "hot spare", spare=True)
+    monkeypatch.setattr(rounds, "VERDICT_WAIT_S", 0.2)
+    silent, _ = here_of(tmp_path, dataclasses.replace(start, task=2, restart=1))
+    with pytest.raises(RuntimeError, match="crash; task 0 said nothing"):
+        rounds.follow(silent, "crash")
 
 
 def test_only_task_0_releases_the_spares(tmp_path):
     start = dataclasses.replace(TWO, standby=("n3",))
     other, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
-    spares.release_spares(other, DONE, "done")
+    rounds.release_spares(other, DONE, "done")
     assert read_verdict(other.run, "41", 0) is None
     here, _ = here_of(tmp_path, start)
-    spares.release_spares(here, DONE, "done")
+    rounds.release_spares(here, DONE, "done")
     assert read_verdict(here.run, "41", 0).standby == ["n3"]
 
 
