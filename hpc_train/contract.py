@@ -35,7 +35,7 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``ledger.jsonl``: ``straggler`` | ``Kind.STRAGGLER`` | task 0's straggler thread (``watch.straggler_monitor``) | ``runs.named_nodes`` |
 | ``ledger.jsonl``: ``requeued`` | ``Kind.REQUEUED`` | task 0, or task 1 for a stuck task 0 (``launch.requeue``; on a notice ``launch.launcher``) | ``runs.metrics``, ``launch.notify`` |
 | ``ledger.jsonl``: ``requeue_blocked`` | ``Kind.REQUEUE_BLOCKED`` | task 0, or task 1 for a stuck task 0 (``launch.requeue``) | ``runs.index`` |
-| ``ledger.jsonl``: ``restarted`` | ``Kind.RESTARTED`` | task 0 (``launch.spares``) | ``contract.last_round``, ``launch.launcher``, ``faults.node_blame``, ``runs.index`` |
+| ``ledger.jsonl``: ``restarted`` | ``Kind.RESTARTED`` | task 0 (``launch.rounds``) | ``contract.last_round``, ``launch.launcher``, ``faults.node_blame``, ``runs.index`` |
 | ``ledger.jsonl``: ``released`` | ``Kind.RELEASED`` | task 0's release thread (``launch.release``) | the user (a record) |
 | ``ledger.jsonl``: ``grown`` | ``Kind.GROWN`` | task 0's grow thread (``launch.lifecycle``) | ``launch.starts`` |
 | ``ledger.jsonl``: ``finished`` | ``Kind.FINISHED`` | task 0 (``launch.launcher``) | ``runs`` (``index``, ``goodput``, ``doctor``), ``launch.notify`` |
@@ -44,6 +44,9 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``/opt/hpc-train/image.json`` inside an image (``IMAGE_MARKER``) | one line of JSON | the image's build (``slurm/local/build-image.sh``, the Containerfile) | each rank, at its start (``worker.train``: it says which image it runs in) |
 
 The save dir reaches a rank here (``WorkerEnv.save_dir``), not through fairseq's arguments.
+
+One start's files, its key bound once (the job id, its round's name ``<job>.<round>``, the
+restart): ``StartFiles``, which the launcher's parts, the watchers and ``faults`` take whole.
 """
 
 from __future__ import annotations
@@ -411,6 +414,85 @@ def start_progress(
         "reached": reached,
         "last_progress": max(beat.time for beat in beats if beat.update == reached),
     }
+
+
+# --- one start's files, bound to its key once ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartFiles:
+    """One start's files in the run directory, bound to the start's key once: the readers and
+    writers above, for this start (for one round of it: an in-job restart's files are its
+    own). ``job`` is the job id, as the ledger and Slurm know it; the round's ``name``
+    (``round_key``: ``41.1``) only names files, so it cannot be passed where a job id is meant.
+    The launcher's parts get it as ``Here.files``, the watchers and ``hpc_train.faults`` take it
+    as it is."""
+
+    run: RunDir
+    job: str  # the Slurm job id
+    restart: int  # SLURM_RESTART_COUNT: 0 on the job's first start
+    round: int = 0  # in-job restarts within this Slurm start (0: the allocation's first)
+
+    @property
+    def name(self) -> str:
+        """What names this round's files: the job id, ``.<round>`` after an in-job restart."""
+        return round_key(self.job, self.round)
+
+    @property
+    def ranks_start(self) -> tuple[str, int]:
+        """This start as its ranks are told it (``WorkerEnv.start``: ``HPC_TRAIN_START``)."""
+        return self.name, self.restart
+
+    @property
+    def stop_marker(self) -> Path:
+        return self.run.stop_marker(self.name, self.restart)
+
+    @property
+    def notice_pending(self) -> Path:
+        return self.run.notice_pending(self.name, self.restart)
+
+    @property
+    def incident(self) -> Path:
+        return self.run.incident(self.name, self.restart)
+
+    def heartbeats(self, node: str) -> Path:
+        return self.run.heartbeats(self.name, self.restart, node)
+
+    def node_exit(self, task: int) -> Path:
+        return self.run.node_exit(self.name, self.restart, task)
+
+    def stop(self) -> StopMarker | None:
+        return read_stop(self.run, self.name, self.restart)
+
+    def decision(self) -> StartDecision | None:
+        return read_decision(self.run, self.name, self.restart)
+
+    def write_decision(self, decision: StartDecision) -> None:
+        write_decision(self.run, self.name, self.restart, decision)
+
+    def node_reports(self, nodes: int) -> list[NodeReport] | None:
+        return read_node_reports(self.run, self.name, self.restart, nodes)
+
+    def write_node_report(self, report: NodeReport) -> None:
+        write_node_report(self.run, self.name, self.restart, report)
+
+    def verdict(self) -> RoundVerdict | None:
+        return read_verdict(self.run, self.name, self.restart)
+
+    def write_verdict(self, verdict: RoundVerdict) -> None:
+        write_verdict(self.run, self.name, self.restart, verdict)
+
+    def launcher_beat(self, task: int) -> LauncherBeat | None:
+        return read_launcher_beat(self.run, self.name, self.restart, task)
+
+    def write_launcher_beat(self, beat: LauncherBeat) -> None:
+        write_launcher_beat(self.run, self.name, self.restart, beat)
+
+    def progress(self, hosts: Sequence[str]) -> dict[str, float | int]:
+        return start_progress(self.run, self.name, self.restart, hosts)
+
+    def failure_fields(self) -> list[dict[str, Any]]:
+        return read_failure_fields(self.run, self.name, self.restart)
 
 
 # --- ranks to task 0: why a rank died; chaos to the ranks: a crash on purpose -------------------

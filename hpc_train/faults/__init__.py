@@ -2,7 +2,10 @@
 
 - failures:  what a crash was (the workers' reports) and whether retrying can help
 - agent_exit: how torchrun ended on each node (exit records written by every launcher)
-- node_blame: the node to blame, and what follows: ledger, drain, ExcNodeList
+- node_blame: the one home for blame: which node a stop is blamed on (a hang, a crash, a lost,
+             refused or stuck node, a straggler), on what evidence, and what follows: ledger,
+             drain, ExcNodeList. The watchers only report; the launcher asks here
+- suspects:  the one ``Suspect`` type, and who a hang's reports or a crash point to (pure)
 - evidence:  what a blame rests on, and whether it drains (pure)
 - quarantine: nodes blamed twice within a day
 """

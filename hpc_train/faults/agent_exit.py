@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import IO
 
-from hpc_core.rundir import RunDir, atomic_write
+from hpc_core.rundir import atomic_write
+from hpc_train.contract import StartFiles
 
 ROOT = "Root Cause (first observed failure):"
 RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
@@ -156,16 +157,16 @@ class Tee:
         self.file.close()
 
 
-def write(run: RunDir, job: str, restart: int, record: NodeExit) -> None:
-    atomic_write(run.node_exit(job, restart, record.task), json.dumps(asdict(record)))
+def write(files: StartFiles, record: NodeExit) -> None:
+    atomic_write(files.node_exit(record.task), json.dumps(asdict(record)))
 
 
-def read(run: RunDir, job: str, restart: int, tasks: int) -> dict[int, NodeExit]:
-    """The exit records written so far for this start, by task."""
+def read(files: StartFiles, tasks: int) -> dict[int, NodeExit]:
+    """The exit records written so far for the start ``files``, by task."""
     found = {}
     for task in range(tasks):
         try:
-            found[task] = NodeExit(**json.loads(run.node_exit(job, restart, task).read_text()))
+            found[task] = NodeExit(**json.loads(files.node_exit(task).read_text()))
         except (OSError, ValueError, TypeError):
             continue
     return found

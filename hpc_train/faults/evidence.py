@@ -66,5 +66,5 @@ def decide(evidence: Evidence, earlier: int) -> Verdict:
 
 def of_hang(stack: bool) -> Evidence:
     """The evidence of a hang's suspect: did its rank give a Python ``stack`` when asked (none
-    when its node's launcher sent no report; ``watch.hangs.suspect``)?"""
+    when its node's launcher sent no report; ``suspects.hang_suspect``)?"""
     return Evidence.HANG_WITH_STACKS if stack else Evidence.HANG_NO_STACK

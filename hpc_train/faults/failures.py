@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpc_core.rundir import RunDir
-from hpc_train.contract import FailureRecord, read_failure_fields, write_failure
+from hpc_train.contract import FailureRecord, StartFiles, write_failure
 
 # an infrastructure error that only says a *peer* went away: the reporting rank is a witness
 PEER_MARKS = (
@@ -99,9 +99,10 @@ def write(run: RunDir, job: str, restart: int, failure: FailureRecord) -> None:
     write_failure(run, job, restart, failure)
 
 
-def read(run: RunDir, job: str, restart: int) -> list[Failure]:
+def read(files: StartFiles) -> list[Failure]:
+    """Every whole report of the start ``files``, classified."""
     out = []
-    for fields in read_failure_fields(run, job, restart):
+    for fields in files.failure_fields():
         try:
             out.append(Failure(**fields))
         except TypeError:

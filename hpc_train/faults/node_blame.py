@@ -1,8 +1,20 @@
-"""Task 0 blames a node: the ledger's record, the quarantine list, the drain, the exclusion.
+"""The one home for blame: which node a stop is blamed on, on what evidence, and what follows.
 
-Who is blamed comes from elsewhere: a hang's suspect (``hpc_train.watch.hang_monitor``), a node short of
-GPUs (``hpc_train.launch.geometry``), a straggler (``hpc_train.watch.straggler_monitor``), the node of a crash
-(``crash_suspect`` below), a node Slurm lost (``lost_nodes``). What follows is the same for all:
+The watchers only report (a hang's node reports, ``hpc_train.watch.hang_monitor``; a straggler,
+``hpc_train.watch.straggler_monitor``); task 0's launcher asks here, with its ``Blamer`` (the
+start's files and nodes, ``--no-drain``, its ledger and log; task 1's, acting for a stuck task
+0). Whom each stop blames, and on what (``hpc_train.faults.evidence``):
+
+- ``for_stop``: a hang's suspect (``hang_suspect``: every node's report, ``suspect.json``) or a
+  crash's (``suspects.crash_suspect``: the ranks' failure records and each node's agent exit; a
+  signal kill whose node Slurm then loses is a lost node, ``unless_lost``);
+- ``lost``: after a start Slurm ended by itself, the nodes it lost (NODE_FAIL);
+- ``refused``: the nodes a start refused (short of GPUs, quarantined: a failed health check);
+- ``stuck_launcher``: the node of a launcher the pulse found silent (a hang with no stack);
+- ``straggler``: the node ``--evict-stragglers`` evicts (a measured straggler).
+
+The suspect is ``suspects.Suspect``, the one type for all. What follows is the same for all
+(``blame``):
 
 - the ledger's ``blamed`` event (node, its machine, why, the evidence, the verdict, drained);
 - the quarantine list (``hpc_train.faults.quarantine``): a machine blamed twice within a day stays out;
@@ -10,28 +22,35 @@ GPUs (``hpc_train.launch.geometry``), a straggler (``hpc_train.watch.straggler_m
   machine's second blame), ``scontrol update State=DRAIN Reason="hpc-train: …"`` unless
   ``--no-drain`` (a quarantined node's reason says so), and the caller leaves it out: of the
   in-job restart, and of the requeued job by its ``ExcNodeList`` (``exclude``; Slurm accepts it
-  once the job is pending again). Where it does not, the run restarts on the node.
+  once the job is pending again). Where it does not (a first signal kill, say), the node is
+  blamed, recorded and kept: the run restarts on it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
-from hpc_core.rundir import RunDir
+from hpc_core.rundir import SUSPECT, atomic_write, incident_reports
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import last_round, read_beats, read_stop, round_key
+from hpc_train.contract import StartFiles, last_round, read_beats
 from hpc_train.faults import agent_exit, failures, quarantine
-from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.evidence import Evidence, Verdict
 from hpc_train.faults.evidence import decide as weigh
-from hpc_train.faults.failures import INFRASTRUCTURE, Failure
+from hpc_train.faults.failures import Failure
+from hpc_train.faults.suspects import RankReport, Suspect, crash_suspect, hang_suspect
 
 EVIDENCE_WAIT_S = 15.0
+# for every node's hang report: each hang monitor before it stops its ranks, task 0 before it
+# names the suspect
+REPORT_WAIT_S = 20.0
 Log = Callable[[str], None]
 Note = Callable[..., None]
 # a node Slurm no longer runs jobs on: its own failure, not one a requeue can fix by itself
@@ -39,16 +58,115 @@ LOST_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
 LOST_POLL = Backoff(1.0, 1.5, 5.0)  # Slurm's word on a node whose slurmd may be gone
 
 
-class Blame(NamedTuple):
-    """The node a stop is blamed on, why, and what the blame rests on."""
+@dataclass(frozen=True)
+class Blamer:
+    """Who blames for one start: task 0 (or task 1 acting for it, with its own ``note``), the
+    start's ``files`` and ``hosts``, ``drain`` (false: --no-drain), the ledger and the log."""
 
-    node: str
-    why: str
-    evidence: Evidence
+    files: StartFiles
+    hosts: Sequence[str]
+    drain: bool
+    note: Note
+    log: Log
+
+    def blame(self, node: str, why: str, evidence: Evidence, **data: Any) -> Verdict:
+        """``blame`` for this start."""
+        return blame(self.files, node, why, self.drain, self.note, self.log, evidence, **data)
+
+
+def for_stop(by: Blamer, cause: str) -> tuple[Suspect | None, bool]:
+    """Task 0: the node to blame for this stop (a hang's suspect, the node of a crash),
+    blamed, and whether the verdict leaves it out of what follows; (None, False) when no node
+    can be named. A crash's signal kill whose node Slurm then finds lost is a lost node
+    (``unless_lost``)."""
+    files, hosts = by.files, by.hosts
+    job = files.name  # as the log and the ledger have always said it (a round's: 41.1)
+    if cause == "hang":
+        found = name_hang_suspect(files, hosts, by.log)
+        why = f"hang in job {job}: {found.why}" if found else ""
+    else:
+        ranks = rank_nodes(files, hosts)
+        exits = agent_exit.read(files, len(hosts)).values()
+        found = crash_suspect(failures.read(files), list(exits), hosts, ranks)
+        if found is not None and found.evidence is Evidence.SIGNAL:
+            found = unless_lost(found, files.job, by.log)
+        why = f"crash in job {job}: {found.why}" if found else ""
+    if found is None:
+        return None, False
+    return found, by.blame(found.node, why, found.evidence, rank=found.rank).drain
+
+
+def lost(by: Blamer, previous_end: str) -> str:
+    """Task 0, after a start Slurm ended by itself: blame the nodes it lost (NODE_FAIL: a
+    lost node, drained; the requeued job is Slurm's and already left it);
+    the previous start's end, as the log and the ledger say it."""
+    found = lost_nodes(unrecorded_end(by.files), by.log)
+    for node, state in found:
+        by.blame(node, f"node failure in job {by.files.job}: {state}", Evidence.LOST)
+    if not found:
+        return previous_end
+    return f"node failure ({', '.join(f'{n} {s}' for n, s in found)}): last periodic checkpoint"
+
+
+def refused(by: Blamer, nodes: Sequence[str], why: str) -> list[str]:
+    """Task 0: a start refused ``nodes`` (short of GPUs, quarantined: a failed health check):
+    each is blamed; the nodes the verdicts leave out (all of them)."""
+    return [n for n in nodes if by.blame(n, why, Evidence.HEALTH_CHECK).drain]
+
+
+def stuck_launcher(by: Blamer, node: str, why: str) -> bool:
+    """The node of a stuck launcher, blamed by task 0 or by task 1 acting for it (its
+    ``Blamer``); whether the verdict leaves it out. The evidence is a hang with no Python stack:
+    the launcher's own pulse thread stopped beating, so the whole process is frozen (SIGSTOP, a
+    kernel hang in its I/O) and no stack can be asked of it; a launcher whose slurmd is gone
+    is not acted on at all (``launch.recovery.start_over``)."""
+    return by.blame(node, why, Evidence.HANG_NO_STACK).drain
+
+
+def straggler(by: Blamer, node: str, describe: str) -> Suspect:
+    """Task 0's straggler watch evicts ``node`` (``--evict-stragglers``): blamed on a measured
+    straggler (always drained, unless --no-drain); the suspect the start's end names."""
+    by.blame(node, f"straggler in job {by.files.job}: {describe}", Evidence.STRAGGLER)
+    return Suspect(node, f"straggler: {describe}", Evidence.STRAGGLER)
+
+
+def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
+    """Wait until ``nodes`` nodes have reported a hang (or ``timeout``); how many did."""
+    with contextlib.suppress(TimeoutError):
+        wait_until(
+            lambda: len(incident_reports(incident)) >= nodes or None,
+            "every node's hang report",
+            timeout,
+            Backoff(0.2, 1.5, 1.0),
+        )
+    return len(incident_reports(incident))
+
+
+def name_hang_suspect(files: StartFiles, hosts: Sequence[str], log: Log) -> Suspect | None:
+    """Task 0, after a hang: name the suspect from every node's report (``hang_suspect``) and
+    record it in ``suspect.json``. None when no node can be named."""
+    incident = files.incident
+    wait_for_reports(incident, len(hosts), REPORT_WAIT_S)
+    reports = []
+    for path in incident_reports(incident):
+        try:
+            reports.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    ranks = [RankReport(**r) for report in reports for r in report.get("ranks", [])]
+    nodes = list(hosts) or sorted({r.node for r in ranks})
+    found = hang_suspect(ranks, [str(r["node"]) for r in reports], nodes)
+    record = {"suspect": found._asdict() if found else None, "time": time.time()}
+    atomic_write(incident / SUSPECT, json.dumps(record))
+    if found is None:
+        log("hang: no suspect node (no rank had completed an update)")
+    else:
+        log(f"hang: suspect {found.node}: {found.why}")
+    return found
 
 
 def blame(
-    run: RunDir, job: str, restart: int, node: str, why: str, drain: bool, note: Note, log: Log,
+    files: StartFiles, node: str, why: str, drain: bool, note: Note, log: Log,
     evidence: Evidence, **data: Any,
 ) -> Verdict:  # fmt: skip
     """Record ``node``'s blame against its machine and update the quarantine list; drain it
@@ -60,10 +178,13 @@ def blame(
         machine = ""  # counted with the name's other unknown ones (quarantine.machine_of)
         log(f"cannot tell {node}'s machine ({err}): the blame counts against the name")
     now = time.time()
+    run = files.run
     earlier = quarantine.earlier(ledger.read(run.ledger), node, machine, now)
     verdict = weigh(evidence, earlier)
     info = {"node": node, "why": why, "machine": machine}
-    entries = quarantine.update(run, also=[ledger.Event(Kind.BLAMED, now, job, restart, info)])
+    entries = quarantine.update(
+        run, also=[ledger.Event(Kind.BLAMED, now, files.name, files.restart, info)]
+    )
     drained = False
     if drain and verdict.drain:
         try:
@@ -92,68 +213,34 @@ def exclude(job: str, nodes: Sequence[str], log: Log) -> None:
         log(f"could not exclude {', '.join(nodes)} from job {job}: {err}")
 
 
-def crash_suspect(
-    failures: Sequence[Failure],
-    exits: Sequence[NodeExit],
-    hosts: Sequence[str],
-    rank_nodes: Mapping[int, str],
-) -> Blame | None:
-    """The node to blame for a crash, why, and on what evidence; None when it is the training
-    code's (a user error is no node's fault) or no one node stands out (pure).
-
-    In order: a rank whose own error is the machine's (a hardware finding: ECC, NVLink, Xid,
-    NVML; else a CUDA or NCCL error, not a lost peer; ``rank_nodes`` from the heartbeats says
-    where it ran); the one node whose torchrun, or the rank its torchrun names as the root cause,
-    was killed by a signal we did not send (the OOM killer, ``kill -9``); the one node whose
-    launcher wrote no exit record (it is gone: lost).
-    """
-    if any(f.cause != INFRASTRUCTURE for f in failures):
-        return None
-    own = sorted((f for f in failures if not f.witness), key=lambda f: (f.update, f.rank))
-    for f in own:
-        if f.rank in rank_nodes:
-            found = Evidence.HARDWARE if f.hardware else Evidence.OWN_ERROR
-            return Blame(rank_nodes[f.rank], f"rank {f.rank} failed: {f.describe()}", found)
-    killed = [(e.node, why) for e in exits if (why := e.killed()) is not None]
-    if len(killed) == 1:
-        return Blame(*killed[0], Evidence.SIGNAL)
-    silent = [h for h in hosts if h not in {e.node for e in exits}]
-    if not killed and len(silent) == 1:
-        why = "its launcher wrote no exit record (the node or its task is gone)"
-        return Blame(silent[0], why, Evidence.LOST)
-    return None
-
-
-def rank_nodes(run: RunDir, job: str, restart: int, hosts: Sequence[str]) -> dict[int, str]:
+def rank_nodes(files: StartFiles, hosts: Sequence[str]) -> dict[int, str]:
     """Every rank of a start and its node, from the heartbeats (none with ``--no-watchdog``)."""
-    return {
-        beat.rank: beat.node
-        for host in hosts
-        for beat in read_beats(run.heartbeats(job, restart, host))
-    }
+    return {beat.rank: beat.node for host in hosts for beat in read_beats(files.heartbeats(host))}
 
 
-def crash_evidence(run: RunDir, job: str, restart: int, hosts: Sequence[str]) -> list[Failure]:
+def crash_evidence(files: StartFiles, hosts: Sequence[str]) -> list[Failure]:
     """The start's failure reports, once every node has written its exit record (a worker
     reports before its torchrun exits; ``agent_exit.read`` has them then) or
     ``EVIDENCE_WAIT_S`` has passed."""
     with contextlib.suppress(TimeoutError):
         wait_until(
-            lambda: len(agent_exit.read(run, job, restart, len(hosts))) >= len(hosts) or None,
+            lambda: len(agent_exit.read(files, len(hosts))) >= len(hosts) or None,
             "every node's exit record", EVIDENCE_WAIT_S, FAST,
         )  # fmt: skip
-    return failures.read(run, job, restart)
+    return failures.read(files)
 
 
-def unrecorded_end(run: RunDir, job: str, restart: int) -> list[str]:
-    """The nodes of the start before ``restart`` if its last round ended without a word from the
-    toolkit (no save on notice, no stop task 0 recorded): Slurm ended and requeued it itself
-    (NODE_FAIL, an administrator's requeue). Empty otherwise."""
+def unrecorded_end(files: StartFiles) -> list[str]:
+    """The nodes of the job's Slurm start before ``files``' if its last round ended without a
+    word from the toolkit (no save on notice, no stop task 0 recorded): Slurm ended and requeued
+    it itself (NODE_FAIL, an administrator's requeue). Empty otherwise. The job is
+    ``files.job``, its id, never a round's name."""
+    job, restart = files.job, files.restart
     if restart == 0:
         return []
-    events = [e for e in ledger.read(run.ledger) if (e.job, e.restart) == (job, restart - 1)]
-    last = last_round(events, job, restart - 1)
-    if read_stop(run, round_key(job, last), restart - 1) is not None:
+    events = [e for e in ledger.read(files.run.ledger) if (e.job, e.restart) == (job, restart - 1)]
+    before = StartFiles(files.run, job, restart - 1, last_round(events, job, restart - 1))
+    if before.stop() is not None:
         return []
     rounds = [i for i, e in enumerate(events) if e.kind == Kind.RESTARTED]
     events = events[rounds[-1] + 1 :] if rounds else events  # the last round's own
@@ -179,7 +266,7 @@ def lost_nodes(nodes: Sequence[str], log: Log) -> list[tuple[str, str]]:
     return lost
 
 
-def unless_lost(found: Blame, job: str, log: Log, wait_s: float | None = None) -> Blame:
+def unless_lost(found: Suspect, job: str, log: Log, wait_s: float | None = None) -> Suspect:
     """A signal kill (``found``) whose node Slurm then finds lost is a lost node: a node lost
     whole (chaos kill-node --stop-slurmd, a dead instance) first looks like its ranks killed,
     and Slurm marks it DOWN only after SlurmdTimeout. So: lost where Slurm says so already
@@ -203,4 +290,4 @@ def unless_lost(found: Blame, job: str, log: Log, wait_s: float | None = None) -
             log(f"Slurm still counts {found.node} as up: weighed as {found.evidence}")
             return found
     why = f"{found.why}, then Slurm lost it: {gone[0][1]}"
-    return Blame(found.node, why, Evidence.LOST)
+    return found._replace(why=why, evidence=Evidence.LOST)

@@ -1,9 +1,10 @@
 """What every part of the launcher asks of one start, computed once: ``Here``; and ``log``.
 
-``Here`` is one node's start (``starts.Start``) with the run's spec, the start's key in the run
-directory (``starts.start_key``: computed here, once per start, and passed on as a value) and
-task 0's ledger (``Launcher.note``). The parts (``lifecycle``, ``recovery``, ``requeue``,
-``blame``, ``spares``, ``signals``) take it instead of the launcher.
+``Here`` is one node's start (``starts.Start``) with the run's spec, the start's files
+(``contract.StartFiles``: the run directory bound to the start's key once, here, and passed on
+as a value: no part passes the key apart) and task 0's ledger (``Launcher.note``). The parts
+(``lifecycle``, ``recovery``, ``requeue``, ``rounds``, ``signals``) take it instead of the
+launcher; ``blamer`` is its word to ``hpc_train.faults.node_blame``, which blames.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_core.rundir import RunDir
+from hpc_train.contract import StartFiles
+from hpc_train.faults import node_blame
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch.starts import Start, start_key
+from hpc_train.launch.starts import Start
 
 
 def log(msg: str) -> None:
@@ -30,7 +33,7 @@ class Here:
 
     spec: JobSpec
     start: Start
-    key: tuple[str, int]  # start_key(start): names this start's files in the run directory
+    files: StartFiles  # start.files(run): this start's files, its key bound once
     note: Callable[..., Any]  # task 0's ledger (a no-op on the other tasks)
     deputy_note: Callable[..., Any]  # the ledger from task 1, acting for a stuck task 0
 
@@ -42,7 +45,7 @@ class Here:
         note: Callable[..., Any],
         deputy_note: Callable[..., Any] | None = None,
     ) -> Here:
-        return cls(spec, start, start_key(start), note, deputy_note or note)
+        return cls(spec, start, start.files(spec.run_dir), note, deputy_note or note)
 
     @property
     def run(self) -> RunDir:
@@ -55,6 +58,14 @@ class Here:
     @property
     def task0(self) -> bool:
         return self.start.task == 0
+
+    def blamer(self, deputy: bool = False) -> node_blame.Blamer:
+        """Who blames for this start (``faults.node_blame``): task 0, or task 1 acting for a
+        stuck task 0 (``deputy``: its own ledger note)."""
+        note = self.deputy_note if deputy else self.note
+        return node_blame.Blamer(
+            self.files, self.start.hosts, not self.spec.watch.no_drain, note, log
+        )
 
     def done(self, **extra: Any) -> dict[str, Any]:
         """This node's result for submitit: its host and the start's restart count."""

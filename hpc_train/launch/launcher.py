@@ -5,17 +5,9 @@ batch plan, what to resume from) and each node runs one torchrun agent that star
 workers. Resume state always comes from the save dir, never from the pickled submission, so a
 requeue Slurm performs by itself (node failure, spot loss, ``scontrol requeue``) resumes too.
 
-``Launcher`` holds what submitit pickles and what its hooks need; each concern is a part:
-
-- ``lifecycle``: one start before and around torchrun (decision, environment, watcher threads);
-- ``recovery``: what follows torchrun's exit (``restart_policy``), and task 0's word followed;
-- ``blame``: which node a stop is blamed on (``hpc_train.faults.node_blame`` does the rest);
-- ``requeue``: the requeue without the blamed nodes, or the stop when the job could not start;
-- ``spares``: the in-job restart's nodes, the hot spares, the left-out nodes released;
-- ``signals``: USR2 (the notice: ``checkpoint()`` waits for the save) and SIGTERM (a cancel).
-
-What happens when a rank crashes: ``recovery`` (the decision), ``blame`` (the node),
-``requeue`` or ``spares`` (what follows); the rank's side is ``hpc_train.worker.crash``.
+``Launcher`` holds what submitit pickles and what its hooks need; each concern is a part of
+``hpc_train.launch`` (its docstring lists them). After a bad end, task 0 chooses here
+(``_after``) between a round in the allocation (``rounds``) and a requeue (``requeue``).
 
 Interruptions:
 - USR2 (preemption, time limit, spot notice): the workers save at the next update and exit;
@@ -24,7 +16,7 @@ Interruptions:
   (``hpc_train.launch.restart_policy`` decides); with ``--restart-in-job`` it restarts training
   in the same allocation on the healthy nodes instead (``contract.RoundVerdict``: the others
   wait for its word; a blamed node's task ends), and requeues only below MIN healthy nodes.
-  With ``--spares K`` the last K nodes of the allocation stand by (``spares.stand_by``) and
+  With ``--spares K`` the last K nodes of the allocation stand by (``rounds.stand_by``) and
   task 0 swaps one in for each node it leaves out: the width, and the recipe's batch, stay N.
 - no progress (a hang): each node's watchdog thread (``hpc_train.watch.hang_monitor``) saves its
   ranks' stacks and stops them; task 0 names the suspect node, drains it (unless
@@ -60,19 +52,15 @@ from hpc_train.contract import (
     WAITING,
     RoundVerdict,
     node_name,
-    read_launcher_beat,
-    read_stop,
-    read_verdict,
-    start_progress,
-    write_verdict,
 )
 from hpc_train.faults import agent_exit
 from hpc_train.job import command_lines
 from hpc_train.job.spec import JobSpec
-from hpc_train.launch import lifecycle, notify, recovery, requeue, restart_policy, signals, spares
+from hpc_train.launch import lifecycle, notify, recovery, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here, log
-from hpc_train.launch.recovery import Ended, Next, Recovery
+from hpc_train.launch.recovery import Ended, Recovery
 from hpc_train.launch.restart_policy import Action
+from hpc_train.launch.rounds import Next
 from hpc_train.launch.signals import SAVE_WAIT_ENV as SAVE_WAIT_ENV
 from hpc_train.launch.starts import Start, allocation_start
 from hpc_train.watch import launchers
@@ -163,9 +151,9 @@ class Launcher:
             start, came_from = result
 
     def _stand_by(self, spare: Start, gpus: int, trains: int) -> dict[str, Any]:
-        """A hot spare (``spares.stand_by``; ``trains``: the nodes that train): it trains once
+        """A hot spare (``rounds.stand_by``; ``trains``: the nodes that train): it trains once
         a round takes it in."""
-        result = spares.stand_by(self.spec, spare, trains)
+        result = rounds.stand_by(self.here(spare), trains)
         if isinstance(result, dict):
             return result
         return self.run(result[0], gpus, result[1])
@@ -187,7 +175,7 @@ class Launcher:
         here = self._here
         assert here is not None
         spec = self.spec
-        pulse = launchers.Pulse(spec.run_dir, here.key, start.task, start.hosts,
+        pulse = launchers.Pulse(here.files, start.task, start.hosts,
                                 launchers.allowance_s(spec.watch.hang.floor_s),
                                 partial(self._on_silent, start),
                                 watch=not spec.watch.no_watchdog).start()  # fmt: skip
@@ -206,7 +194,7 @@ class Launcher:
         if decision.at_update >= self.spec.updates:
             log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
             here.note(Kind.FINISHED, why="max-update reached before this start")
-            spares.release_spares(here, DONE, "max-update reached")
+            rounds.release_spares(here, DONE, "max-update reached")
             return here.done()
         ended = self._train(here, decision.use_gpu, decision.ranks_per_node, args, spent, pulse)
         cancelled = partial(signals.cancelled, self._signals, here.job_id)
@@ -234,12 +222,12 @@ class Launcher:
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
                 root = tee.finish(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
-                agent_exit.write(here.run, *here.key, agent_exit.NodeExit(
+                agent_exit.write(here.files, agent_exit.NodeExit(
                     here.start.task, node_name(), returncode, *(root or (None, None))))  # fmt: skip
         finally:
             hang, evicted, stuck = watchers.stop()
         pulse.beat(ENDING)
-        saved = read_stop(here.run, *here.key) is not None
+        saved = here.files.stop() is not None
         return Ended(returncode, saved, hang, evicted, stuck)
 
     def _notice_of_own(self, cause: str) -> None:
@@ -248,12 +236,12 @@ class Launcher:
     def _after(self, here: Here, rec: Recovery, pulse: launchers.Pulse) -> Next:
         """Act on the recovery decision: finish, stop, fail, requeue or restart in the job."""
         outcome, start = rec.outcome, here.start
-        progress = start_progress(here.run, *here.key, start.hosts) if here.task0 else {}
+        progress = here.files.progress(start.hosts) if here.task0 else {}
         if outcome.action is Action.FINISHED:
             why = f"{outcome.why}; then {rec.stuck}: killed" if rec.stuck else outcome.why
             log(why)
             here.note(Kind.FINISHED, why=why, **progress)
-            spares.release_spares(here, DONE, why)
+            rounds.release_spares(here, DONE, why)
             self._await_watched(here, pulse)
             return here.done()
         error = {"error": rec.crash[1]} if rec.crash else {}
@@ -261,17 +249,21 @@ class Launcher:
                   **error, **progress)  # fmt: skip
         if outcome.action in (Action.CANCELLED, Action.STOPPED):
             log(outcome.why)
-            spares.release_spares(here, DONE, outcome.why)
+            rounds.release_spares(here, DONE, outcome.why)
             return here.done(**({"stopped": True} if outcome.action is Action.STOPPED else {}))
         if outcome.action is Action.FAIL:
             log(outcome.why)
-            in_job = self.spec.recovery.in_job_restarts
-            if start.task != 0 and in_job:  # task 0 decides: in the job, or not
-                return recovery.follow_verdict(here, outcome.why)
-            write_verdict(here.run, *here.key, RoundVerdict(STOP, outcome.why))
+            if (
+                start.task != 0 and self.spec.recovery.in_job_restarts
+            ):  # task 0 decides: in the job, or not
+                return rounds.follow(here, outcome.why)
+            here.files.write_verdict(RoundVerdict(STOP, outcome.why))
             raise RuntimeError(outcome.why)
         log(f"job {start.job_id}: {outcome.why}")
-        return spares.restart_in_job(here, rec)
+        nxt = rounds.plan(here, rec)  # task 0 chooses: a round in the allocation, or a requeue
+        if nxt is None:
+            requeue.requeue(here, list(rec.leave_out))
+        return rounds.restart(here, rec, nxt)
 
     def _await_watched(self, here: Here, pulse: launchers.Pulse) -> None:
         """Training is over: wait for the launchers this one watches to end their part (a stuck
@@ -280,11 +272,11 @@ class Launcher:
         pulse.beat(ENDED)  # first: the launcher watching this one waits for it too
 
         def ended() -> bool | None:  # (a launcher that never beat is not one: a test's stand-in)
-            beats = [read_launcher_beat(here.run, *here.key, t) for t in pulse.watching]
+            beats = [here.files.launcher_beat(t) for t in pulse.watching]
             return pulse.said is not None or all(b.phase == ENDED for b in beats if b is not None)
 
         with contextlib.suppress(TimeoutError):
-            wait_until(ended, "the other launchers' end", 4 * pulse.allowance, spares.SPARE_POLL)
+            wait_until(ended, "the other launchers' end", 4 * pulse.allowance, rounds.SPARE_POLL)
         if pulse.said is not None:
             requeue.await_end()  # the requeue ends this task; never report success meanwhile
 
@@ -308,16 +300,17 @@ class Launcher:
 
         self._signals.append("notice")
         here = self._here
-        done = read_verdict(self.spec.run_dir, *here.key) if here else None
+        done = here.files.verdict() if here else None
         if done is not None and done.action == REQUEUE:  # task 1 acted for this (stuck) task
             log(f"notice after the job was requeued ({done.why}): nothing to add")
             return submitit.helpers.DelayedSubmission(Launcher(self.spec))
         log("notice received: waiting for the workers to save checkpoint_last.pt")
         self.note(Kind.NOTICE, signal="USR2")
         proc = self._proc
-        saved = signals.wait_for_save(self._marker, proc.pid if proc else None, self.save_wait_s())
+        exited = signals.workers_exited(proc.pid if proc else None)
+        saved = signals.wait_for_save(self._marker, self.save_wait_s(), exited)
         why = "saved on notice" if saved else "notice, but no save on notice in time"
-        progress = start_progress(self.spec.run_dir, *here.key, here.start.hosts) if here else {}
+        progress = here.files.progress(here.start.hosts) if here else {}
         cause = self._own_notice or "notice"
         self.note(Kind.STOPPED, cause=cause, why=why, saved=saved, **progress)
         self.note(Kind.REQUEUED, by="submitit (notice)")

@@ -26,15 +26,16 @@ from hpc_core import instances, procs, slurm
 from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, node_name
+from hpc_train.faults import node_blame
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job import command_lines
-from hpc_train.launch import blame, recovery, requeue, restart_policy, spares
+from hpc_train.launch import recovery, requeue, restart_policy, rounds
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
 from hpc_train.planning import costs
 from hpc_train.planning import plan as plan_mod
 from hpc_train.watch import hang_monitor, straggler_monitor
 from hpc_train.watch.grow_monitor import GrowWatch
-from hpc_train.watch.hangs import Suspect
 from hpc_train.watch.spot import SpotWatcher, endpoint_to_watch
 
 
@@ -80,7 +81,7 @@ def end_leftovers(here: Here, returncode: int) -> list[int]:
     and no node's torchrun ever ends: task 0 never decides and this node waits for its word in
     vain. Their end is the one their peers see (a lost connection): the start ends everywhere
     and task 0 weighs this node's exit record (``agent_exit.NodeExit.killed``)."""
-    pids = leftovers(here.spec.save_dir, here.key, node_name())
+    pids = leftovers(here.spec.save_dir, here.files.ranks_start, node_name())
     if not pids:
         return []
     log(f"torchrun exited with {returncode} and left {len(pids)} process(es) of this start "
@@ -98,8 +99,8 @@ def previous_end(here: Here, came_from: str | None) -> str:
     """Why the start before this one ended (task 0 blames the nodes Slurm lost meanwhile)."""
     if came_from is not None:
         return came_from
-    said = previous_stop(here.run, *here.key)
-    return blame.lost(here, said) if here.task0 else said
+    said = previous_stop(here.files)
+    return node_blame.lost(here.blamer(), said) if here.task0 else said
 
 
 def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[StartDecision, str]:
@@ -118,7 +119,7 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
     if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
         log(f"stopping the run: {decision.stop}")
         here.note(Kind.STOPPED, cause="no progress", why=decision.stop)
-        spares.release_spares(here, STOP, decision.stop)
+        rounds.release_spares(here, STOP, decision.stop)
         raise RuntimeError(decision.stop)
     return decision, before
 
@@ -141,17 +142,17 @@ def announce(here: Here, decision: StartDecision, before: str) -> list[str]:
 def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
     """The ranks' ``WorkerEnv`` (built once here, parsed once by each rank), and torchrun's
     whole environment."""
-    spec, run = here.spec, here.run
-    beats = run.heartbeats(*here.key, node_name())
+    spec, files = here.spec, here.files
+    beats = files.heartbeats(node_name())
     worker = WorkerEnv(
         save_dir=spec.save_dir,
-        start=here.key,
-        stop_marker=run.stop_marker(*here.key),
-        notice_pending=run.notice_pending(*here.key),
+        start=files.ranks_start,
+        stop_marker=files.stop_marker,
+        notice_pending=files.notice_pending,
         heartbeat_dir=None if spec.watch.no_watchdog else beats,
         sync_save=spec.saves.sync,
         # tiered saves: this run's dir on node-local disk
-        local_save_dir=run.local_tier(spec.saves.local_dir) if spec.saves.local_dir else None,
+        local_save_dir=here.run.local_tier(spec.saves.local_dir) if spec.saves.local_dir else None,
         auto_interval=plan_mod.auto_interval(spec, here.start.num_nodes, use_gpu),
         audit_samples=spec.audit_samples,
     )
@@ -186,7 +187,7 @@ def watch_hangs(here: Here, nproc: int, pid: int) -> hang_monitor.Monitor | None
     if here.spec.watch.no_watchdog:
         return None
     return hang_monitor.Monitor(
-        here.run, *here.key, node_name(), nproc, here.start.num_nodes, here.spec.watch.hang, pid,
+        here.files, node_name(), nproc, here.start.num_nodes, here.spec.watch.hang, pid,
         partial(process_exited, pid), log,
     ).start()  # fmt: skip
 
@@ -198,11 +199,11 @@ def watch_stragglers(here: Here, spent: int) -> straggler_monitor.Watch | None:
     spec, watch = here.spec, here.spec.watch
     if watch.no_watchdog:
         return None
-    evict = watch.evict_stragglers and restart_policy.may_requeue(spent, spec.recovery.max_restarts)
-    return straggler_monitor.watch(
-        here.run, here.start, here.key[0], watch.stragglers, evict, not watch.no_drain,
-        here.note, log,
-    )  # fmt: skip
+    evict = spec.watch.evict_stragglers and restart_policy.may_requeue(
+        spent, spec.recovery.max_restarts
+    )
+    return straggler_monitor.watch(here.files, here.start, spec.watch.stragglers, evict,
+                                   not spec.watch.no_drain, here.note, log)  # fmt: skip
 
 
 def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | None:

@@ -1,11 +1,11 @@
-"""What follows a start's end: the recovery decision, and the others following task 0's word.
+"""What follows a start's end: the recovery decision; a start refused; a stuck launcher.
 
 "What happens when a rank crashes", in order: the rank's crash report (``worker.crash``) and its
 node's agent exit (``faults.agent_exit``) are read back here (``crash_report``);
 ``restart_policy.after_exit`` (pure) says FINISHED, STOPPED, CANCELLED, REQUEUE or FAIL;
-task 0 blames the node behind it (``launch.blame``), then requeues without it
-(``launch.requeue``) or restarts training in the allocation on the healthy nodes and the hot
-spares (``launch.spares``). The other tasks wait for task 0's word (``follow_verdict``).
+task 0 blames the node behind it (``faults.node_blame``), then (``Launcher._after`` chooses)
+requeues without it (``launch.requeue``) or restarts training in the allocation on the healthy
+nodes and the hot spares (``launch.rounds``, where the other tasks wait for task 0's word).
 
 - ``decide``: torchrun's exit and what the watchers saw -> ``Recovery`` (outcome, suspect, crash);
 - ``refuse``: a start that could not run (a node short of GPUs): blame, requeue or fail;
@@ -16,35 +16,24 @@ spares (``launch.spares``). The other tasks wait for task 0's word (``follow_ver
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from hpc_core import slurm
 from hpc_core.ledger import Kind
-from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import (
-    IN_JOB_RESTART,
-    REQUEUE,
-    RESTART_IN_JOB,
     StartDecision,
     node_name,
     read_beats,
-    read_stop,
-    read_verdict,
 )
 from hpc_train.faults import failures, node_blame
-from hpc_train.launch import blame, requeue, restart_policy
+from hpc_train.faults.suspects import Suspect
+from hpc_train.launch import requeue, restart_policy
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.restart_policy import Action
-from hpc_train.launch.signals import save_wait_s
+from hpc_train.launch.signals import save_wait_s, wait_for_save
 from hpc_train.launch.starts import Start
-from hpc_train.watch.hangs import Suspect
 from hpc_train.watch.launchers import Silence
-
-VERDICT_WAIT_S = 240.0  # for task 0's word after a bad end (its evidence waits come first)
-Next = dict[str, Any] | tuple[Start, str]  # this node's result, or its next start and why
 
 
 @dataclass(frozen=True)
@@ -99,7 +88,7 @@ def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) 
     )  # fmt: skip
     outcome = restart_policy.evicting(outcome, ended.evicted.node if ended.evicted else None)
     if outcome.blame:
-        suspect, leave = blame.for_stop(here, outcome.cause)
+        suspect, leave = node_blame.for_stop(here.blamer(), outcome.cause)
     else:  # a straggler evicted: blamed as it was (always drained: a measured straggler)
         suspect, leave = ended.evicted, ended.evicted is not None
     if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
@@ -121,27 +110,25 @@ def after_stuck_agent(
 
 def ranks_finished(here: Here) -> bool:
     """Did every rank of this node reach max-update (its heartbeat) with no crash report?"""
-    job, restart = here.key
-    beats = read_beats(here.run.heartbeats(job, restart, node_name()))
+    beats = read_beats(here.files.heartbeats(node_name()))
     return (
         bool(beats)
         and min(b.update for b in beats) >= here.spec.updates
-        and not failures.read(here.run, job, restart)
+        and not failures.read(here.files)
     )
 
 
 def crash_report(here: Here) -> tuple[tuple[str, str] | None, bool]:
     """(class, description) of the exception that ended this start's workers, if any said,
     and whether the start before died of the same user error at the same update."""
-    run, (job, restart), start = here.run, here.key, here.start
-    if start.task == 0:  # it decides: every node's exit record and its ranks' reports
-        now = node_blame.crash_evidence(run, job, restart, start.hosts)
-    else:
-        now = failures.read(run, job, restart)
+    files, start = here.files, here.start
+    # task 0 decides: every node's exit record and its ranks' reports
+    now = node_blame.crash_evidence(files, start.hosts) if start.task == 0 else failures.read(files)
     cause = failures.first(now)
     if cause is None:
         return None, False
-    before = failures.read(run, job, restart - 1) if restart > 0 else []
+    # the same round's name in the Slurm start before (an in-job round's is none there)
+    before = failures.read(replace(files, restart=files.restart - 1)) if files.restart else []
     repeated = failures.repeated(now, before) is not None
     if all(f.witness for f in now):  # only peers saw a rank go away: the peers' symptom
         return ("crash", f"a rank died without a word; its peers saw {cause.describe()}"), False
@@ -157,37 +144,12 @@ def refuse(here: Here, decision: StartDecision, spent: int) -> None:
     if here.start.task != 0:
         raise RuntimeError(f"{why}; task 0 requeues")
     here.note(Kind.STOPPED, cause="bad node", why=decision.refused)
-    left_out = blame.refused(here, decision.bad_nodes, decision.refused)
+    left_out = node_blame.refused(here.blamer(), decision.bad_nodes, decision.refused)
     outcome = restart_policy.after_refusal(why, spent, here.spec.recovery.max_restarts)
     if outcome.action is Action.FAIL:
         raise RuntimeError(outcome.why)
     left = ", ".join(left_out)
     requeue.requeue(here, left_out, f"{why}: requeued without {left}")
-
-
-def next_round(here: Here, members: Sequence[str], why: str, standby: Sequence[str] = ()) -> Next:
-    """This node's part in an in-job restart on ``members``: its next start, or (left out,
-    blamed) the end of its task, a success: the run goes on without it."""
-    start = here.start
-    me = start.hosts[start.task]
-    if me not in members:
-        log(f"left out of the in-job restart ({why}): this task ends")
-        return here.done(left_out=True)
-    return start.next_round(members, me, standby), f"{IN_JOB_RESTART} after {why}"
-
-
-def follow_verdict(here: Here, why: str) -> Next:
-    """A node other than task 0's, after a bad end: wait for task 0's word and follow it."""
-    try:
-        verdict = wait_until(lambda: read_verdict(here.run, *here.key),
-                             "task 0's verdict", VERDICT_WAIT_S, FAST)  # fmt: skip
-    except TimeoutError:
-        raise RuntimeError(f"{why}; task 0 said nothing in {VERDICT_WAIT_S:.0f} s") from None
-    if verdict.action == RESTART_IN_JOB:
-        return next_round(here, verdict.members, verdict.why, verdict.standby)
-    if verdict.action == REQUEUE:
-        requeue.await_end()  # task 0's requeue ends this task
-    raise RuntimeError(f"{why}; task 0: {verdict.action} ({verdict.why})")
 
 
 def on_silent(
@@ -207,17 +169,15 @@ def on_silent(
         log(f"{why}; not acted on: {gone}")
         return
     log(why)
-    leave = blame.stuck_launcher(here, silence.node, why, deputy)
+    leave = node_blame.stuck_launcher(here.blamer(deputy), silence.node, why)
     if training and not deputy:
         own_notice("hang")
         slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
         return
     saved = False
-    if training:
+    if training:  # the save on notice: rank 0's marker alone says it (this node's ranks do not)
         slurm.signal(start.job_id, "USR2")
-        with contextlib.suppress(TimeoutError):
-            saved = bool(wait_until(lambda: read_stop(here.run, *here.key), "the save on notice",
-                                    save_wait_s(here.spec), FAST))  # fmt: skip
+        saved = wait_for_save(here.files.stop_marker, save_wait_s(here.spec))
     (here.deputy_note if deputy else here.note)(Kind.STOPPED, cause="hang", why=why, saved=saved)
     if requeue.send(here, [silence.node] if leave else [], why, deputy) is not None:
         slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it

@@ -23,9 +23,8 @@ from typing import Any
 
 from hpc_core import slurm
 from hpc_core.ledger import Kind
-from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff, wait_until
-from hpc_train.contract import ENDED, read_launcher_beat
+from hpc_train.contract import ENDED, StartFiles
 from hpc_train.watch.watcher import Watcher
 
 ENDED_WAIT_S = 120.0  # for a left-out launcher's last beat: it only has to read task 0's word
@@ -34,14 +33,14 @@ POLL = Backoff(1.0, 1.5, 5.0)
 WATCHER = "release-left-out"  # the watcher thread's name (``Release``)
 
 
-def task_ended(run: RunDir, key: tuple[str, int], task: int) -> bool:
-    beat = read_launcher_beat(run, *key, task)
+def task_ended(files: StartFiles, task: int) -> bool:
+    beat = files.launcher_beat(task)
     return beat is not None and beat.phase == ENDED
 
 
-def gone(run: RunDir, key: tuple[str, int], task: int, job_id: str, node: str) -> bool:
+def gone(files: StartFiles, task: int, node: str) -> bool:
     """Has the left-out node's task ended (or Slurm taken the node out of the job already)?"""
-    return task_ended(run, key, task) or not in_job(job_id, node, key[1])
+    return task_ended(files, task) or not in_job(files.job, node, files.restart)
 
 
 def in_job(job_id: str, node: str, restart: int) -> bool:
@@ -60,12 +59,10 @@ def in_job(job_id: str, node: str, restart: int) -> bool:
 
 @dataclass(frozen=True)
 class LeftOut:
-    """The nodes an in-job restart left out: ``nodes`` (each one's task in the round ``key``
-    -> node) of job ``job_id``, whose run directory is ``run``."""
+    """The nodes an in-job restart left out: ``nodes`` (each one's task in the round
+    ``files`` -> node; the job is ``files.job``)."""
 
-    run: RunDir
-    key: tuple[str, int]
-    job_id: str
+    files: StartFiles
     nodes: Mapping[int, str]
 
 
@@ -86,10 +83,10 @@ def _release_once_ended(
     left: LeftOut, task: int, node: str, log: Callable[[str], None], note: Callable[..., Any],
     sleep: Callable[[float], None], stopping: Callable[[], bool],
 ) -> None:  # fmt: skip
-    run, key, job_id = left.run, left.key, left.job_id
+    files, job_id = left.files, left.files.job
 
     def ended_or_stopping() -> bool:
-        return stopping() or gone(run, key, task, job_id, node)
+        return stopping() or gone(files, task, node)
 
     try:
         ended = wait_until(ended_or_stopping, f"the end of {node}'s task", ENDED_WAIT_S, POLL,
@@ -102,7 +99,7 @@ def _release_once_ended(
         log(f"{node} left out, not released: its task did not end in {ENDED_WAIT_S:.0f} s")
         return
     sleep(EXIT_GRACE_S)
-    if stopping() or not in_job(job_id, node, key[1]):
+    if stopping() or not in_job(job_id, node, files.restart):
         return  # Slurm took it out, or the job was requeued meanwhile: not this start's
     try:
         released = slurm.release(job_id, node)

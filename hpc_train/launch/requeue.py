@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from hpc_core import slurm
 from hpc_core.ledger import Kind
-from hpc_train.contract import REQUEUE, STOP, RoundVerdict, write_verdict
+from hpc_train.contract import REQUEUE, STOP, RoundVerdict
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import restart_policy
@@ -54,9 +54,9 @@ def send(
         log(said)
         note(Kind.REQUEUE_BLOCKED, why=said, waiting=blocked is None)
     if blocked is not None:
-        write_verdict(here.run, *here.key, RoundVerdict(STOP, blocked.why))
+        here.files.write_verdict(RoundVerdict(STOP, blocked.why))
         return blocked
-    write_verdict(here.run, *here.key, RoundVerdict(REQUEUE, ended))
+    here.files.write_verdict(RoundVerdict(REQUEUE, ended))
     note(Kind.REQUEUED, by=f"task {here.start.task}")
     slurm.requeue(here.job_id)
     if by_name:

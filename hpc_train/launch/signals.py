@@ -3,7 +3,8 @@
 - a preemption, the time limit or a spot notice sends USR2 to every task: ``recording`` notes it
   (in the order signals came) and writes ``contract.record_notice`` for ranks that have no
   handler yet; on task 0 submitit's own handler then calls ``Launcher.checkpoint``, which waits
-  for the save on notice (``wait_for_save``, at most ``save_wait_s``) and requeues;
+  for the save on notice (``wait_for_save``, the one wait for it, at most ``save_wait_s``) and
+  requeues;
 - ``scancel`` sends SIGTERM with no notice before it: ``cancelled`` tells that from a crash;
 - torchrun ignores USR2 (``ignore_usr2``): only the ranks act on it.
 """
@@ -96,17 +97,21 @@ def save_wait_s(spec: JobSpec) -> float:
                                measured_s=measured)  # fmt: skip
 
 
-def wait_for_save(marker: Path | None, pid: int | None, wait_s: float) -> bool:
-    """After a notice: wait until the save on notice is durable (the stop ``marker`` exists:
-    rank 0 writes it after the checkpoint) or the workers (``pid``, torchrun) exit, whichever
-    comes first, at most ``wait_s``; was the save made? Safe inside a signal handler: it reads
-    /proc, never ``Popen.poll()`` (the interrupted ``wait()`` holds its lock)."""
+def wait_for_save(
+    marker: Path | None, wait_s: float, exited: Callable[[], bool] | None = None
+) -> bool:
+    """After a notice: the one wait for the save on notice. Until it is durable (the stop
+    ``marker`` exists: rank 0 writes it after the checkpoint) or, where ``exited`` is given, the
+    workers it watches have exited (``workers_exited``: this node's torchrun), whichever comes
+    first, at most ``wait_s``; was the save made? ``checkpoint()`` waits so, and task 1 acting
+    for a stuck task 0 on the marker alone. Safe inside a signal handler: it reads /proc, never
+    ``Popen.poll()`` (the interrupted ``wait()`` holds its lock)."""
     started = time.monotonic()
 
     def saved_or_exited() -> str | None:
         if marker is not None and marker.exists():
             return "the save on notice is durable"
-        if pid is None or process_exited(pid):
+        if exited is not None and exited():
             return "workers exited"
         return None
 
@@ -117,3 +122,8 @@ def wait_for_save(marker: Path | None, pid: int | None, wait_s: float) -> bool:
         log(f"no save on notice after {wait_s:.0f} s: requeueing anyway")
         return False
     return marker is not None and marker.exists()
+
+
+def workers_exited(pid: int | None) -> Callable[[], bool]:
+    """Have the workers of torchrun ``pid`` exited (None: none were started: they have)?"""
+    return lambda: pid is None or process_exited(pid)

@@ -15,18 +15,7 @@ from hpc_core import ledger
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
-from hpc_train.contract import (
-    NodeReport,
-    StartDecision,
-    last_round,
-    node_name,
-    read_decision,
-    read_node_reports,
-    read_stop,
-    round_key,
-    write_decision,
-    write_node_report,
-)
+from hpc_train.contract import NodeReport, StartDecision, StartFiles, last_round, node_name
 from hpc_train.faults import quarantine
 from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import JobSpec
@@ -54,6 +43,11 @@ class Start:
         return Start(self.job_id, list(members).index(me), len(members), members[0],
                      self.restart, tuple(members), self.round + 1, tuple(standby))  # fmt: skip
 
+    def files(self, run: RunDir) -> StartFiles:
+        """This start's files in ``run`` (its round's own: ``41.1`` for an in-job restart), its
+        key bound once."""
+        return StartFiles(run, self.job_id, self.restart, self.round)
+
 
 def allocation_start(
     job_id: str, task: int, hosts: Sequence[str], restart: int, spares: int
@@ -75,13 +69,15 @@ def refill(
     return [*members, *taken], [n for n in standby if n not in taken]
 
 
-def previous_stop(run: RunDir, job_id: str, restart: int) -> str:
-    """Why the previous run of this job ended (its last round), for the log."""
+def previous_stop(files: StartFiles) -> str:
+    """Why the job's Slurm start before ``files``' ended (its last round), for the log. Asked
+    with the start's files, it reads the job's id (``files.job``), never a round's name."""
+    job_id, restart = files.job, files.restart
     if restart == 0:
         return "first start"
-    events = ledger.read(run.ledger)
-    last = round_key(job_id, last_round(events, job_id, restart - 1))
-    marker = read_stop(run, last, restart - 1)
+    events = ledger.read(files.run.ledger)
+    before = StartFiles(files.run, job_id, restart - 1, last_round(events, job_id, restart - 1))
+    marker = before.stop()
     grown = [
         e for e in events if e.kind == Kind.GROWN and (e.job, e.restart) == (job_id, restart - 1)
     ]
@@ -103,25 +99,23 @@ def decide_start(
     """Every node reports its GPUs; task 0 decides for all, once: the geometry
     (``geometry.decide``, a quarantined node refused), the batch plan for that world and what to
     resume from (verifying the checkpoints); the other tasks wait for its decision."""
-    job_id, restart = start_key(start)
-    write_node_report(run, job_id, restart, NodeReport(start.task, node_name(), gpus))
+    files = start.files(run)
+    files.write_node_report(NodeReport(start.task, node_name(), gpus))
     if start.task != 0:
         try:
-            return wait_until(
-                lambda: read_decision(run, job_id, restart),
-                "task 0's decision", timeout=DECISION_WAIT_S, backoff=FAST,
-            )  # fmt: skip
+            return wait_until(files.decision, "task 0's decision", timeout=DECISION_WAIT_S,
+                              backoff=FAST)  # fmt: skip
         except TimeoutError:
             raise RuntimeError(f"task 0 wrote no decision in {DECISION_WAIT_S:.0f} s") from None
     reports = wait_until(
-        lambda: read_node_reports(run, job_id, restart, start.num_nodes),
+        lambda: files.node_reports(start.num_nodes),
         "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
     )  # fmt: skip
     shape = geometry.decide(spec.gpus_per_node, reports, quarantine.nodes(run))
     if shape.refused:
         decision = StartDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
                                  refused=shape.refused, bad_nodes=list(shape.bad_nodes))  # fmt: skip
-        write_decision(run, job_id, restart, decision)
+        files.write_decision(decision)
         return decision
     plan = spec.batch_plan(shape.nodes * shape.ranks_per_node, shape.use_gpu)
     resume = checkpoints.choose_resume(run.root)
@@ -138,7 +132,7 @@ def decide_start(
         resume.fairseq_args(), resume.at_update, resume.reason, shape.ranks_per_node,
         shape.use_gpu, plan.world_size, plan.batch_per_device, plan.update_freq, stop=stop,
     )  # fmt: skip
-    write_decision(run, job_id, restart, decision)
+    files.write_decision(decision)
     return decision
 
 
@@ -148,9 +142,3 @@ def batch_plan_of(spec: JobSpec, decision: StartDecision) -> BatchPlan:
         spec.sequences_per_update, decision.batch_per_device, decision.world_size,
         decision.update_freq,
     )  # fmt: skip
-
-
-def start_key(start: Start) -> tuple[str, int]:
-    """(key, restart): what names this start's files in the run directory: the job id, with
-    ``.<round>`` for an in-job restart (``41.1``), so no round reads another's files."""
-    return round_key(start.job_id, start.round), start.restart

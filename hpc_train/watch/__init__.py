@@ -7,10 +7,14 @@ restart left out (``hpc_train.launch.release``). One thread is not: the copy of 
 stderr (``hpc_train.faults.agent_exit.Tee``, below this package).
 
 - watcher:           the one base: start, stop, interval, the result ``stop()`` returns
-- hangs:             pure: heartbeats in, a hang verdict (and its suspect) out
-- hang_monitor:      the thread beside torchrun on every node: evidence, stacks, the kill
+- hangs:             pure: heartbeats in, a hang verdict out
+- hang_monitor:      the thread beside torchrun on every node: evidence, stacks, its node's
+                     report, the kill (the suspect is ``hpc_train.faults.node_blame``'s to name)
 - stragglers:        pure: each node's compute per update against the others' median
 - straggler_monitor: task 0's thread: names a straggler, evicts it with --evict-stragglers
+                     (``faults.node_blame.straggler`` blames it)
+
+The watchers report; they decide no blame (``hpc_train.faults`` does).
 - grows:             pure: which idle nodes could widen a narrow run, and when
 - grow_monitor:      task 0's thread: asks Slurm, and sends the notice that grows the run
 - launchers:         every launcher's beat (``Pulse``), and its watch over another launcher

@@ -10,12 +10,14 @@ hang, seen here or declared by another node (``hang.json`` in the incident dir):
    ``node-<node>.json`` (each rank's last update, heartbeat time, whether it gave a stack);
    GPU ranks also get a write on their NCCL flight-recorder FIFO (``flight_recorder_env``):
    their dumps of the last collectives are copied there too (``nccl_trace_rank_<r>``);
-2. it waits (at most ``REPORT_WAIT_S``) for every node's report, so no node stops its ranks
-   before the others have dumped theirs;
+2. it waits (at most ``faults.node_blame.REPORT_WAIT_S``) for every node's report, so no node
+   stops its ranks before the others have dumped theirs;
 3. it kills this node's ranks and torchrun: the launcher then sees the hang
-   (``restart_policy.after_exit(hang=…)``), and task 0 calls ``blame``: the suspect
-   (``hangs.suspect``) is written to ``suspect.json``; ``hpc_train.faults.node_blame`` records it,
-   drains it unless ``--no-drain``, and the launcher requeues without it. Lost work: the updates since the last checkpoint.
+   (``restart_policy.after_exit(hang=…)``). This thread only reports: task 0 asks
+   ``hpc_train.faults.node_blame``, which names the suspect from every node's report
+   (``faults.suspects.hang_suspect``, written to ``suspect.json``), records it and drains it
+   unless ``--no-drain``; the launcher requeues without it. Lost work: the updates since the
+   last checkpoint.
 
 The agent is watched too: once every rank of this node has exited (a zombie counts: a stopped
 torchrun reaps nothing), torchrun must exit within the hang floor (``--hang-timeout-floor``).
@@ -39,11 +41,8 @@ from typing import Any
 from hpc_core import instances
 from hpc_core.rundir import (
     HANG_DECLARED,
-    SUSPECT,
-    RunDir,
     atomic_write,
     incident_report,
-    incident_reports,
     incident_stacks,
     nccl_pipe,
     nccl_pipe_prefix,
@@ -52,16 +51,16 @@ from hpc_core.rundir import (
     stacks_file,
 )
 from hpc_core.wait import FAST, Backoff, process_exited, process_state, wait_until
-from hpc_train.contract import STACKS_SIGNAL, Beat, read_beats
+from hpc_train.contract import STACKS_SIGNAL, Beat, StartFiles, read_beats
+from hpc_train.faults import node_blame
+from hpc_train.faults.suspects import RankReport
 from hpc_train.job.limits import HangLimits
 from hpc_train.watch import hangs
-from hpc_train.watch.hangs import RankReport, Suspect
 from hpc_train.watch.watcher import Watcher
 
 POLL_S = 2.0  # how often each launcher reads its ranks' heartbeats
 STACK_WAIT_S = 5.0  # for the ranks' faulthandler output after SIGUSR1
 SETTLE_S = 0.5  # a dump still growing between two looks this far apart is not complete yet
-REPORT_WAIT_S = 20.0  # for the other nodes' reports
 KILL_WAIT_S = 15.0  # for torchrun's exit after SIGTERM, before SIGKILL
 STUCK = "stuck agent"  # _check's answer when torchrun outlived its ranks (not a hang)
 FLIGHT_RECORDER_WAIT_S = 20.0  # GPU ranks: their dumps after the pipe write (7.2 s on an H100)
@@ -205,18 +204,6 @@ def save_flight_records(
     return len(traces)
 
 
-def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
-    """Wait until ``nodes`` nodes have reported (or ``timeout``); how many did."""
-    with contextlib.suppress(TimeoutError):
-        wait_until(
-            lambda: len(incident_reports(incident)) >= nodes or None,
-            "every node's hang report",
-            timeout,
-            Backoff(0.2, 1.5, 1.0),
-        )
-    return len(incident_reports(incident))
-
-
 class Monitor(Watcher[str | None]):
     """Watches this node's ranks while torchrun runs (see the module docstring)."""
 
@@ -224,9 +211,7 @@ class Monitor(Watcher[str | None]):
 
     def __init__(
         self,
-        run: RunDir,
-        job_id: str,
-        restart: int,
+        files: StartFiles,
         node: str,
         ranks: int,
         nodes: int,
@@ -236,8 +221,8 @@ class Monitor(Watcher[str | None]):
         log: Callable[[str], None],
     ) -> None:
         super().__init__("hang-watchdog", POLL_S)
-        self.directory = run.heartbeats(job_id, restart, node)
-        self.incident = run.incident(job_id, restart)
+        self.directory = files.heartbeats(node)
+        self.incident = files.incident
         self.node, self.ranks, self.nodes, self.limits = node, ranks, nodes, limits
         self.torchrun_pid, self.exited, self.log = torchrun_pid, exited, log
         self.hang: str | None = None
@@ -246,7 +231,7 @@ class Monitor(Watcher[str | None]):
         self._started = time.time()
 
     def join_s(self) -> float:
-        return STACK_WAIT_S + REPORT_WAIT_S + FLIGHT_RECORDER_WAIT_S
+        return STACK_WAIT_S + node_blame.REPORT_WAIT_S + FLIGHT_RECORDER_WAIT_S
 
     def result(self) -> str | None:
         """After ``stop()`` (torchrun has exited): the hang it acted on, or one another node
@@ -323,7 +308,7 @@ class Monitor(Watcher[str | None]):
         atomic_write(incident_report(self.incident, self.node), json.dumps(report))
         stackless = [r.rank for r in ranks if not r.stack]
         self.log(f"hang: {len(ranks) - len(stackless)} stack(s) saved; no stack from {stackless}")
-        got = wait_for_reports(self.incident, self.nodes, REPORT_WAIT_S)
+        got = node_blame.wait_for_reports(self.incident, self.nodes, node_blame.REPORT_WAIT_S)
         self.log(f"hang: {got}/{self.nodes} node report(s): stopping this node's ranks")
 
     def stop_ranks(self) -> None:
@@ -343,33 +328,3 @@ class Monitor(Watcher[str | None]):
 def _kill(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-
-
-def _ranks_of(report: dict[str, Any]) -> list[RankReport]:
-    return [RankReport(**r) for r in report.get("ranks", [])]
-
-
-def blame(
-    run: RunDir, job_id: str, restart: int, hosts: Sequence[str], log: Callable[[str], None]
-) -> Suspect | None:
-    """Task 0, after a hang: name the suspect from every node's report and record it in
-    ``suspect.json`` (``hpc_train.faults.node_blame`` drains and excludes it). None when no node can
-    be named."""
-    incident = run.incident(job_id, restart)
-    wait_for_reports(incident, len(hosts), REPORT_WAIT_S)
-    reports = []
-    for path in incident_reports(incident):
-        try:
-            reports.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    ranks = [r for report in reports for r in _ranks_of(report)]
-    nodes = list(hosts) or sorted({r.node for r in ranks})
-    found = hangs.suspect(ranks, [str(r["node"]) for r in reports], nodes)
-    record = {"suspect": asdict(found) if found else None, "time": time.time()}
-    atomic_write(incident / SUSPECT, json.dumps(record))
-    if found is None:
-        log("hang: no suspect node (no rank had completed an update)")
-    else:
-        log(f"hang: suspect {found.node}: {found.why}")
-    return found

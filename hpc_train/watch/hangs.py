@@ -1,4 +1,4 @@
-"""The progress watchdog's decisions, pure: is a node's training stuck, and who is to blame.
+"""The progress watchdog's decision, pure: is a node's training stuck.
 
 Every rank writes a heartbeat after each update (``hpc_train.worker.heartbeat``): the update it
 completed, when, the phase it went on to, and the slowest of its recent updates. A rank has hung
@@ -18,9 +18,8 @@ Defaults (``--hang-factor``, ``--hang-timeout-floor``, ``--hang-save-timeout``,
 start-up 900 s. A RoBERTa-base update takes about 1 s on 8 GPUs, so 300 s is far above any
 healthy update and far below the 24 h a hung job would otherwise hold its nodes.
 
-The suspect of a hang, among the ranks of all nodes: a node that sent no report, else a rank
-that gave no Python stack when asked (SIGSTOPped, or stuck outside the interpreter), else the
-rank whose heartbeat is oldest (fewest updates, then earliest).
+Who is to blame for a hang is not decided here: the hang monitor reports what each rank did, and
+``hpc_train.faults.node_blame`` names the suspect (``faults.suspects.hang_suspect``).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, Beat
-from hpc_train.faults.evidence import Evidence, of_hang
 from hpc_train.job.limits import HangLimits
 
 SLOW_PHASES = frozenset({CHECKPOINT, EPOCH, STOPPING})
@@ -79,48 +77,3 @@ def assess(
         why = f"{missing} rank(s) completed no update in {age:.0f} s of start-up"
         worst = Hang(None, age, limits.startup_s, why)
     return worst
-
-
-@dataclass(frozen=True)
-class RankReport:
-    """What a node's launcher saw of one of its ranks when the hang was declared."""
-
-    rank: int
-    node: str
-    update: int
-    time: float
-    stack: bool  # it wrote its Python stacks when asked
-
-
-@dataclass(frozen=True)
-class Suspect:
-    node: str
-    rank: int | None
-    why: str
-    evidence: Evidence | None = None  # what the blame rests on (hpc_train.faults.evidence)
-
-
-def suspect(
-    ranks: Sequence[RankReport], reported: Sequence[str], nodes: Sequence[str]
-) -> Suspect | None:
-    """The node to blame for a hang (see the module docstring); None when nothing is known.
-
-    ``reported``: the nodes whose launcher sent a report; ``nodes``: every node known to run
-    ranks (from the heartbeats).
-    """
-    silent = [n for n in nodes if n not in reported]
-    if silent:
-        why = f"node {silent[0]} sent no report (its launcher is gone)"
-        return Suspect(silent[0], None, why, of_hang(stack=False))
-    oldest = sorted(ranks, key=lambda r: (r.update, r.time, r.rank))
-    for r in oldest:
-        if not r.stack:
-            why = (
-                f"rank {r.rank} on {r.node} gave no Python stack (stopped, or stuck outside Python)"
-            )
-            return Suspect(r.node, r.rank, why, of_hang(stack=False))
-    if oldest:
-        r = oldest[0]
-        why = f"rank {r.rank} on {r.node} has the oldest heartbeat"
-        return Suspect(r.node, r.rank, why, of_hang(stack=True))
-    return None

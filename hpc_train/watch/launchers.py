@@ -22,15 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from hpc_core.rundir import RunDir
-from hpc_train.contract import (
-    ENDED,
-    LAUNCHING,
-    LauncherBeat,
-    node_name,
-    read_launcher_beat,
-    write_launcher_beat,
-)
+from hpc_train.contract import ENDED, LAUNCHING, LauncherBeat, StartFiles, node_name
 from hpc_train.watch.watcher import Watcher
 
 PULSE_S = 5.0  # a launcher beats this often
@@ -89,8 +81,7 @@ class Pulse(Watcher[Silence | None]):
 
     def __init__(
         self,
-        run: RunDir,
-        key: tuple[str, int],
+        files: StartFiles,
         task: int,
         hosts: Sequence[str],
         allowance: float,
@@ -100,7 +91,7 @@ class Pulse(Watcher[Silence | None]):
         watch: bool = True,
     ) -> None:
         super().__init__("hpc-train-pulse", interval)
-        self.run, self.key, self.task, self.hosts = run, key, task, list(hosts)
+        self.files, self.task, self.hosts = files, task, list(hosts)
         self.allowance, self.on_silent, self.clock = allowance, on_silent, clock
         self.phase = LAUNCHING
         self.watching = watched(task, len(self.hosts)) if watch else []  # --no-watchdog: none
@@ -117,14 +108,14 @@ class Pulse(Watcher[Silence | None]):
             self.phase = phase
         beat = LauncherBeat(self.task, node_name(), os.getpid(), self.clock(), self.phase)
         with contextlib.suppress(OSError):  # a sign of life: the next one may get through
-            write_launcher_beat(self.run, *self.key, beat)
+            self.files.write_launcher_beat(beat)
 
     def check(self) -> Silence | None:
         """The silent launcher found among the watched ones (told to ``on_silent`` once), or
         None."""
         if self.said is not None or not self.watching:
             return self.said
-        beats = {t: read_launcher_beat(self.run, *self.key, t) for t in self.watching}
+        beats = {t: self.files.launcher_beat(t) for t in self.watching}
         found = silent(beats, self.hosts, self.started, self.clock(), self.allowance)
         if found:
             self.said = found[0]

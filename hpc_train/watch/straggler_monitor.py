@@ -7,8 +7,8 @@ median compute time per update, ``Beat.compute_s``; a node's is its slowest rank
 the ledger (``straggler``: node, ratio, seconds, compute_s, median_s).
 
 ``--evict-stragglers`` treats the first one as a bad node at the next checkpoint: it is blamed
-(``hpc_train.faults.node_blame``: a ledger ``blamed``, the quarantine list, drained with the reason
-``hpc-train: straggler in job J: ...`` unless ``--no-drain``), and
+(``hpc_train.faults.node_blame.straggler``: a ledger ``blamed``, the quarantine list, drained with
+the reason ``hpc-train: straggler in job J: ...`` unless ``--no-drain``), and
 this node's ranks get the notice (SIGUSR2). The workers agree on it (all-reduce), all save
 ``checkpoint_last.pt`` at the same update and stop; the launcher then requeues the job itself
 (not submitit: its requeue ends the launcher at once) and excludes the node once the job is
@@ -25,13 +25,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from hpc_core.ledger import Kind
-from hpc_core.rundir import RunDir
-from hpc_train.contract import node_name, read_beats
+from hpc_train.contract import StartFiles, node_name, read_beats
 from hpc_train.faults import node_blame
-from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import StragglerLimits
 from hpc_train.watch import stragglers
-from hpc_train.watch.hangs import Suspect
 from hpc_train.watch.watcher import Watcher
 
 POLL_S = 5.0  # how often task 0 reads every node's heartbeats
@@ -43,9 +41,7 @@ class Watch(Watcher[Suspect | None]):
 
     def __init__(
         self,
-        run: RunDir,
-        job_id: str,
-        restart: int,
+        files: StartFiles,
         hosts: Sequence[str],
         limits: StragglerLimits,
         evict: bool,
@@ -53,14 +49,11 @@ class Watch(Watcher[Suspect | None]):
         note: Callable[..., Any],
         log: Callable[[str], None],
         clock: Callable[[], float] = time.time,
-        key: str | None = None,
     ) -> None:
-        """``key``: the start's key in the run directory (``launch.starts.start_key``: the job
-        id, ``<job>.<round>`` for an in-job restart), which names its heartbeats; the ledger and
-        the blame keep the job id."""
+        """``files``: the start's (its round's heartbeats; the ledger and the blame keep the
+        job id, ``files.job``)."""
         super().__init__("stragglers", POLL_S)
-        self.run, self.job_id, self.restart, self.hosts = run, job_id, restart, list(hosts)
-        self.key = key or job_id
+        self.files, self.hosts = files, list(hosts)
         self.limits, self.evict, self.drain = limits, evict, drain
         self.note, self.log, self.clock = note, log, clock
         self.samples: list[stragglers.Sample] = []
@@ -79,7 +72,7 @@ class Watch(Watcher[Suspect | None]):
         """Every node's compute time now: its slowest rank's recent median."""
         compute = {}
         for host in self.hosts:
-            beats = read_beats(self.run.heartbeats(self.key, self.restart, host))
+            beats = read_beats(self.files.heartbeats(host))
             times = [b.compute_s for b in beats if b.compute_s]
             if times:
                 compute[host] = max(times)
@@ -103,15 +96,9 @@ class Watch(Watcher[Suspect | None]):
         return new
 
     def evict_node(self, found: stragglers.Straggler) -> None:
-        why = f"straggler in job {self.job_id}: {found.describe()}"
-        node_blame.blame(
-            self.run, self.job_id, self.restart, found.node, why, self.drain, self.note, self.log,
-            Evidence.STRAGGLER,
-        )  # fmt: skip
-        self.evicted = Suspect(
-            found.node, None, f"straggler: {found.describe()}", Evidence.STRAGGLER
-        )
-        ranks = read_beats(self.run.heartbeats(self.key, self.restart, node_name()))
+        by = node_blame.Blamer(self.files, self.hosts, self.drain, self.note, self.log)
+        self.evicted = node_blame.straggler(by, found.node, found.describe())
+        ranks = read_beats(self.files.heartbeats(node_name()))
         for beat in ranks:  # one rank's notice is every rank's (they all-reduce it)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(beat.pid, signal.SIGUSR2)
@@ -134,19 +121,14 @@ class Start(Protocol):
     """What this needs of the launcher's ``Start``."""
 
     @property
-    def job_id(self) -> str: ...
-    @property
     def task(self) -> int: ...
-    @property
-    def restart(self) -> int: ...
     @property
     def hosts(self) -> tuple[str, ...]: ...
 
 
 def watch(
-    run: RunDir,
+    files: StartFiles,
     start: Start,
-    key: str,
     limits: StragglerLimits,
     evict: bool,
     drain: bool,
@@ -155,11 +137,9 @@ def watch(
 ) -> Watch | None:
     """Task 0's straggler thread for this start; None on other tasks or on one node. ``evict``:
     ``--evict-stragglers`` with a restart left to resume without the node (the launcher asks
-    ``restart_policy.may_requeue``); otherwise naming it is all. ``key``: the start's key in the
-    run directory (an in-job round's heartbeats are its own: before, round 1 on read round 0's,
-    stale, and never found a straggler)."""
+    ``restart_policy.may_requeue``); otherwise naming it is all. ``files``: the start's (an
+    in-job round's heartbeats are its own: before, round 1 on read round 0's, stale, and never
+    found a straggler)."""
     if start.task != 0 or len(start.hosts) < 2:
         return None
-    return Watch(
-        run, start.job_id, start.restart, start.hosts, limits, evict, drain, note, log, key=key
-    ).start()
+    return Watch(files, start.hosts, limits, evict, drain, note, log).start()

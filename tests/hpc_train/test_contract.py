@@ -51,3 +51,28 @@ def test_node_reports_are_read_only_once_every_node_wrote_one(tmp_path):
     assert contract.read_node_reports(run, "9", 0, nodes=2) is None
     contract.write_node_report(run, "9", 0, contract.NodeReport(1, "n2", 7))
     assert [r.gpus for r in contract.read_node_reports(run, "9", 0, nodes=2) or []] == [8, 7]
+
+
+def test_a_starts_files_are_its_rounds_own_and_its_job_stays_the_jobs_id(tmp_path):
+    """``StartFiles`` binds a start's key once: round 2 of job 41's restart 1 reads and writes
+    the files named ``41.2``, its ``job`` is 41 (the ledger's and Slurm's), its ranks are told
+    ``41.2:1``; the files it reads are those the readers by key read (one file, two doors)."""
+    run = RunDir(tmp_path)
+    files = contract.StartFiles(run, "41", 1, round=2)
+    assert (files.job, files.name, files.ranks_start) == ("41", "41.2", ("41.2", 1))
+    assert files.stop_marker == run.stop_marker("41.2", 1)
+    assert files.notice_pending == run.notice_pending("41.2", 1)
+    assert files.incident == run.incident("41.2", 1)
+    assert files.heartbeats("n2") == run.heartbeats("41.2", 1, "n2")
+    assert contract.StartFiles(run, "41", 1).name == "41"  # an allocation's first round
+    verdict = contract.RoundVerdict(contract.RESTART_IN_JOB, "crash", ["n1"], ["n3"])
+    files.write_verdict(verdict)
+    assert files.verdict() == verdict == contract.read_verdict(run, "41.2", 1)
+    assert contract.StartFiles(run, "41", 1, round=1).verdict() is None  # another round's
+    contract.write_stop(files.stop_marker, StopMarker(5, "SIGUSR2", time=1.0))
+    assert files.stop() == StopMarker(5, "SIGUSR2", 1.0)
+    files.write_node_report(contract.NodeReport(0, "n1", 8))
+    assert files.node_reports(1) == contract.read_node_reports(run, "41.2", 1, 1)
+    beat = contract.LauncherBeat(1, "n2", 7, 3.0)
+    files.write_launcher_beat(beat)
+    assert files.launcher_beat(1) == beat and files.launcher_beat(0) is None

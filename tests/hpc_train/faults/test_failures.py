@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpc_core.rundir import RunDir
+from hpc_train.contract import StartFiles
 from hpc_train.faults import failures
 from hpc_train.faults.failures import INFRASTRUCTURE, USER_ERROR, Failure
 from hpc_train.launch import restart_policy
@@ -47,8 +48,8 @@ def test_reports_round_trip_and_a_cut_report_is_no_evidence(tmp_path):
     run = RunDir(tmp_path)
     failures.write(run, "41", 0, Failure(0, 30, "ValueError", "bad batch"))
     run.failure_report("41", 0, 1).write_text('{"rank": 1, "upd')
-    assert failures.read(run, "41", 0) == [Failure(0, 30, "ValueError", "bad batch")]
-    assert failures.read(run, "41", 1) == []
+    assert failures.read(StartFiles(run, "41", 0)) == [Failure(0, 30, "ValueError", "bad batch")]
+    assert failures.read(StartFiles(run, "41", 1)) == []
 
 
 def test_a_repeated_user_error_stops_the_run_an_infrastructure_crash_requeues():

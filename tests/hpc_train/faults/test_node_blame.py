@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.contract import StartFiles
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.evidence import Evidence
@@ -20,64 +22,11 @@ from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher
 
 GLOO_PEER = ("DistBackendError", "[gloo] Connection closed by peer [10.0.0.2]:5")
-CUDA = ("RuntimeError", "CUDA error: an illegal memory access was encountered")
-RANKS = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
+HOSTS = ("n1", "n2")
 
 
 def failure(rank: int, kind: tuple[str, str], update: int = 40) -> Failure:
     return Failure(rank, update, *kind)
-
-
-HOSTS = ("n1", "n2")
-
-
-def exits(*records: tuple[str, int, int | None, int | None]) -> list[NodeExit]:
-    return [NodeExit(i, node, rc, rank, code) for i, (node, rc, rank, code) in enumerate(records)]
-
-
-def test_a_rank_with_its_own_machine_error_is_blamed_not_its_witnesses():
-    found = node_blame.crash_suspect(
-        [failure(0, GLOO_PEER), failure(3, CUDA), failure(1, GLOO_PEER)],
-        exits(("n1", 1, 0, 1), ("n2", 1, 3, 1)), HOSTS, RANKS,
-    )  # fmt: skip
-    assert (
-        found is not None and found[0] == "n2" and "rank 3 failed: RuntimeError: CUDA" in found[1]
-    )
-    assert found.evidence is Evidence.OWN_ERROR  # an illegal address: no hardware finding
-    ecc = failure(3, ("RuntimeError", "CUDA error: uncorrectable ECC error encountered"))
-    found = node_blame.crash_suspect([failure(0, GLOO_PEER), ecc], [], HOSTS, RANKS)
-    assert found is not None and found.node == "n2" and found.evidence is Evidence.HARDWARE
-
-
-def test_the_node_whose_agent_or_root_rank_was_killed_is_blamed():
-    """What the local cluster showed (kill -9 of n2's torchrun at update 25): n2's orphaned
-    rank reported a reset connection, n1's agent stopped its own rank with SIGTERM."""
-    seen = exits(("n1", 1, 0, -15), ("n2", -9, None, None))
-    found = node_blame.crash_suspect([failure(1, GLOO_PEER)], seen, HOSTS, {0: "n1", 1: "n2"})
-    assert found == ("n2", "torchrun on n2 was killed (SIGKILL)", Evidence.SIGNAL)
-    oom = exits(("n1", 1, 0, -15), ("n2", 1, 1, -9))  # the OOM killer took rank 1
-    assert node_blame.crash_suspect([], oom, HOSTS, {}) == (
-        "n2",
-        "rank 1 on n2 was killed (SIGKILL)",
-        Evidence.SIGNAL,
-    )
-
-
-def test_the_one_node_that_wrote_no_exit_record_is_blamed():
-    found = node_blame.crash_suspect([failure(0, GLOO_PEER)], exits(("n1", 1, 0, 1)), HOSTS, {})
-    assert found is not None and found[0] == "n2" and "no exit record" in found[1]
-    assert found.evidence is Evidence.LOST
-
-
-def test_no_node_is_blamed_without_evidence_against_one():
-    quiet = exits(("n1", 1, 0, 1), ("n2", 1, 0, -15))
-    assert node_blame.crash_suspect([], quiet, HOSTS, RANKS) is None  # nobody said anything
-    user_bug = failure(2, ("ValueError", "bad shape"))
-    killed = exits(("n1", -9, None, None), ("n2", 1, None, None))
-    assert node_blame.crash_suspect([user_bug], killed, HOSTS, RANKS) is None  # the code's
-    both = exits(("n1", -9, None, None), ("n2", -9, None, None))
-    assert node_blame.crash_suspect([], both, HOSTS, RANKS) is None  # two: no one stands out
-    assert node_blame.crash_suspect([], [], ("n1", "n2", "n3"), {}) is None  # three silent
 
 
 def test_blamed_twice_the_node_is_quarantined_and_its_drain_reason_says_so(tmp_path, fake_slurm):
@@ -88,11 +37,13 @@ def test_blamed_twice_the_node_is_quarantined_and_its_drain_reason_says_so(tmp_p
         ledger.record(run.ledger, kind, "9", len(notes), **data)
 
     said: list[str] = []
-    node_blame.blame(run, "9", 0, "n2", "hang in job 9: x", True, note, said.append,
+    node_blame.blame(StartFiles(run, "9", 0), "n2", "hang in job 9: x", True, note, said.append,
                      Evidence.HANG_NO_STACK)  # fmt: skip
-    node_blame.blame(run, "9", 1, "n2", "crash in job 9: y", True, note, said.append,
+    node_blame.blame(StartFiles(run, "9", 1), "n2", "crash in job 9: y", True, note, said.append,
                      Evidence.OWN_ERROR)  # its machine's second blame: drained  # fmt: skip
-    node_blame.blame(run, "9", 2, "n3", "z", False, note, said.append, Evidence.HARDWARE)
+    node_blame.blame(
+        StartFiles(run, "9", 2), "n3", "z", False, note, said.append, Evidence.HARDWARE
+    )
     first, second = fake_slurm.drained
     assert first == ("n2", "hpc-train: hang in job 9: x")
     assert second[1].startswith("hpc-train: quarantined, blamed 2x within 24 h: crash in job 9")
@@ -114,13 +65,15 @@ def test_a_name_blamed_on_two_machines_is_not_quarantined(tmp_path, fake_slurm):
         ledger.record(run.ledger, kind, "9", 0, **data)
 
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.5"}
-    node_blame.blame(run, "9", 0, "n2", "crash", True, note, said.append, Evidence.HARDWARE)
+    node_blame.blame(
+        StartFiles(run, "9", 0), "n2", "crash", True, note, said.append, Evidence.HARDWARE
+    )
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.9"}  # replaced
-    node_blame.blame(run, "9", 1, "n2", "lost", True, note, said.append, Evidence.LOST)
+    node_blame.blame(StartFiles(run, "9", 1), "n2", "lost", True, note, said.append, Evidence.LOST)
     assert [d[1] for d in fake_slurm.drained] == ["hpc-train: crash", "hpc-train: lost"]
     assert quarantine.nodes(run) == [] and "quarantined" not in said[1]
     assert [e.get("machine") for e in ledger.read(run.ledger)] == ["10.0.1.5", "10.0.1.9"]
-    node_blame.blame(run, "9", 2, "n2", "hang", True, note, said.append,
+    node_blame.blame(StartFiles(run, "9", 2), "n2", "hang", True, note, said.append,
                      Evidence.HANG_NO_STACK)  # the new one again  # fmt: skip
     assert "quarantined: machine 10.0.1.9" in said[2] and quarantine.nodes(run) == ["n2"]
 
@@ -134,6 +87,52 @@ def _noting(run: RunDir) -> Callable[..., None]:
     return note
 
 
+def test_task_0_names_a_hangs_suspect_from_the_watchers_reports_and_blames_it(tmp_path, fake_slurm):
+    """The watchers only report (each node's ranks, whether each gave a stack: the hang
+    monitor's ``node-<node>.json``); ``for_stop`` names the suspect (``suspects.hang_suspect``),
+    records it in ``suspect.json`` and blames it on its evidence: one suspect type throughout."""
+    from dataclasses import asdict
+
+    from hpc_core.rundir import SUSPECT, incident_report
+    from hpc_train.faults.suspects import RankReport, Suspect
+
+    files = StartFiles(RunDir(tmp_path), "9", 0, round=1)
+    for node, stack in (("n1", True), ("n2", False)):
+        ranks = [asdict(RankReport(int(node[1]), node, 5, 1.0, stack))]
+        report = incident_report(files.incident, node)
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps({"node": node, "why": "no update", "ranks": ranks}))
+    notes: list[tuple[str, dict[str, object]]] = []
+    said: list[str] = []
+    by = node_blame.Blamer(files, HOSTS, True, lambda k, **d: notes.append((k, d)), said.append)
+    found, leave = node_blame.for_stop(by, "hang")
+    assert isinstance(found, Suspect) and (found.node, found.rank) == ("n2", 2) and leave
+    assert found.evidence is Evidence.HANG_NO_STACK
+    assert json.loads((files.incident / SUSPECT).read_text())["suspect"]["node"] == "n2"
+    ((kind, data),) = notes
+    assert kind == "blamed" and data["node"] == "n2" and data["rank"] == 2
+    assert data["why"].startswith("hang in job 9.1: rank 2 on n2 gave no Python stack")
+    assert fake_slurm.drained[0][0] == "n2" and said[0].startswith("hang: suspect n2")
+
+
+def test_blame_has_one_home_and_the_suspect_one_type():
+    """No function named ``blame`` outside ``hpc_train.faults`` (a watcher reports, a launcher
+    asks), and one class for a suspect: ``faults.suspects.Suspect``."""
+    import ast
+
+    import hpc_train
+
+    blames, suspects = [], []
+    for path in sorted(Path(hpc_train.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "blame":
+                blames.append(path.parent.name)
+            if isinstance(node, ast.ClassDef) and node.name in ("Suspect", "Blame"):
+                suspects.append(f"{path.parent.name}/{path.stem}.{node.name}")
+    assert blames and set(blames) == {"faults"}
+    assert suspects == ["faults/suspects.Suspect"]
+
+
 def test_a_first_kill_by_a_signal_is_recorded_not_drained_the_second_drains(tmp_path, fake_slurm):
     """The soak's case (issue 30): a rank killed once with SIGKILL, no evidence about its node,
     drained nothing; the same machine killed again is drained (and quarantined). The fake Slurm
@@ -142,7 +141,9 @@ def test_a_first_kill_by_a_signal_is_recorded_not_drained_the_second_drains(tmp_
     note = _noting(run)
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.5"}
     why = "crash in job 9: rank 1 on n2 was killed (SIGKILL)"
-    first = node_blame.blame(run, "9", 0, "n2", why, True, note, said.append, Evidence.SIGNAL)
+    first = node_blame.blame(
+        StartFiles(run, "9", 0), "n2", why, True, note, said.append, Evidence.SIGNAL
+    )
     assert not first.drain and fake_slurm.drained == []
     (event,) = ledger.read(run.ledger)
     assert event.kind == "blamed" and event.get("drained") is False
@@ -150,7 +151,9 @@ def test_a_first_kill_by_a_signal_is_recorded_not_drained_the_second_drains(tmp_
     assert event.get("verdict", "").startswith("not drained: a kill by a signal is no evidence")
     assert "not drained" in said[0] and quarantine.nodes(run) == []
     why = "crash in job 9: torchrun on n2 was killed (SIGKILL)"
-    second = node_blame.blame(run, "9", 1, "n2", why, True, note, said.append, Evidence.SIGNAL)
+    second = node_blame.blame(
+        StartFiles(run, "9", 1), "n2", why, True, note, said.append, Evidence.SIGNAL
+    )
     assert second.drain
     ((node, reason),) = fake_slurm.drained
     assert node == "n2" and reason.startswith("hpc-train: quarantined, blamed 2x within 24 h")
@@ -166,10 +169,14 @@ def test_a_replaced_machine_under_the_same_name_starts_fresh(tmp_path, fake_slur
     note = _noting(run)
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.5"}
     for restart in (0, 1):
-        node_blame.blame(run, "9", restart, "n2", "kill", True, note, said.append, Evidence.SIGNAL)
+        node_blame.blame(
+            StartFiles(run, "9", restart), "n2", "kill", True, note, said.append, Evidence.SIGNAL
+        )
     assert [n for n, _ in fake_slurm.drained] == ["n2"]  # the old machine's second
     fake_slurm.nodes["n2"] = {"State": "IDLE", "NodeAddr": "10.0.1.9"}  # replaced
-    fresh = node_blame.blame(run, "9", 2, "n2", "kill", True, note, said.append, Evidence.SIGNAL)
+    fresh = node_blame.blame(
+        StartFiles(run, "9", 2), "n2", "kill", True, note, said.append, Evidence.SIGNAL
+    )
     assert not fresh.drain and [n for n, _ in fake_slurm.drained] == ["n2"]
     assert quarantine.nodes(run) == []  # the old machine's quarantine holds not the new one
     assert [e.get("drained") for e in ledger.read(run.ledger)] == [False, True, False]
@@ -181,7 +188,7 @@ def test_a_replaced_machine_under_the_same_name_starts_fresh(tmp_path, fake_slur
 def test_evidence_about_the_node_drains_it_at_the_first_blame(tmp_path, fake_slurm, found):
     run, said = RunDir(tmp_path), []
     note = _noting(run)
-    verdict = node_blame.blame(run, "9", 0, "n2", "x", True, note, said.append, found)
+    verdict = node_blame.blame(StartFiles(run, "9", 0), "n2", "x", True, note, said.append, found)
     assert verdict.drain and [n for n, _ in fake_slurm.drained] == ["n2"]
     (event,) = ledger.read(run.ledger)
     assert event.get("drained") is True and event.get("evidence") == str(found)
@@ -191,7 +198,9 @@ def test_evidence_about_the_node_drains_it_at_the_first_blame(tmp_path, fake_slu
 def test_no_drain_leaves_the_node_out_but_drains_nothing(tmp_path, fake_slurm):
     run, said = RunDir(tmp_path), []
     note = _noting(run)
-    verdict = node_blame.blame(run, "9", 0, "n2", "x", False, note, said.append, Evidence.LOST)
+    verdict = node_blame.blame(
+        StartFiles(run, "9", 0), "n2", "x", False, note, said.append, Evidence.LOST
+    )
     assert verdict.drain and fake_slurm.drained == []  # the caller still leaves it out
     assert "--no-drain: left out, not drained" in said[0]
 
@@ -224,10 +233,10 @@ def test_crash_evidence_is_every_nodes_exit_record_and_the_reports(tmp_path, mon
 
     run = RunDir(tmp_path)
     failures.write(run, "9", 0, failure(0, GLOO_PEER))
-    agent_exit.write(run, "9", 0, NodeExit(0, "n1", 1, 0, 1))
+    agent_exit.write(StartFiles(run, "9", 0), NodeExit(0, "n1", 1, 0, 1))
     monkeypatch.setattr(node_blame, "EVIDENCE_WAIT_S", 0.3)  # n2 never writes its record
-    reports = node_blame.crash_evidence(run, "9", 0, HOSTS)  # returns after the wait
-    seen = agent_exit.read(run, "9", 0, len(HOSTS)).values()
+    reports = node_blame.crash_evidence(StartFiles(run, "9", 0), HOSTS)  # returns after the wait
+    seen = agent_exit.read(StartFiles(run, "9", 0), len(HOSTS)).values()
     assert [f.rank for f in reports] == [0] and [e.node for e in seen] == ["n1"]
 
 
@@ -284,7 +293,7 @@ def test_after_slurm_requeued_by_itself_task_0_blames_the_node_it_lost(tmp_path,
     (started,) = [e for e in events if e.kind == "started" and e.restart == 1]
     assert started.get("previous").startswith("node failure (n2 DOWN+NOT_RESPONDING")
     # the next start finds the end recorded (blamed): no second blame
-    assert node_blame.unrecorded_end(run, "41", 2) == []
+    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == []
 
 
 def test_a_last_in_job_round_slurm_ended_is_unrecorded_though_an_earlier_round_stopped(
@@ -300,9 +309,9 @@ def test_a_last_in_job_round_slurm_ended_is_unrecorded_though_an_earlier_round_s
     ledger.record(run.ledger, "stopped", "41", 1, cause="crash")
     ledger.record(run.ledger, "restarted", "41", 1, round=1, members=["n1", "n3"])
     ledger.record(run.ledger, "started", "41", 1, nodes=["n1", "n3"])
-    assert node_blame.unrecorded_end(run, "41", 2) == ["n1", "n3"]
+    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == ["n1", "n3"]
     write_stop(run.stop_marker("41.1", 1), StopMarker(90, "SIGUSR2"))  # round 1 saved on notice
-    assert node_blame.unrecorded_end(run, "41", 2) == []
+    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == []
 
 
 class PeerWitness(launcher.Launcher):
@@ -333,7 +342,8 @@ def test_a_killed_rank_is_the_restarts_cause_not_its_peers_lost_connection(
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))  # task 1 is up
-    agent_exit.write(run, "41", 0, NodeExit(1, "n2", 1, 2, -9))  # its rank 2 got SIGKILL
+    # its rank 2 got SIGKILL
+    agent_exit.write(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
     spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)
@@ -354,7 +364,7 @@ def test_task_0_requeues_a_first_signal_kill_without_draining_or_excluding_its_n
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
-    agent_exit.write(run, "41", 0, NodeExit(1, "n2", 1, 2, -9))
+    agent_exit.write(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
     spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)

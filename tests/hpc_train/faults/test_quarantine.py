@@ -8,6 +8,7 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.contract import StartFiles
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.faults.evidence import Evidence
 
@@ -122,7 +123,7 @@ def test_a_node_given_a_new_address_is_a_new_machine_to_the_quarantine(slurm_clu
         ledger.record(run.ledger, kind, "9", 0, **data)
 
     for why, evidence in (("hang", Evidence.HANG_NO_STACK), ("crash", Evidence.SIGNAL)):
-        node_blame.blame(run, "9", 0, "n3", why, False, note, said.append, evidence)
+        node_blame.blame(StartFiles(run, "9", 0), "n3", why, False, note, said.append, evidence)
     assert "quarantined: machine 127.0.0.1" in said[1]
     assert quarantine.nodes(run) == ["n3"]
     try:

@@ -19,17 +19,20 @@ from hpc_train.contract import (
     RESTART_IN_JOB,
     STOP,
     RoundVerdict,
+    StartFiles,
+    StopMarker,
     read_verdict,
+    write_stop,
     write_verdict,
 )
-from hpc_train.faults import agent_exit
+from hpc_train.faults import agent_exit, node_blame
 from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job.spec import JobSpec, Recovery
-from hpc_train.launch import blame, lifecycle, recovery, release, requeue, spares
+from hpc_train.launch import lifecycle, recovery, release, requeue, rounds
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
-from hpc_train.launch.starts import Start, start_key
-from hpc_train.watch.hangs import Suspect
+from hpc_train.launch.starts import Start
 
 
 def here_of(tmp_path: Path, start: Start, **spec: Any) -> tuple[Here, list[tuple[str, dict]]]:
@@ -42,9 +45,10 @@ TWO = Start("41", 0, 2, "n1", 0, ("n1", "n2"))
 IN_JOB = Recovery(restart_in_job=True)
 
 
-def test_here_computes_the_start_key_once_for_every_part(tmp_path):
+def test_here_binds_the_start_key_once_for_every_part(tmp_path):
     here, _ = here_of(tmp_path, dataclasses.replace(TWO, round=2))
-    assert here.key == ("41.2", 0) == start_key(here.start)
+    assert (here.files.name, here.files.restart) == ("41.2", 0)
+    assert here.files == here.start.files(here.run) == StartFiles(here.run, "41", 0, 2)
 
 
 def test_the_requeue_excludes_the_blamed_node_and_tells_the_others(tmp_path, fake_slurm):
@@ -77,14 +81,14 @@ def test_a_clean_exit_finishes_with_no_blame_and_a_crash_is_blamed_on_task_0(
     here, _ = here_of(tmp_path, TWO)
     rec = recovery.decide(here, recovery.Ended(0, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.FINISHED and rec.suspect is None
-    suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))
+    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))
     monkeypatch.setattr(recovery, "crash_report", lambda here: (None, False))
     rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.REQUEUE and rec.suspect == suspect
     assert rec.detail == "torchrun exited with 1" and rec.leave_out == ("n2",)
     # blamed, but the verdict keeps it (a first signal kill): nothing is left out
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, False))
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, False))
     rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
     assert rec.suspect == suspect and rec.leave_out == ()
 
@@ -100,15 +104,15 @@ def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
     assert rec.returncode == 0 and rec.hang is None
     assert rec.outcome.cause == "notice" and not rec.outcome.blame and rec.suspect is None
     assert rec.stuck == "torchrun still there"
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (None, False))  # no hang reports
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (None, False))  # no hang reports
     unsaved = recovery.decide(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
     assert unsaved.hang == "torchrun stuck: torchrun still there" and unsaved.returncode == -9
 
 
 def test_the_next_round_is_start_next_round_or_the_end_of_a_left_out_task(tmp_path):
     here, _ = here_of(tmp_path, dataclasses.replace(TWO, task=1))
-    assert recovery.next_round(here, ["n1"], "crash")["left_out"] is True
-    assert recovery.next_round(here, ["n2", "n3"], "crash") == (
+    assert rounds.next_round(here, ["n1"], "crash")["left_out"] is True
+    assert rounds.next_round(here, ["n2", "n3"], "crash") == (
         TWO.next_round(["n2", "n3"], "n2"),
         "in-job restart after crash",
     )
@@ -120,12 +124,21 @@ def test_a_launcher_of_an_earlier_start_is_over(fake_slurm):
     assert "belongs to restart 0" in recovery.start_over(TWO)
 
 
+def in_the_job(here: Here, rec: recovery.Recovery) -> rounds.Round:
+    """Task 0's next round (``rounds.plan``), which these tests expect there to be."""
+    nxt = rounds.plan(here, rec)
+    assert nxt is not None
+    return nxt
+
+
 def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm):
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
-    nxt = spares.restart_in_job(here, rec)
+    rec = recovery.Recovery(
+        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
+    )
+    nxt = rounds.restart(here, rec, in_the_job(here, rec))
     assert nxt == (
         start.next_round(["n1", "n3"], "n1"),
         "in-job restart after crash: torchrun exited with 1",
@@ -141,8 +154,10 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     that polled the next test's fake released a node there, CI stop 33)."""
     here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
-    spares.restart_in_job(here, rec)
+    rec = recovery.Recovery(
+        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
+    )
+    rounds.restart(here, rec, in_the_job(here, rec))
     (watcher,) = [t for t in threading.enumerate() if t.name == release.WATCHER]
     assert watcher.is_alive()  # n2's task has not said it ended
     fake_slurm.state = "COMPLETED"
@@ -153,9 +168,12 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
     here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None, ("n2",))
+    rec = recovery.Recovery(
+        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
+    )
+    assert rounds.plan(here, rec) is None  # the launcher requeues instead
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
-        spares.restart_in_job(here, rec)
+        requeue.requeue(here, list(rec.leave_out))
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
 
 
@@ -165,8 +183,9 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
-    assert spares.restart_in_job(here, rec)[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
+    nxt = rounds.restart(here, rec, in_the_job(here, rec))
+    assert nxt[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
     verdict = read_verdict(here.run, "41", 0)
     assert (verdict.members, verdict.standby) == (["n1", "n2"], ["n3"])
     assert notes[-1][1]["left_out"] == [] and notes[-1][1]["spare_in"] == []
@@ -177,9 +196,10 @@ def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
     """Without --restart-in-job a crash is a requeue: it excludes no node the verdict kept."""
     here, _ = here_of(tmp_path, TWO)
     outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", None, "x"), None, None)
+    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
+    assert rounds.plan(here, rec) is None  # no --restart-in-job: the launcher requeues
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
-        spares.restart_in_job(here, rec)
+        requeue.requeue(here, list(rec.leave_out))
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
 
 
@@ -188,34 +208,70 @@ def test_a_spare_joins_the_round_that_takes_it_as_start_next_round_says(tmp_path
     spare = Start("41", 2, 3, "n1", 0, ("n1", "n2", "n3"))
     write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"]))
     write_verdict(run, "41.1", 0, RoundVerdict(RESTART_IN_JOB, "hang", ["n1", "n3"], []))
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
-    start, why = spares.stand_by(spec, spare, trains=2)
+    here, _ = here_of(tmp_path, spare)
+    start, why = rounds.stand_by(here, trains=2)
     assert start == dataclasses.replace(spare, round=1).next_round(["n1", "n3"], "n3")
     assert start.round == 2 and why == "in-job restart after hang"
+
+
+def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """``rounds.follow``: n1-n3 train, n4 and n5 stand by. Round 0's word: n2 out, n4 in. n2
+    (left out) ends, n3 joins round 1; spare n4 is taken in, spare n5 (not taken in) waits for
+    round 1's word and is released by it. A word never comes: the node fails, not the spare."""
+    run = RunDir(tmp_path)
+    hosts = ("n1", "n2", "n3")
+    start = Start("41", 0, 3, "n1", 0, hosts, 0, ("n4", "n5"))
+    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n3", "n4"], ["n5"]))
+    write_verdict(run, "41.1", 0, RoundVerdict(DONE, "max-update reached", [], ["n5"]))
+    n2, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
+    assert rounds.follow(n2, "crash")["left_out"] is True
+    n3, _ = here_of(tmp_path, dataclasses.replace(start, task=2))
+    assert rounds.follow(n3, "crash") == (
+        start.next_round(["n1", "n3", "n4"], "n3", ["n5"]),
+        "in-job restart after crash",
+    )
+    spare = Start("41", 3, 5, "n1", 0, (*hosts, "n4", "n5"))
+    n4, _ = here_of(tmp_path, spare)
+    taken, why = rounds.follow(n4, "hot spare", spare=True)
+    assert (taken.task, taken.round, taken.hosts) == (2, 1, ("n1", "n3", "n4"))
+    assert why == "in-job restart after crash"
+    n5, _ = here_of(tmp_path, dataclasses.replace(spare, task=4))
+    assert rounds.follow(n5, "hot spare", spare=True)["spare"] is True
+    write_verdict(run, "41", 0, RoundVerdict(STOP, "no restart left"))
+    with pytest.raises(RuntimeError, match="crash; task 0: stop"):
+        rounds.follow(n3, "crash")
+    with pytest.raises(RuntimeError, match="hot spare: task 0 said stop"):
+        rounds.follow(n4, "hot spare", spare=True)
+    monkeypatch.setattr(rounds, "VERDICT_WAIT_S", 0.2)
+    silent, _ = here_of(tmp_path, dataclasses.replace(start, task=2, restart=1))
+    with pytest.raises(RuntimeError, match="crash; task 0 said nothing"):
+        rounds.follow(silent, "crash")
 
 
 def test_only_task_0_releases_the_spares(tmp_path):
     start = dataclasses.replace(TWO, standby=("n3",))
     other, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
-    spares.release_spares(other, DONE, "done")
+    rounds.release_spares(other, DONE, "done")
     assert read_verdict(other.run, "41", 0) is None
     here, _ = here_of(tmp_path, start)
-    spares.release_spares(here, DONE, "done")
+    rounds.release_spares(here, DONE, "done")
     assert read_verdict(here.run, "41", 0).standby == ["n3"]
 
 
 def test_a_crash_is_blamed_on_the_node_whose_agent_was_killed(tmp_path, fake_slurm):
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
-    found, leave = blame.for_stop(here, "crash")
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
+    found, leave = node_blame.for_stop(here.blamer(), "crash")
     assert found is not None and found.node == "n2" and found.evidence is Evidence.SIGNAL
     assert fake_slurm.drained == [] and not leave  # a first kill by a signal: kept
     assert [k for k, _ in notes] == ["blamed"] and notes[0][1]["drained"] is False
     # the machine's second blame (its first recorded in the ledger, as task 0's note does)
     # drains it, and the verdict leaves it out
     ledger.record(here.run.ledger, "blamed", "41", 0, **notes[0][1])
-    found, leave = blame.for_stop(here, "crash")
+    found, leave = node_blame.for_stop(here.blamer(), "crash")
     assert [n for n, _ in fake_slurm.drained] == ["n2"] and leave
 
 
@@ -223,11 +279,11 @@ def test_a_signal_kill_on_a_node_slurm_then_loses_is_a_lost_node(tmp_path, fake_
     """kill-node --stop-slurmd: the node's torchrun is SIGKILLed, then its slurmd dies. No step
     starts there and Slurm marks it not responding: a lost node, drained at the first blame."""
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake_slurm.gone.add("n2")
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED+NOT_RESPONDING", "Reason": "Not responding"}
-    found, leave = blame.for_stop(here, "crash")
+    found, leave = node_blame.for_stop(here.blamer(), "crash")
     assert found is not None and found.evidence is Evidence.LOST and leave
     assert "then Slurm lost it: ALLOCATED+NOT_RESPONDING" in found.why
     assert [n for n, _ in fake_slurm.drained] == ["n2"]
@@ -238,12 +294,37 @@ def test_a_failed_probe_alone_never_drains(tmp_path, fake_slurm):
     """No step starts on the node, but Slurm still counts it as up (a busy controller, the
     job ending): the signal kill stands, not drained."""
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(here.run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
+    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake_slurm.gone.add("n2")
-    found, leave = blame.for_stop(here, "crash")
+    found, leave = node_blame.for_stop(here.blamer(), "crash")
     assert found is not None and found.evidence is Evidence.SIGNAL and not leave
     assert fake_slurm.drained == [] and notes[0][1]["drained"] is False
+
+
+def test_a_round_asks_for_the_start_before_by_the_jobs_id_never_its_rounds_name(
+    tmp_path, fake_slurm
+):
+    """Why the start before ended (``lifecycle.previous_end`` with no word from a round before:
+    ``starts.previous_stop``, and task 0's ``node_blame.unrecorded_end``) is asked with the
+    start's files, whose ``job`` is the job's id: round 2 (files ``41.2``) asks about job 41's
+    restart 0. Once they took ``(key, restart)`` and got the round's key where the job id was
+    meant, right only because every round after the first has its ``came_from``."""
+    run = RunDir(tmp_path)
+    ledger.record(run.ledger, "started", "41", 0, nodes=["n1", "n2"])
+    write_stop(run.stop_marker("41", 0), StopMarker(9, "SIGUSR2"))
+    later = dataclasses.replace(TWO, task=1, restart=1, round=2)
+    task1, _ = here_of(tmp_path, later)
+    assert (task1.files.name, task1.files.job) == ("41.2", "41")
+    assert lifecycle.previous_end(task1, None) == "saved on notice (SIGUSR2) at update 9"
+    run.stop_marker("41", 0).unlink()  # no word: Slurm ended it (NODE_FAIL), n2 is down
+    fake_slurm.nodes["n2"] = {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}
+    task0, notes = here_of(tmp_path, dataclasses.replace(later, task=0))
+    assert lifecycle.previous_end(task0, None).startswith("node failure (n2 DOWN+NOT_RESPONDING")
+    assert [(k, d["node"]) for k, d in notes] == [("blamed", "n2")]
+    assert lifecycle.previous_end(task0, "in-job restart after crash") == (
+        "in-job restart after crash"
+    )
 
 
 def test_lifecycle_builds_the_ranks_env_from_the_start_key(tmp_path):

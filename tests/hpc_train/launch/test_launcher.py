@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_train.contract import StartFiles
 from hpc_train.job import command_lines
 from hpc_train.job.spec import JobSpec
 
@@ -65,10 +66,12 @@ def test_restart_reason_comes_from_the_stop_marker(tmp_path):
     from hpc_train.launch import starts
 
     run = RunDir(tmp_path)
-    assert starts.previous_stop(run, "7", 0) == "first start"
-    assert "no save on notice" in starts.previous_stop(run, "7", 1)
+    assert starts.previous_stop(StartFiles(run, "7", 0)) == "first start"
+    assert "no save on notice" in starts.previous_stop(StartFiles(run, "7", 1))
     write_stop(run.stop_marker("7", 0), StopMarker(118, "SIGUSR2"))
-    assert starts.previous_stop(run, "7", 1) == "saved on notice (SIGUSR2) at update 118"
+    assert (
+        starts.previous_stop(StartFiles(run, "7", 1)) == "saved on notice (SIGUSR2) at update 118"
+    )
 
 
 def test_other_tasks_follow_task_0s_resume_decision(tmp_path):

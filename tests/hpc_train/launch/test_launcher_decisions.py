@@ -23,20 +23,21 @@ from hpc_train.contract import (
     ENDED,
     LauncherBeat,
     StartDecision,
+    StartFiles,
     StopMarker,
     read_stop,
     write_decision,
     write_launcher_beat,
     write_stop,
 )
-from hpc_train.faults import agent_exit, failures, quarantine
+from hpc_train.faults import agent_exit, failures, node_blame, quarantine
 from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import Watch
 from hpc_train.job.spec import JobSpec, Notifications, Recovery
-from hpc_train.launch import blame, lifecycle, restart_policy, starts
 from hpc_train.launch import launcher as launcher_module
+from hpc_train.launch import lifecycle, restart_policy, starts
 from hpc_train.launch.restart_policy import Action
-from hpc_train.watch.hangs import Suspect
 
 
 class FakeTorchrun(launcher_module.Launcher):
@@ -122,7 +123,7 @@ def test_torchruns_failure_summary_reaches_the_task_log_and_the_exit_record(
     the root cause is in this node's exit record for task 0 to weigh."""
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         SummaryOnStderr(spec_in(tmp_path), 1).run(start(), gpus=0)
-    record = agent_exit.read(RunDir(tmp_path), "41", 0, 1)[0]
+    record = agent_exit.read(StartFiles(RunDir(tmp_path), "41", 0), 1)[0]
     assert (record.returncode, record.root_rank, record.root_exitcode) == (1, 1, -9)
     err = capsys.readouterr().err
     assert err.count("UserWarning: ") == 100 and SummaryOnStderr.SUMMARY in err
@@ -327,13 +328,15 @@ def test_a_failing_notify_command_is_logged_and_training_goes_on(tmp_path, fake_
 
 def test_the_next_start_says_why_the_previous_one_stopped(tmp_path):
     run = RunDir(tmp_path)
-    assert starts.previous_stop(run, "41", 1).startswith("no save on notice (node failure")
+    assert starts.previous_stop(StartFiles(run, "41", 1)).startswith(
+        "no save on notice (node failure"
+    )
     ledger.record(run.ledger, "stopped", "41", 0, cause="hang", why="no update for 31 s")
-    assert starts.previous_stop(run, "41", 1) == (
+    assert starts.previous_stop(StartFiles(run, "41", 1)) == (
         "hang (no update for 31 s): last periodic checkpoint"
     )
     write_stop(run.stop_marker("41", 1), StopMarker(7, "SIGUSR2"))
-    assert starts.previous_stop(run, "41", 2) == "saved on notice (SIGUSR2) at update 7"
+    assert starts.previous_stop(StartFiles(run, "41", 2)) == "saved on notice (SIGUSR2) at update 7"
 
 
 def test_the_next_start_says_how_the_last_in_job_round_stopped_not_the_first(tmp_path):
@@ -344,7 +347,10 @@ def test_the_next_start_says_how_the_last_in_job_round_stopped_not_the_first(tmp
     write_stop(run.stop_marker("41", 3), StopMarker(12646, None))
     ledger.record(run.ledger, "restarted", "41", 3, round=1, why="straggler")
     write_stop(run.stop_marker("41.1", 3), StopMarker(15287, "SIGUSR2"))
-    assert starts.previous_stop(run, "41", 4) == "saved on notice (SIGUSR2) at update 15287"
+    assert (
+        starts.previous_stop(StartFiles(run, "41", 4))
+        == "saved on notice (SIGUSR2) at update 15287"
+    )
 
 
 def test_the_same_user_error_in_two_starts_in_a_row_stops_the_run(tmp_path, fake_slurm):
@@ -495,7 +501,8 @@ def test_a_crash_restarts_in_the_allocation_on_the_same_nodes_without_a_requeue(
 
     for key in ("41", "41.1"):  # task 1's launcher reports in both rounds
         write_node_report(run, key, 0, NodeReport(1, "n2", 0))
-    agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", 1))  # its torchrun failed too
+    # its torchrun failed too
+    agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", 1))
     fake = FailsOnce(in_job_spec(tmp_path))
     done = fake.run(two_nodes(0), gpus=0)
     assert done["restarts"] == 0 and fake_slurm.requeued == []
@@ -535,10 +542,10 @@ def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, mon
     from hpc_train.contract import NodeReport, write_node_report
 
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
-    agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake = FakeTorchrun(in_job_spec(tmp_path, nodes_min=2), 1)
-    suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))  # drained
+    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))  # drained
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         fake.run(two_nodes(0), gpus=0)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -592,7 +599,7 @@ def test_a_killed_agents_rank_is_ended_and_the_run_restarts_in_the_job_on_its_no
               if e.kind == "blamed"]  # fmt: skip
     assert blamed == [("n1", str(Evidence.SIGNAL), False)]
     assert [e.get("left_out") for e in events if e.kind == "restarted"] == [[]]
-    assert agent_exit.read(run, "41", 0, 1)[0].returncode == -signal.SIGKILL
+    assert agent_exit.read(StartFiles(run, "41", 0), 1)[0].returncode == -signal.SIGKILL
 
 
 def test_only_this_starts_processes_on_this_node_are_its_leftovers(tmp_path):
@@ -631,10 +638,10 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
     write_node_report(run, "41.1", 0, NodeReport(1, "n3", 0))  # the spare, as a member
-    agent_exit.write(run, "41", 0, agent_exit.NodeExit(1, "n2", -9))
+    agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
     fake = FailsOnce(spares_spec(tmp_path))
-    suspect = Suspect("n2", None, "its torchrun was killed")
-    monkeypatch.setattr(blame, "for_stop", lambda here, cause: (suspect, True))  # drained
+    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
+    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))  # drained
     first = starts.allocation_start("41", 0, ("n1", "n2", "n3"), 0, spares=1)
     assert first is not None and first.standby == ("n3",)
     done = fake.run(first, gpus=0)
@@ -747,7 +754,7 @@ def test_straggler_eviction_asks_the_one_budget_with_in_job_restarts_in_it(
     )
     asked: list[bool] = []
     monkeypatch.setattr(lifecycle.straggler_monitor, "watch",
-                        lambda run, start, key, limits, evict, *rest: asked.append(evict))  # fmt: skip
+                        lambda files, start, limits, evict, *rest: asked.append(evict))  # fmt: skip
     FakeTorchrun(spec, 0).run(start(), gpus=0)
     assert asked == [False]
 

@@ -10,7 +10,7 @@ import pytest
 
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
-from hpc_train.contract import ENDED, WAITING, LauncherBeat, write_launcher_beat
+from hpc_train.contract import ENDED, WAITING, LauncherBeat, StartFiles, write_launcher_beat
 from hpc_train.launch import release
 from hpc_train.watch.watcher import Watcher
 
@@ -51,7 +51,7 @@ def fake(monkeypatch) -> JobSlurm:
 
 def left(run: RunDir, nodes: dict[int, str]) -> release.LeftOut:
     """The nodes left out of round 0 of job 41."""
-    return release.LeftOut(run, ("41", 0), "41", nodes)
+    return release.LeftOut(StartFiles(run, "41", 0), nodes)
 
 
 def beat(run: RunDir, task: int, node: str, phase: str) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 from hpc_core import slurm
@@ -49,10 +50,24 @@ def test_the_save_wait_ends_on_the_marker_or_the_exit_and_says_which(tmp_path):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         began = time.monotonic()
-        assert signals.wait_for_save(marker, sleeper.pid, 20) is True
+        assert signals.wait_for_save(marker, 20, signals.workers_exited(sleeper.pid)) is True
         assert time.monotonic() - began < 5
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert signals.wait_for_save(tmp_path / "none", sleeper.pid, 20) is False  # exited: no save
-    assert signals.wait_for_save(None, os.getpid(), 0.2) is False  # neither: the deadline
+    exited = signals.workers_exited(sleeper.pid)
+    assert signals.wait_for_save(tmp_path / "none", 20, exited) is False  # exited: no save
+    alive = signals.workers_exited(os.getpid())
+    assert signals.wait_for_save(None, 0.2, alive) is False  # neither: the deadline
+
+
+def test_the_save_wait_on_the_marker_alone_waits_for_rank_0s_marker(tmp_path):
+    """Task 1 acting for a stuck task 0 (``recovery.on_silent``) waits for rank 0's marker only
+    (its own ranks' exit says nothing of rank 0's save): the same wait, no workers watched."""
+    marker = tmp_path / "stop"
+    threading.Timer(0.3, marker.write_text, ["{}"]).start()
+    began = time.monotonic()
+    assert signals.wait_for_save(marker, 20) is True
+    assert 0.2 < time.monotonic() - began < 5
+    assert signals.wait_for_save(tmp_path / "none", 0.2) is False  # the deadline
+    assert signals.workers_exited(None)() is True  # no torchrun yet: no save can come

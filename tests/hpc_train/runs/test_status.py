@@ -9,6 +9,7 @@ import pytest
 
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
+from hpc_train.contract import StartFiles
 from hpc_train.runs import index, status
 
 
@@ -298,7 +299,7 @@ def grown_run(root, job: str) -> RunDir:
     write_stop(run.stop_marker(job, 0), StopMarker(30, "SIGUSR2", 1095.0))
     ledger.record(run.ledger, "stopped", job, 0, when=1100.0, cause="grow", saved=True)
     ledger.record(run.ledger, "started", job, 1, when=1130.0, resume_at=30, nodes=["n1", "n2", "n3"],
-                  previous=starts.previous_stop(run, job, 1))  # fmt: skip
+                  previous=starts.previous_stop(StartFiles(run, job, 1)))  # fmt: skip
     return run
 
 

@@ -7,7 +7,6 @@ import pytest
 from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN, Beat
 from hpc_train.job.limits import HangLimits as Limits
 from hpc_train.watch import hangs
-from hpc_train.watch.hangs import RankReport
 
 LIMITS = Limits(factor=10, floor_s=30, save_s=120, startup_s=300)
 
@@ -80,26 +79,6 @@ def test_a_slow_but_steady_run_never_hangs():
         last = 1000 + 5 * ((now - 1000) // 5)
         beats = [beat(0, update=(now - 1000) // 5, at=float(last), slowest=5.0)]
         assert hangs.assess(beats, 1, 900.0, float(now), LIMITS) is None
-
-
-def report(rank, node, update, at, stack=True) -> RankReport:
-    return RankReport(rank, node, update, at, stack)
-
-
-def test_the_suspect_is_the_rank_that_gave_no_stack():
-    ranks = [report(0, "n1", 67, 10.0), report(1, "n2", 67, 11.0, stack=False)]
-    found = hangs.suspect(ranks, ["n1", "n2"], ["n1", "n2"])
-    assert found is not None and (found.node, found.rank) == ("n2", 1)
-    assert "gave no Python stack" in found.why
-
-
-def test_else_the_oldest_heartbeat_and_first_a_node_that_never_reported():
-    ranks = [report(0, "n1", 67, 10.0), report(1, "n2", 66, 11.0), report(2, "n3", 67, 5.0)]
-    found = hangs.suspect(ranks, ["n1", "n2", "n3"], ["n1", "n2", "n3"])
-    assert found is not None and (found.node, found.rank) == ("n2", 1)
-    silent = hangs.suspect(ranks[:1], ["n1"], ["n1", "n2"])
-    assert silent is not None and silent.node == "n2" and silent.rank is None
-    assert hangs.suspect([], [], []) is None
 
 
 def test_a_stopped_rank_is_not_waited_for_its_stacks(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from hpc_train.contract import (
     ENDED,
     WAITING,
     LauncherBeat,
+    StartFiles,
     StopMarker,
     read_launcher_beat,
     write_launcher_beat,
@@ -46,7 +47,7 @@ def test_a_launcher_is_silent_past_the_allowance_unless_its_part_is_over():
 
 def test_the_pulse_beats_its_phase_and_reports_a_silent_launcher_once(tmp_path):
     run, now, said = RunDir(tmp_path), [1000.0], []
-    pulse = launchers.Pulse(run, ("41", 0), 0, ["n1", "n2", "n3"], 30, said.append,
+    pulse = launchers.Pulse(StartFiles(run, "41", 0), 0, ["n1", "n2", "n3"], 30, said.append,
                             clock=lambda: now[0])  # fmt: skip
     pulse.beat(WAITING)
     mine = read_launcher_beat(run, "41", 0, 0)
@@ -60,13 +61,15 @@ def test_the_pulse_beats_its_phase_and_reports_a_silent_launcher_once(tmp_path):
     assert first is not None and first.task == 1 and said == [first]
     now[0] = 1100.0
     assert pulse.check() is first and len(said) == 1  # once
-    quiet = launchers.Pulse(run, ("41", 0), 0, ["n1", "n2"], 30, said.append, watch=False)
+    quiet = launchers.Pulse(StartFiles(run, "41", 0), 0, ["n1", "n2"], 30, said.append, watch=False)
     assert quiet.watching == [] and quiet.check() is None
 
 
 def test_the_pulse_thread_beats_until_stopped_and_then_says_its_part_is_over(tmp_path):
     run = RunDir(tmp_path)
-    pulse = launchers.Pulse(run, ("41", 0), 1, ["n1", "n2"], 30, lambda s: None, interval=0.01)
+    pulse = launchers.Pulse(
+        StartFiles(run, "41", 0), 1, ["n1", "n2"], 30, lambda s: None, interval=0.01
+    )
     pulse.start()
     pulse.beat(WAITING)
     assert pulse.stop() is None

@@ -14,12 +14,14 @@ import pytest
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_train.contract import StartFiles
+from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import StragglerLimits, Watch
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.watch import straggler_monitor
-from hpc_train.watch.hangs import Suspect
 from hpc_train.worker.heartbeat import Heartbeat
 
 
@@ -45,7 +47,7 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
     notes: list[tuple[str, dict[str, Any]]] = []
     lines: list[str] = []
     watch = straggler_monitor.Watch(
-        run, "7", 0, ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False, False,
+        StartFiles(run, "7", 0), ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False, False,
         lambda kind, **data: notes.append((kind, data)), lines.append, clock,
     )  # fmt: skip
     assert watch.sample().compute_s == {"n1": 0.1, "n2": 0.14, "n3": 0.1}  # n4: no heartbeat
@@ -61,7 +63,7 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
 
 def test_the_eviction_decision():
     requeue = Decision(Action.REQUEUE, "stopped on notice: requeueing (restart 1/20)", "notice")
-    node = Suspect("n2", None, "straggler: ...")
+    node = Suspect("n2", "straggler: ...", Evidence.STRAGGLER)
     got = restart_policy.evicting(requeue, node.node)
     assert (got.action, got.cause, got.why.endswith("evicting n2")) == (
         Action.REQUEUE,
@@ -107,7 +109,7 @@ def test_evict_stragglers_saves_drains_requeues_and_excludes_the_node(
         watch=Watch(stragglers=StragglerLimits(window_s=0.3), evict_stragglers=True),
     )  # fmt: skip
     run = spec.run_dir
-    key = "42" if round_ == 0 else f"42.{round_}"  # launch.starts.start_key
+    key = "42" if round_ == 0 else f"42.{round_}"  # contract.StartFiles.name
     (run.node_report(key, 0, 1)).parent.mkdir(parents=True, exist_ok=True)
     run.node_report(key, 0, 1).write_text('{"task": 1, "node": "n2", "gpus": 0}')
     start = launcher.Start("42", 0, 2, "n1", 0, ("n1", "n2"), round=round_)

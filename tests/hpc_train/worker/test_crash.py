@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hpc_core.rundir import RunDir
-from hpc_train.contract import CrashRequest, write_crash_request
+from hpc_train.contract import CrashRequest, StartFiles, write_crash_request
 from hpc_train.faults import failures
 from hpc_train.faults.failures import Failure
 from hpc_train.worker import crash
@@ -18,9 +18,9 @@ def test_a_worker_reports_its_exception_only_under_a_launcher(tmp_path):
     crash.report(run, None, 0, err, 12)  # plain fairseq run: nothing to tell
     assert not (run.state / "failures").exists()
     crash.report(run, ("41", 2), 3, err, 12)
-    assert failures.read(run, "41", 2) == [Failure(3, 12, "ValueError", "bad batch")]
+    assert failures.read(StartFiles(run, "41", 2)) == [Failure(3, 12, "ValueError", "bad batch")]
     crash.report(run, ("41", 3), 0, KeyboardInterrupt(), 12)  # a stop, not a crash
-    assert failures.read(run, "41", 3) == []
+    assert failures.read(StartFiles(run, "41", 3)) == []
 
 
 def test_an_injected_crash_raises_at_its_update_and_rank_only(tmp_path):
