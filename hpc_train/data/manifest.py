@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hpc_core.rundir import atomic_write
-from hpc_train.data.bpe import sha256
+from hpc_core.rundir import file_sha256 as sha256
 
 NAME = "manifest.json"
 FORMAT = "hpc-train corpus manifest 1"
