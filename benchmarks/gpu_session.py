@@ -45,7 +45,7 @@ from benchmarks import gpu, gpu_measure, gpu_results, report
 from benchmarks import gpu_session_runs as runs
 from benchmarks.gpu_session_runs import EXACT_LEVERS, Run, levers_on
 from hpc_core.rundir import RunDir
-from hpc_train import cli
+from hpc_train import cli, contract
 
 STAGES = ("setup", "profile", "levers", "bare", "p3dn", "base")
 STAGE_S = {"setup": 90, "profile": 170, "levers": 240, "bare": 90, "p3dn": 90, "base": 140}
@@ -129,7 +129,7 @@ def measure(run: Run, s: Session, timeout_s: float) -> dict[str, Any]:
     argv = runs.argv_of(run, s.data, save, lengths, s.gpu_run)
     env = dict(s.env)
     if run.profile:
-        env["HPC_TRAIN_PROFILE"] = f"{run.profile[0]}:{run.profile[1]}"
+        env[contract.PROFILE] = f"{run.profile[0]}:{run.profile[1]}"
     print(f"[gpu-session] {run.preset} {run.name} (timeout {timeout_s:.0f} s)", flush=True)
     done = runs.execute(argv, env, s.work / f"{run.preset}-{run.name}.log", timeout_s,
                         run.stop_on_oom, s.gpu_run)  # fmt: skip

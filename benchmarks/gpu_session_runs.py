@@ -61,7 +61,8 @@ def argv_of(run: Run, data: Path, save: Path, lengths: gpu.Lengths, gpu_run: boo
     """The command line of ``run`` (``gpu_run`` False: the CPU rehearsal of it)."""
     python = sys.executable
     if run.kind == "bare":
-        argv = gpu.seed_argv(run.preset, data, save, README_BATCH, lengths, 4 if gpu_run else 0)
+        # fairseq's default data loader on a GPU (the README sets none); the rank's 0 on a CPU
+        argv = gpu.seed_argv(run.preset, data, save, README_BATCH, lengths, None if gpu_run else 0)
         if not gpu_run:  # the rehearsal: a CPU, and tiny's 64 positions (longer sentences skipped)
             argv = [a if a != "--fp16" else "--cpu" for a in argv]
             argv.append("--skip-invalid-size-inputs-valid-test")

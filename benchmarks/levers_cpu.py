@@ -31,6 +31,7 @@ from benchmarks import gpu, report
 from benchmarks import gpu_session_runs as runs
 from benchmarks.gpu_session_runs import EXACT_LEVERS, Run, levers_on
 from hpc_core.rundir import RunDir
+from hpc_train import contract
 
 DEFAULTS = ("fused-adamw",)  # the GPU's defaults a CPU rank can run (flash: GPU only)
 LEVERS = (*EXACT_LEVERS, "pack")
@@ -57,7 +58,7 @@ def measure(run: Run, data: Path, work: Path) -> dict[str, Any]:
     save = runs.fresh(work / run.name)
     lengths = gpu.Lengths(16, sum(WINDOW) + 1, 100)
     argv = runs.argv_of(run, data, save, lengths, gpu_run=False)
-    env = {**os.environ, "HPC_TRAIN_PROFILE": f"{WINDOW[0]}:{WINDOW[1]}", "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, contract.PROFILE: f"{WINDOW[0]}:{WINDOW[1]}", "OMP_NUM_THREADS": "2"}
     done = runs.execute(argv, env, work / f"{run.name}.log", 600, False, False)
     profile = RunDir(save).profile
     if done.status != "ok" or not profile.exists():
