@@ -22,6 +22,12 @@ from typing import Any
 import torch
 
 
+def trained_pairs(self: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(model parameter, its fp32 master) for each parameter that trains (fairseq's order)."""
+    pairs = zip(self.fp16_params, self.fp32_params, strict=True)
+    return [(p, p32) for p, p32 in pairs if p.requires_grad]
+
+
 def sync_grads_to_fp32(self: Any) -> None:
     """``_sync_fp16_grads_to_fp32`` for per-parameter masters: one multi-tensor copy once every
     master gradient exists; fairseq's own loop otherwise."""
@@ -29,14 +35,12 @@ def sync_grads_to_fp32(self: Any) -> None:
         return
     if self.has_flat_params:
         return self._hpc_loop_sync_grads()
-    pairs = [
-        (p, p32)
-        for p, p32 in zip(self.fp16_params, self.fp32_params, strict=True)
-        if p.requires_grad
-    ]
-    if any(p.grad is None or p32.grad is None for p, p32 in pairs):
+    pairs = trained_pairs(self)
+    grads = [(p.grad, p32.grad) for p, p32 in pairs]
+    if any(g is None or g32 is None for g, g32 in grads):
         return self._hpc_loop_sync_grads()
-    torch._foreach_copy_([p32.grad for _, p32 in pairs], [p.grad for p, _ in pairs])
+    torch._foreach_copy_([g32 for _, g32 in grads if g32 is not None],
+                         [g for g, _ in grads if g is not None])  # fmt: skip
     self._needs_sync = False
 
 
@@ -44,11 +48,7 @@ def sync_params_to_fp16(self: Any) -> None:
     """``_sync_fp32_params_to_fp16`` for per-parameter masters: one multi-tensor copy."""
     if self.has_flat_params:
         return self._hpc_loop_sync_params()
-    pairs = [
-        (p, p32)
-        for p, p32 in zip(self.fp16_params, self.fp32_params, strict=True)
-        if p.requires_grad
-    ]
+    pairs = trained_pairs(self)
     torch._foreach_copy_([p.data for p, _ in pairs], [p32.data for _, p32 in pairs])
 
 
