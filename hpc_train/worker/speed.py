@@ -1,4 +1,4 @@
-"""The speed levers in the rank (issue 29; chosen in ``hpc_train.job.levers``).
+"""The speed levers in the rank (issues 29 and 36; chosen in ``hpc_train.job.levers``).
 
 The launcher passes the levers that are on as one argument (``levers.WORKER_FLAG``), which the
 rank takes off before fairseq parses the rest. The rank checks them again against the GPU it
