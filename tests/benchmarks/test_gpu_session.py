@@ -112,13 +112,18 @@ def test_bad_input_is_one_line_and_exit_2(argv, says, capsys):
     assert exit_.value.code == 2 and says in capsys.readouterr().err
 
 
+def rehearse(corpus: Path, tmp_path: Path, *options: str) -> dict:
+    """The CPU rehearsal with ``options``; its results file."""
+    out = tmp_path / "rehearsal.json"
+    argv = ["--rehearse", "--data", str(corpus), "--out", str(out),
+            "--work-dir", str(tmp_path / "work"), *options]  # fmt: skip
+    assert gpu_session.main(argv) == 0
+    return json.loads(out.read_text())
+
+
 def test_the_rehearsal_runs_every_stage_on_the_cpu_in_the_one_schema(corpus, tmp_path):
     """Two runs per stage (about a minute on 2 cores): the script's whole path, real fairseq."""
-    out = tmp_path / "rehearsal.json"
-    argv = ["--rehearse", "--data", str(corpus), "--out", str(out), "--runs-per-stage", "2",
-            "--work-dir", str(tmp_path / "work"), "--repeat", "4"]  # fmt: skip
-    assert gpu_session.main(argv) == 0
-    result = json.loads(out.read_text())
+    result = rehearse(corpus, tmp_path, "--runs-per-stage", "2", "--repeat", "4")
     assert list(result["stages"]) == list(gpu_session.STAGES) and result["rehearsal"] is True
     assert all(st["status"] in ("done", "nothing to run here") for st in result["stages"].values())
     tiny = result["presets"]["tiny"]["runs"]
@@ -137,11 +142,7 @@ def test_the_rehearsal_runs_every_stage_on_the_cpu_in_the_one_schema(corpus, tmp
 
 
 def test_a_deadline_cuts_the_session_and_keeps_what_it_did(corpus, tmp_path):
-    out = tmp_path / "cut.json"
-    argv = ["--rehearse", "--data", str(corpus), "--out", str(out), "--deadline-s", "20",
-            "--work-dir", str(tmp_path / "work"), "--repeat", "2"]  # fmt: skip
-    assert gpu_session.main(argv) == 0
-    result = json.loads(out.read_text())
+    result = rehearse(corpus, tmp_path, "--deadline-s", "20", "--repeat", "2")
     assert list(result["stages"]) == list(gpu_session.STAGES)  # every stage said, none dropped
     assert result["stages"]["p3dn"]["status"] == "skipped: the deadline"
     ran = result["presets"]["tiny"]["runs"]  # the first run had its time: done, or timed out
