@@ -28,8 +28,9 @@ def worker_cluster_env(worker: str | None, default_dir: str, base_port: int) -> 
     """The local cluster of a pytest-xdist worker (``make test`` runs ``pytest -n 2``).
 
     Worker gw0, or a run without workers, keeps the default cluster (``make cluster-up``'s). Worker
-    gwN (N >= 1) gets a cluster of its own beside it: its own directory (munge, spool, pid files),
-    ports 1000 N above the default cluster's (``base_port``), and job ids from 1,001,000 N + 1, so
+    gwN (N >= 1) gets a cluster of its own beside it: its own directory (pid files, logs; its
+    spools and munge in a short place of its own under /run: slurm/local/cluster.sh), ports 1000 N
+    above the default cluster's (``base_port``), and job ids from 1,001,000 N + 1, so
     that two clusters on one machine never share a job id (chaos finds a job's processes by
     SLURM_JOB_ID) nor, as long as each hands out fewer than 500 ids, a torchrun rendezvous port
     (``hpc_core.slurm.rendezvous_port``: 8 ports a job, one for each in-job restart round, from

@@ -3,16 +3,21 @@
 # own UTS namespace so `hostname` inside a job prints the node name), a private munged, and two
 # partitions over the same nodes: `low` (default, preemptible with requeue) and `high`.
 #
-#   cluster.sh up | down | status | conf | node-up NODE
+#   cluster.sh up | down | status | conf | check | node-up NODE
 #
-# All state (config, spool, logs, pid files) lives in $HPC_TRAIN_CLUSTER_DIR (default:
-# <repo>/.local/cluster), in any folder root can write, a home of mode 0700 included. munged runs
-# as the munge user and must reach its key, socket, pid and log files, so those live in a place of
-# this cluster's own that munge can reach: /run/hpc-train-munge/<first 16 hex of the sha256 of the
-# cluster dir's real path> (one per cluster dir, so clusters side by side never share one), which
-# $HPC_TRAIN_CLUSTER_DIR/munge links to; `down` removes it. `up` and `down` are idempotent; `down`
-# stops only the daemons whose pid files `up` wrote, and removes from /etc/hosts only the line `up`
-# added.
+# The state (config, the controller's state, logs, pid files) lives in $HPC_TRAIN_CLUSTER_DIR
+# (default: <repo>/.local/cluster), in any folder root can write, however deep, a home of mode 0700
+# included. What must not depend on that folder lives in a short place of this cluster's own,
+# /run/hpc-train/<first 16 hex of the sha256 of the cluster dir's real path> (one per cluster dir,
+# so clusters side by side never share one; `down` removes it):
+# - spool/<node>: each slurmd's spool, where slurmstepd makes a Unix socket per job step
+#   (<spool>/<node>_<job>.<step>). A socket's path holds at most 107 bytes (sun_path is 108 with
+#   its NUL); under a deep checkout every step failed to launch and every job sat held.
+# - munge/: munged's key, socket, pid and log. munged runs as the munge user, which cannot cross a
+#   0700 folder; $HPC_TRAIN_CLUSTER_DIR/munge links to it.
+# `up` refuses (exit 2) a configuration whose longest socket path would not fit. `up` and `down`
+# are idempotent; `down` stops only the daemons whose pid files `up` wrote, and removes from
+# /etc/hosts only the line `up` added.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,7 +29,13 @@ ctld_port=${HPC_TRAIN_CLUSTER_PORT:-16817}
 # The first job id this cluster hands out. Two clusters on one machine (the test suite's workers,
 # one cluster each) must not both have a job 41: chaos finds a job's processes by SLURM_JOB_ID.
 first_job_id=${HPC_TRAIN_CLUSTER_FIRST_JOB_ID:-1}
-[[ "$first_job_id" =~ ^[1-9][0-9]*$ ]] || { echo "HPC_TRAIN_CLUSTER_FIRST_JOB_ID: not a job id: $first_job_id" >&2; exit 2; }
+# Job ids run from it up to max_job_id (Slurm's default MaxJobId, written into slurm.conf), then
+# wrap: the largest a step socket's name can carry.
+max_job_id=67043328
+if ! [[ "$first_job_id" =~ ^[1-9][0-9]{0,7}$ ]] || ((first_job_id >= max_job_id)); then
+  echo "HPC_TRAIN_CLUSTER_FIRST_JOB_ID: not a job id below $max_job_id: $first_job_id" >&2
+  exit 2
+fi
 # How long a requeued job is held (Reason=BeginTime) before it may start again: Slurm 22.05 holds
 # it for AuthInfo's cred_expire. 10 s here, the hold of the shipped clusters (requeue_delay=10 on
 # Slurm 25.11); Slurm's default is 120 s and ParallelCluster's slurm.conf sets 70 s. Set while the
@@ -39,10 +50,15 @@ sched_params=${HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS-bf_interval=2,sched_interv
 [[ "$sched_params" =~ ^[a-z_=0-9,]*$ ]] || { echo "HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS: not a Slurm option list: $sched_params" >&2; exit 2; }
 conf=$dir/etc/slurm.conf
 hosts_tag="# hpc-train local cluster $dir"
-munge_root=/run/hpc-train-munge
+short_root=/run/hpc-train
+# A step id with the most digits: the extern step (0xfffffffc; the batch step, 0xfffffffb, has as
+# many); a job's own steps count up from 0.
+longest_step=4294967292
+sun_path_max=107 # bytes of a Unix socket's path (sockaddr_un.sun_path: 108 with the final NUL)
 
 log() { printf '[%s] cluster: %s\n' "$(date -u +%FT%TZ)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+refuse() { log "error: $*"; exit 2; } # a configuration that cannot work: nothing was started
 
 node_names() { local i; for ((i = 1; i <= nodes; i++)); do printf '%s%d\n' "$prefix" "$i"; done; }
 
@@ -52,15 +68,39 @@ pid_alive() {
 }
 pid_of() { if [ -s "$1" ]; then cat "$1"; fi; }
 
+# short_place: this cluster's short place under /run (see the header), named from the cluster
+# dir's real path.
+short_place() {
+  echo "$short_root/$(realpath -m "$dir" | sha256sum | cut -c1-16)"
+}
+
 # munge_dir: where this cluster's munged keeps its key, socket, pid and log. A clone made before
 # the /run place (a real $dir/munge) keeps it while its munged runs, until `down`.
 munge_dir() {
   if [ -d "$dir/munge" ] && [ ! -L "$dir/munge" ] && pid_alive "$(pid_of "$dir/munge/munged.pid")"; then
     echo "$dir/munge"
   else
-    mkdir -p "$dir"
-    echo "$munge_root/$(realpath "$dir" | sha256sum | cut -c1-16)"
+    echo "$(short_place)/munge"
   fi
+}
+
+# The longest Unix socket path this configuration makes: a step socket of the longest node name
+# for the largest job id and the longest step id, and munged's socket.
+longest_socket() {
+  local name longest="" sock munge_sock
+  while read -r name; do [ "${#name}" -le "${#longest}" ] || longest=$name; done < <(node_names)
+  sock="$(short_place)/spool/$longest/${longest}_$max_job_id.$longest_step"
+  munge_sock="$(munge_dir)/munge.socket"
+  if [ "${#munge_sock}" -gt "${#sock}" ]; then echo "$munge_sock"; else echo "$sock"; fi
+}
+
+# check: refuse a configuration whose sockets cannot be made (one line, exit 2), before anything
+# starts; prints the longest socket path and its length when it fits.
+cmd_check() {
+  local sock
+  sock=$(longest_socket)
+  [ "${#sock}" -le "$sun_path_max" ] || refuse "a Unix socket path of this cluster would be ${#sock} bytes, over the $sun_path_max a socket holds: $sock (shorten HPC_TRAIN_CLUSTER_NODE_PREFIX '$prefix')"
+  echo "longest socket path: ${#sock} of $sun_path_max bytes: $sock"
 }
 
 write_config() {
@@ -72,6 +112,7 @@ write_config() {
     echo "# Generated by slurm/local/cluster.sh — local emulated cluster, do not edit."
     echo "ClusterName=hpctrain"
     echo "FirstJobId=$first_job_id"
+    echo "MaxJobId=$max_job_id"
     echo "SlurmctldHost=$host(127.0.0.1)"
     echo "SlurmctldPort=$ctld_port"
     echo "SlurmUser=root"
@@ -81,7 +122,8 @@ write_config() {
     # Private munged socket; cred_expire: see above (a requeued job's hold).
     echo "AuthInfo=socket=$(munge_dir)/munge.socket,cred_expire=$cred_expire"
     echo "StateSaveLocation=$dir/spool/ctld"
-    echo "SlurmdSpoolDir=$dir/spool/%n"
+    # Short whatever the checkout path: slurmstepd makes each step's socket here (see the header).
+    echo "SlurmdSpoolDir=$(short_place)/spool/%n"
     echo "SlurmctldPidFile=$dir/run/slurmctld.pid"
     echo "SlurmdPidFile=$dir/run/slurmd-%n.pid"
     echo "SlurmctldLogFile=$dir/log/slurmctld.log"
@@ -169,11 +211,12 @@ start_munge() {
   mdir=$(munge_dir)
   if pid_alive "$(pid_of "$mdir/munged.pid")"; then return 0; fi
   id munge >/dev/null 2>&1 || die "no 'munge' user: install the munge package (make install-system)"
-  # /run/hpc-train-munge (root, 0755) and this cluster's folder in it (munge, 0711: any local user,
-  # and a container's root without CAP_DAC_OVERRIDE, reaches the socket, as /var/run/munge (0755)
-  # on ParallelCluster; the key stays 0400 munge). Reached by munge whatever the checkout's mode.
+  # /run/hpc-train and this cluster's place in it (root, 0755), munge's folder there (munge, 0711:
+  # any local user, and a container's root without CAP_DAC_OVERRIDE, reaches the socket, as
+  # /var/run/munge (0755) on ParallelCluster; the key stays 0400 munge). Reached by munge whatever
+  # the checkout's mode.
   [ -L "$dir/munge" ] || rm -rf "$dir/munge" # the layout before: munge's files in the checkout
-  install -d -m 0755 -o root -g root "$munge_root"
+  install -d -m 0755 -o root -g root "$short_root" "$(short_place)"
   install -d -m 0711 -o munge -g munge "$mdir"
   ln -sfn "$mdir" "$dir/munge"
   printf '%s\n' "$dir" >"$mdir/cluster-dir.tmp" && mv "$mdir/cluster-dir.tmp" "$mdir/cluster-dir"
@@ -191,15 +234,25 @@ start_munge() {
   log "munged started (its files in $mdir)"
 }
 
-# stop_munge: munged stopped, and its /run place (not a clone's own $dir/munge) removed with the
-# link to it.
+# stop_munge: munged stopped, and the link to its /run folder removed (not a clone's own
+# $dir/munge); the folder goes with the short place (remove_short_place).
 stop_munge() {
   local mdir
   mdir=$(readlink "$dir/munge" || true)
   stop_pid "$dir/munge/munged.pid" munged
   case "$mdir" in
-    "$munge_root"/*) rm -rf "$mdir" && rm -f "$dir/munge" && log "removed $mdir" ;;
+    # /run/hpc-train-munge/*: where a cluster brought up before the short place kept munge's files
+    "$short_root"/* | /run/hpc-train-munge/*) rm -rf "$mdir" && rm -f "$dir/munge" ;;
   esac
+}
+
+# remove_short_place: once every daemon has stopped, the spools and munge's files go with it.
+remove_short_place() {
+  local place
+  place=$(short_place)
+  [ -d "$place" ] || return 0
+  rm -rf "$place"
+  log "removed $place"
 }
 
 start_ctld() {
@@ -211,7 +264,7 @@ start_ctld() {
 start_node() { # name: its slurmd, unless running
   local name=$1
   pid_alive "$(pid_of "$dir/run/slurmd-$name.pid")" && return 0
-  mkdir -p "$dir/spool/$name"
+  mkdir -p "$(short_place)/spool/$name"
   # Own UTS namespace: the node's processes see `hostname` = node name.
   # shellcheck disable=SC2016  # $1/$2 expand in the inner shell
   unshare --uts bash -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$name" "$conf"
@@ -268,6 +321,7 @@ close_inherited_fds() {
 running_sched_params() { sed -n 's/^SchedulerParameters=//p' "$conf"; }
 
 cmd_up() {
+  cmd_check >/dev/null
   command -v slurmctld >/dev/null || die "Slurm is not installed: run 'make install-system'"
   close_inherited_fds
   mkdir -p "$dir/run"
@@ -325,6 +379,7 @@ cmd_down() {
   done
   stop_pid "$dir/run/slurmctld.pid" slurmctld
   stop_munge
+  remove_short_place
   hosts_remove
   log "down"
 }
@@ -346,5 +401,6 @@ case "${1:-}" in
   status) cmd_status ;;
   node-up) cmd_node_up "${2:-}" ;;
   conf) echo "$conf" ;;
-  *) echo "usage: $0 up|down|status|conf|node-up NODE" >&2; exit 2 ;;
+  check) cmd_check ;;
+  *) echo "usage: $0 up|down|status|conf|check|node-up NODE" >&2; exit 2 ;;
 esac

@@ -48,50 +48,126 @@ def state_dir():
 
 @pytest.fixture
 def home_0700():
-    """A folder of mode 0700, as root's home. Short and under /tmp: slurmd's step sockets live in
-    the cluster dir, and a Unix socket path longer than 108 bytes fails the launch (pytest's own
-    tmp_path is too deep for that)."""
+    """A folder of mode 0700, as root's home."""
     path = Path(tempfile.mkdtemp(prefix="h7-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_a_cluster_in_a_0700_folder_comes_up_runs_a_job_and_cleans_up(home_0700, slurm_cluster):
-    """A checkout in a folder of mode 0700 (root's home, where a root user clones by default):
-    munged (user munge) cannot traverse it, so its files live in a /run place of this cluster's
-    own, named from the cluster dir, linked from it, and removed at `down`."""
+def deep_checkout(home: Path, length: int) -> Path:
+    """A checkout placed ``length`` characters deep inside ``home``: the local cluster's scripts at
+    their places in it (``cluster.sh`` finds its repository, and so its default cluster dir
+    ``<checkout>/.local/cluster``, from where it lies, as ``make cluster-up`` does)."""
+    checkout = home / "src"
+    while len(str(checkout)) < length - len("/hpc-train"):
+        checkout = (
+            checkout
+            / "github.com-example-lab"[: length - len("/hpc-train") - len(str(checkout)) - 1]
+        )
+    checkout = checkout / "hpc-train"
+    assert len(str(checkout)) == length
+    scripts = checkout / "slurm" / "local"
+    scripts.mkdir(parents=True)
+    for script in ("cluster.sh", "oci-run.sh"):
+        shutil.copy2(CLUSTER_SH.parent / script, scripts / script)
+    return checkout
+
+
+def test_a_cluster_from_a_150_character_checkout_in_a_0700_home_runs_a_job_with_steps(
+    home_0700, slurm_cluster
+):
+    """A checkout 150 characters deep in a folder of mode 0700 (root's home). slurmstepd makes a
+    Unix socket per job step in slurmd's spool (``<spool>/<node>_<job>.<step>``, at most 107
+    bytes): with the spool under the checkout, this job's batch step alone would need 187, and it
+    sat held (launch failed). The spool, and munged's files (munge cannot cross a 0700 folder),
+    live in a short place of this cluster's own under /run, named from the cluster dir; ``down``
+    removes it. A configuration whose sockets cannot fit is refused at ``up``."""
     home = home_0700
-    state = home / "hpc-train" / ".local" / "cluster"
-    state.mkdir(parents=True)
+    checkout = deep_checkout(home, 150)
     home.chmod(0o700)
-    env = {**os.environ, "HPC_TRAIN_CLUSTER_DIR": str(state), "HPC_TRAIN_CLUSTER_PORT": "26917",
-           "HPC_TRAIN_CLUSTER_NODES": "1", "HPC_TRAIN_CLUSTER_NODE_PREFIX": "u",
-           "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": "7100001"}  # fmt: skip
+    state = checkout / ".local" / "cluster"
+    cluster_sh = checkout / "slurm" / "local" / "cluster.sh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPC_TRAIN_CLUSTER", "SLURM"))}
+    env |= {"HPC_TRAIN_CLUSTER_PORT": "26917", "HPC_TRAIN_CLUSTER_NODES": "2",
+            "HPC_TRAIN_CLUSTER_NODE_PREFIX": "u", "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": "7100001"}  # fmt: skip
+
+    def cluster(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(cluster_sh), *args], capture_output=True, text=True,
+                              env={**env, **extra}, timeout=180)  # fmt: skip
+
+    too_long = cluster("up", HPC_TRAIN_CLUSTER_NODE_PREFIX="u" * 30)
+    assert too_long.returncode == 2 and len(too_long.stderr.strip().splitlines()) == 1
+    assert "over the 107 a socket holds" in too_long.stderr and not state.exists()
     digest = hashlib.sha256(f"{state.resolve()}\n".encode()).hexdigest()[:16]
-    place = Path("/run/hpc-train-munge") / digest
+    place = Path("/run/hpc-train") / digest
     try:
-        up = sh("up", env=env)
+        up = cluster("up")
         assert up.returncode == 0, up.stderr
         started = pids(state)
-        assert len(started) == 3 and all(alive(p) for p in started.values())  # munged, ctld, slurmd
-        assert os.readlink(state / "munge") == str(place)
-        assert (place.stat().st_uid, place.stat().st_mode & 0o777) == (
-            pwd.getpwnam("munge").pw_uid,
-            0o711,
-        )
-        assert (
-            f"AuthInfo=socket={place}/munge.socket," in (state / "etc" / "slurm.conf").read_text()
-        )
+        assert len(started) == 4 and all(
+            alive(p) for p in started.values()
+        )  # munged, ctld, 2 slurmd
+        assert os.readlink(state / "munge") == str(place / "munge")
+        assert (place.joinpath("munge").stat().st_uid,
+                place.joinpath("munge").stat().st_mode & 0o777) == (
+            pwd.getpwnam("munge").pw_uid, 0o711)  # fmt: skip
+        conf = (state / "etc" / "slurm.conf").read_text()
+        assert f"AuthInfo=socket={place}/munge/munge.socket," in conf
+        assert f"SlurmdSpoolDir={place}/spool/%n" in conf
+        out = checkout / "job.out"
         job = subprocess.run(
-            ["srun", "-N1", "bash", "-c", 'echo "$(hostname) $SLURM_JOB_ID"'], capture_output=True,
-            text=True, env={**env, "SLURM_CONF": str(state / "etc" / "slurm.conf")}, timeout=60,
+            ["sbatch", "-N2", "--wait", f"--output={out}", "--wrap",
+             'srun -N2 -l bash -c \'echo "$(hostname) $SLURM_JOB_ID $SLURM_STEP_ID"\''],
+            capture_output=True, text=True, env={**env, "SLURM_CONF": str(state / "etc" / "slurm.conf")},
+            timeout=120,
         )  # fmt: skip
-        assert job.stdout.split() == ["u1", "7100001"], job.stderr
+        assert job.returncode == 0, (job.stderr, out.read_text() if out.exists() else "")
+        assert sorted(out.read_text().split("\n")[:2]) == ["0: u1 7100001 0", "1: u2 7100001 0"]
+        assert len(f"{state}/spool/u1/u1_7100001.4294967291") > 107  # the old place would not fit
     finally:
-        down = sh("down", env=env)
+        down = cluster("down")
     assert down.returncode == 0, down.stderr
     assert not place.exists() and not (state / "munge").exists()  # cleaned up
     assert not any(alive(p) for p in started.values())
+
+
+def test_check_says_the_longest_socket_path_and_refuses_one_that_cannot_fit(tmp_path):
+    """``cluster.sh check`` (``up`` runs it first) starts nothing: the longest Unix socket path of
+    the configuration (a step socket of the longest node name, the largest job id, the extern
+    step), and exit 2 with one line when it is over the 107 bytes a socket holds."""
+    env = {
+        **os.environ,
+        "HPC_TRAIN_CLUSTER_DIR": str(tmp_path / "c"),
+        "HPC_TRAIN_CLUSTER_NODES": "12",
+    }
+    fits = subprocess.run(
+        ["bash", str(CLUSTER_SH), "check"], capture_output=True, text=True, env=env
+    )
+    digest = hashlib.sha256(f"{(tmp_path / 'c').resolve()}\n".encode()).hexdigest()[:16]
+    sock = f"/run/hpc-train/{digest}/spool/n10/n10_67043328.4294967292"
+    assert (
+        fits.returncode == 0
+        and fits.stdout == f"longest socket path: {len(sock)} of 107 bytes: {sock}\n"
+    )
+    long = {**env, "HPC_TRAIN_CLUSTER_NODE_PREFIX": "x" * 24}  # x..x10: 59 + 2 x 26 = 111 bytes
+    refused = subprocess.run(
+        ["bash", str(CLUSTER_SH), "check"], capture_output=True, text=True, env=long
+    )
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "would be 111 bytes, over the 107 a socket holds" in refused.stderr
+    fits_just = {**env, "HPC_TRAIN_CLUSTER_NODE_PREFIX": "x" * 22}  # 59 + 2 x 24 = 107
+    assert (
+        subprocess.run(
+            ["bash", str(CLUSTER_SH), "check"], capture_output=True, env=fits_just
+        ).returncode
+        == 0
+    )
+    bad_id = {**env, "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": "67043328"}  # not below MaxJobId
+    refused = subprocess.run(
+        ["bash", str(CLUSTER_SH), "check"], capture_output=True, text=True, env=bad_id
+    )
+    assert refused.returncode == 2 and "not a job id below 67043328" in refused.stderr
+    assert not (tmp_path / "c").exists()  # check makes nothing
 
 
 def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slurm_cluster):
