@@ -27,6 +27,11 @@ class InstanceType:
     gpudirect_rdma: bool  # EFA device supports RDMA read (GPUDirect); p3dn does not
     nvlink_links: int  # NVLink links expected up per GPU (0: do not check)
     cores: int  # physical cores (what Slurm sees with SMT off)
+    # ParallelCluster's GPU health check (HealthChecks.Gpu: `dcgmi diag -r 2` in every job's
+    # prolog) is fit for this type. Not for the V100 on an R580 driver (docs/on-aws.md, "The GPU
+    # check before training"): the shipped configs turn it off there, and the launcher checks
+    # each node through NVML before training instead (submit's --node-check, on by default there)
+    dcgm_prolog: bool = True
 
 
 def _types(*items: InstanceType) -> dict[str, InstanceType]:
@@ -35,7 +40,9 @@ def _types(*items: InstanceType) -> dict[str, InstanceType]:
 
 # Sources: the EC2 accelerated-computing instance pages (GPU model, GPU memory, EFA, cores).
 INSTANCE_TYPES: dict[str, InstanceType] = _types(
-    InstanceType("p3dn.24xlarge", 8, "V100", 32, True, False, nvlink_links=6, cores=48),
+    InstanceType(
+        "p3dn.24xlarge", 8, "V100", 32, True, False, nvlink_links=6, cores=48, dcgm_prolog=False
+    ),
     InstanceType("p4d.24xlarge", 8, "A100", 40, True, True, nvlink_links=12, cores=48),
     InstanceType("p4de.24xlarge", 8, "A100", 80, True, True, nvlink_links=12, cores=48),
     InstanceType("p5.48xlarge", 8, "H100", 80, True, True, nvlink_links=18, cores=96),

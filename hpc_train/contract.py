@@ -9,7 +9,7 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | what | schema | written by | read by |
 |---|---|---|---|
 | the ranks' environment (``HPC_TRAIN_*``) | ``WorkerEnv`` | each launcher, per start (``to_env``) | every rank, once (``worker.train``: ``from_env``) |
-| ``.hpc-train/nodes/<job>-<restart>-task<t>.json`` | ``NodeReport`` | each launcher (its GPUs) | task 0 (``launch.starts``) |
+| ``.hpc-train/nodes/<job>-<restart>-task<t>.json`` | ``NodeReport`` | each launcher (its GPUs, its GPU check's failure) | task 0 (``launch.starts``) |
 | ``.hpc-train/resume-<job>-<restart>.json`` | ``StartDecision`` | task 0, once per start | every launcher of that start |
 | ``.hpc-train/next-<job>-<restart>.json`` | ``RoundVerdict`` | task 0, when a start ends badly (and when it ends at all, with hot spares) | every launcher of that start and the spares standing by (restart in the allocation, or not) |
 | ``.hpc-train/stopped-<job>-<restart>.json`` | ``StopMarker`` | rank 0, after the save on notice | the launchers (``checkpoint()``, the restart policy) |
@@ -208,6 +208,7 @@ class NodeReport:
     task: int
     node: str
     gpus: int  # usable GPUs: 0 when CUDA is absent or broken, or the job asks for none
+    health: str = ""  # why its GPU check before training failed ('' passed, or not run)
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,16 @@ def grace_time_s(partition: str | None, dry_run: bool = False) -> float | None:
         return None
 
 
+def node_check_line(spec: JobSpec) -> str:
+    """What --dry-run says of the GPU check each node's launcher makes before training."""
+    if spec.checks_nodes:
+        return (f"# node check (--node-check {spec.node_check}): each node's launcher checks its "
+                f"GPUs through NVML for {spec.instance_type} at every start; a failing node is "
+                "blamed, drained and left out")  # fmt: skip
+    return (f"# node check off (--node-check {spec.node_check}): the cluster's own check runs "
+            "(ParallelCluster's DCGM check in the prolog, HealthChecks.Gpu)")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -277,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# training command on each node ({note}):\n{line}")
             gpu = spec.gpus_per_node > 0
             print("\n".join(levers.describe(spec.lever_choices(gpu), spec.lever_cc(gpu))))
+            if gpu:
+                print(node_check_line(spec))
             return 0
         submitted_at = time.time()
         job = submit(spec)

@@ -12,6 +12,11 @@ Two ways to use it from the training submit path:
 * from Python code already running inside the allocation: ``preflight.run(...)`` returns the
   outcome (``.exit_code`` 0 healthy, ``.reason`` one line, ``.nodelist``).
 
+And one node's GPUs before training: ``preflight.node(instance_type)``, ``nccl_checks gpu``'s NVML
+checks judged for the instance type, which the launcher runs on each node at every start where
+``submit --node-check`` says so (the default on p3dn, whose clusters run no DCGM check in the
+prolog: docs/on-aws.md); its failure is evidence about the node (``hpc_train.faults``).
+
 No torch import here; the ranks import it in their own processes.
 """
 
@@ -19,10 +24,11 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nccl_checks import allreduce
+from nccl_checks import allreduce, gpu, nvml_reader
 
 
 def command(
@@ -74,3 +80,27 @@ def run(
     """
     plan = allreduce.make_plan(backend, nodes, Path(out_dir), instance_type, **options)
     return allreduce.run_in_allocation(plan, timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """One node's GPU check: ``failed`` is why the node is unhealthy, one line ('' when it is
+    healthy or could not be checked); ``said`` is what the caller logs either way."""
+
+    failed: str
+    said: str
+
+
+def node(instance_type: str, state: gpu.NodeState | None = None) -> NodeCheck:
+    """This node's GPUs through NVML (``nccl_checks gpu``'s checks: count, ECC, retired pages
+    or row remaps, temperature, throttling, NVLink, XIDs), judged for ``instance_type``;
+    ``state``: a recorded one (``gpu --json``) instead of NVML's. No driver is no failure here:
+    the start sees no GPU and refuses the node for that."""
+    try:
+        found = state if state is not None else nvml_reader.read_node_state()
+    except gpu.NvmlUnavailable as err:
+        return NodeCheck("", f"GPU check: not checked ({err})")
+    report = gpu.check_node(found, instance_type)
+    if report.healthy:
+        return NodeCheck("", f"GPU check passed: {report.reason}")
+    return NodeCheck(f"GPU check failed: {report.reason}", f"GPU check failed: {report.reason}")

@@ -265,6 +265,8 @@ def _print_report(report: Report, took: float) -> None:
         print(f"not checked offline: {line}")
     for line in report.slurm_kept:
         print(f"slurm.conf keeps ParallelCluster's own {line}")
+    for line in report.slurm_replaced:
+        print(f"slurm.conf: {line}")
     for host in report.refused:
         print(f"note: refused a network attempt to {host} (AWS is faked; nothing left the machine)")
     for finding in report.findings:

@@ -21,9 +21,23 @@ was not reachable: the user guide ("Slurm prolog and epilog") says the ``Schedul
 line has been written since 3.6.0 (tag v3.6.0: slurm.conf.erb line 48), unconditionally.
 Settings on ParallelCluster's deny list (pcluster's ``SLURM_SETTINGS_DENY_LIST``:
 ``SlurmctldParameters``, ``TaskPlugin``, ``Prolog``, ``PartitionName``'s ``State``, ...) are left
-out: its own validator already refuses a config that sets them. Lines written only under a
-condition of the cluster's (``LaunchParameters`` with nss_slurm, accounting with a database) are
-left out too; they are all on the deny list.
+out: its own validator already refuses a config that sets them. Of those, ``SlurmctldParameters``
+is an option list ParallelCluster writes itself: a custom line of it is said to be refused
+(``Denied``), never advised on. Lines written only under a condition of the cluster's
+(``LaunchParameters`` with nss_slurm, accounting with a database) are left out too; they are all
+on the deny list. ``CommunicationParameters`` is on no deny list (pcluster 3.16.1) and
+ParallelCluster has written none since 3.9.0 (``NoAddrCache`` was removed by cookbook commit
+fab5e2dc, 2023-12-06): a custom line of it drops nothing.
+
+Option lists are compared by key (``option_key``): Slurm reads one option of a list by its key,
+and the first occurrence of the key in the line wins (22.05: ``cred_expire=`` by ``xstrstr`` in
+src/common/slurm_cred.c; 25.11: src/interfaces/cred.c, and ``conf_get_opt_str`` in
+src/common/read_config.c for ``requeue_delay=``). So a custom line that gives one of
+ParallelCluster's keys a new value loses nothing (``AuthInfo: cred_expire=10`` alone gives 10 s);
+a key of ParallelCluster's line that the custom line leaves out is lost, and the advice repeats
+that key with ParallelCluster's value, never a key the custom line sets (which, first in the
+line, would bring ParallelCluster's value back). tests/slurm/test_slurm_option_lists.py proves
+both rules on the local Slurm 22.05 by the requeue hold and by a failing prolog.
 """
 
 from __future__ import annotations
@@ -146,7 +160,8 @@ class Dropped:
     written: Written
     custom: str  # the custom setting's value
     where: tuple[str | int, ...]  # YAML path of the custom setting
-    lost: tuple[str, ...]  # options of ParallelCluster's value the custom value does not repeat
+    lost: tuple[str, ...]  # options of ParallelCluster's value whose key the custom value lacks
+    level = "WARNING"
 
     @property
     def message(self) -> str:
@@ -155,7 +170,7 @@ class Dropped:
             repeat = ",".join([*self.lost, self.custom])
             return (
                 f"drops {', '.join(self.lost)}, which ParallelCluster writes itself ({kept}, "
-                f"{self.written.source}): Slurm keeps the last {self.written.keyword} line. "
+                f"{self.written.source}): Slurm keeps the last {self.written.keyword} line whole. "
                 f"Repeat it: {self.written.keyword}: {repeat}"
             )
         why = f" ({self.written.why})" if self.written.why else ""
@@ -163,6 +178,43 @@ class Dropped:
             f"replaces ParallelCluster's own {kept} ({self.written.source}) with "
             f"{self.custom}: Slurm keeps the last value{why}"
         )
+
+
+@dataclass(frozen=True)
+class Denied:
+    """A custom setting of an option list ParallelCluster writes and refuses to let a config
+    set: said, never advised on."""
+
+    written: Written
+    where: tuple[str | int, ...]
+    level = "INFO"
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.written.keyword} is on ParallelCluster's deny list (pcluster's "
+            f"SLURM_SETTINGS_DENY_LIST, {DENY_LIST_SOURCE}): pcluster refuses the config "
+            f"(CustomSlurmSettingsValidator) and writes its own line "
+            f"({self.written.keyword}={self.written.value}, {self.written.source}); no advice"
+        )
+
+
+DENY_LIST_SOURCE = "pcluster/validators/slurm_settings_validator.py, 3.16.1"
+# slurm.conf.erb's SlurmctldParameters line (one of two, by the cluster's DNS setting; the
+# percentage is node['cluster']['slurm_node_reg_mem_percent']): on the deny list
+DENIED_WRITES: tuple[Written, ...] = (
+    _erb(
+        "SlurmctldParameters",
+        "idle_on_node_suspend,power_save_min_interval=30,node_reg_mem_percent=<percent>",
+        29,
+    ),
+)
+
+
+def option_key(option: str) -> str:
+    """The key Slurm finds an option of a list by: ``cred_expire`` of ``cred_expire=70``; a
+    flag (``nohold_on_prolog_fail``) is its own key."""
+    return option.partition("=")[0].strip()
 
 
 def effective(keyword: str, config: Mapping[str, Any]) -> str | None:
@@ -175,11 +227,12 @@ def effective(keyword: str, config: Mapping[str, Any]) -> str | None:
     return value
 
 
-def dropped(config: Mapping[str, Any]) -> Iterator[Dropped]:
+def dropped(config: Mapping[str, Any]) -> Iterator[Dropped | Denied]:
     """Every custom Slurm setting (cluster or queue level) that would drop a setting ParallelCluster
-    writes itself into slurm.conf."""
+    writes itself into slurm.conf, and each that sets a deny-listed list of ParallelCluster's."""
     writes = cluster_writes(config)
     for where, key, value in _cluster_settings(config):
+        yield from (Denied(w, where) for w in DENIED_WRITES if w.keyword.lower() == key.lower())
         yield from _against(writes, where, key, value)
     queues = _mapping(config.get("Scheduling")).get("SlurmQueues")
     for index, queue in enumerate(queues if isinstance(queues, list) else []):
@@ -191,15 +244,32 @@ def dropped(config: Mapping[str, Any]) -> Iterator[Dropped]:
 
 
 def kept(config: Mapping[str, Any]) -> list[str]:
-    """ParallelCluster's settings that the config's cluster-level custom settings name and keep,
-    as 'KEYWORD=VALUE (source)' (what `validate` says it checked)."""
-    lost = {d.written for d in dropped(config)}
-    named = {key.lower() for _, key, _ in _cluster_settings(config)}
+    """ParallelCluster's settings that the config's cluster-level custom settings name and keep
+    as they are, as 'KEYWORD=VALUE (source)' (what `validate` says it checked)."""
+    return [f"{w.keyword}={w.value} ({w.source})" for w, same in _named(config) if same]
+
+
+def replaced(config: Mapping[str, Any]) -> list[str]:
+    """ParallelCluster's option lists whose every key the config's custom line sets, some with
+    a new value: no loss, the custom value is the one in force. As 'KEYWORD: the custom value
+    in place of ParallelCluster's (source)'."""
     return [
-        f"{w.keyword}={w.value} ({w.source})"
-        for w in cluster_writes(config)
-        if w.keyword.lower() in named and w not in lost
+        f"{w.keyword}: {effective(w.keyword, config)} in place of ParallelCluster's {w.value} "
+        f"({w.source}): Slurm reads each key's first occurrence in the last {w.keyword} line"
+        for w, same in _named(config)
+        if not same and w.keyword in LIST_KEYWORDS
     ]
+
+
+def _named(config: Mapping[str, Any]) -> Iterator[tuple[Written, bool]]:
+    """ParallelCluster's settings that the config's cluster-level custom settings name and do
+    not lose, each with whether the custom value repeats ParallelCluster's options as they are."""
+    lost = {d.written for d in dropped(config) if isinstance(d, Dropped)}
+    named = {key.lower() for _, key, _ in _cluster_settings(config)}
+    for w in cluster_writes(config):
+        value = effective(w.keyword, config)
+        if w.keyword.lower() in named and w not in lost and value is not None:
+            yield w, set(w.options()) <= set(_options(w.keyword, value))
 
 
 def _against(
@@ -208,8 +278,8 @@ def _against(
     for written in writes:
         if written.keyword.lower() != key.lower():  # Slurm's keywords are case-insensitive
             continue
-        have = set(_options(written.keyword, value))
-        lost = tuple(o for o in written.options() if o not in have)
+        have = {option_key(o) for o in _options(written.keyword, value)}
+        lost = tuple(o for o in written.options() if option_key(o) not in have)
         if lost:
             yield Dropped(written, value, where, lost)
 

@@ -8,7 +8,8 @@
            AWS (moto, see fake_aws.py) so no credentials or network are needed; skipped as
            `--suppress-validators` asks, with pcluster's syntax (ALL, type:NAME)
     warn   settings pcluster accepts but ignores (NO_EFFECT: GdrSupport); custom Slurm settings
-           that would drop a setting ParallelCluster writes into slurm.conf itself (slurm_conf.py)
+           that would drop a setting ParallelCluster writes into slurm.conf itself, compared
+           key by key for option lists (slurm_conf.py)
     update pcluster's ConfigPatch on two configs: may `pcluster update-cluster` go from one to
            the other (update_check)
 
@@ -93,6 +94,7 @@ class Report:
     not_checked: list[str] = field(default_factory=list)  # only the real account can say
     assumed: list[str] = field(default_factory=list)  # facts the caller stated (AccountFacts)
     slurm_kept: list[str] = field(default_factory=list)  # ParallelCluster's settings kept
+    slurm_replaced: list[str] = field(default_factory=list)  # its option lists given new values
 
     @property
     def errors(self) -> list[Finding]:
@@ -198,10 +200,11 @@ def no_effect_findings(data: Any, text: str, path: yaml_paths.Path = ()) -> Iter
 
 
 def dropped_slurm_findings(data: Mapping[str, Any], text: str) -> Iterator[Finding]:
-    """A warning for each custom Slurm setting that would drop one ParallelCluster writes itself."""
+    """A warning for each custom Slurm setting that would drop one ParallelCluster writes itself;
+    a note for each of a deny-listed list (pcluster's own validator refuses it)."""
     for dropped in slurm_conf.dropped(data):
         yield Finding(
-            "WARNING",
+            dropped.level,
             yaml_paths.format_path(dropped.where),
             dropped.message,
             "hpc-train",
@@ -314,6 +317,7 @@ def _add_own_findings(report: Report, text: str, data: dict[str, Any]) -> None:
     report.findings.extend(no_effect_findings(data, text))
     report.findings.extend(dropped_slurm_findings(data, text))
     report.slurm_kept = slurm_conf.kept(data)
+    report.slurm_replaced = slurm_conf.replaced(data)
     report.findings.sort(key=lambda f: LEVELS.index(f.level) if f.level in LEVELS else 9)
 
 

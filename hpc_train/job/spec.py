@@ -306,6 +306,14 @@ class JobSpec(Sizing):
     preflight: bool = option(
         "--preflight", "all-reduce health check of the allocation before training", default=False
     )
+    node_check: str = option(
+        "--node-check",
+        "each node's GPUs checked through NVML (nccl_checks gpu) at every start, before training; "
+        "a node that fails is blamed on that evidence, drained and left out",
+        default="auto", choices=("auto", "on", "off"),
+        default_text="auto: on where ParallelCluster's DCGM check in the prolog is off "
+        "(p3dn.24xlarge: docs/on-aws.md), off elsewhere",
+    )  # fmt: skip
     notify: Notifications = nested(Notifications)
     precision: str | None = option(
         "--precision", "GPU ranks' precision", default=None, choices=devices.PRECISIONS,
@@ -351,6 +359,15 @@ class JobSpec(Sizing):
     @property
     def gpu_precision(self) -> str:
         return devices.precision(self.instance_type, self.precision)
+
+    @property
+    def checks_nodes(self) -> bool:
+        """Each node's launcher checks its GPUs before training (``--node-check``; auto: where
+        ParallelCluster's DCGM check in the prolog is unfit, ``InstanceType.dcgm_prolog``)."""
+        if self.gpus_per_node <= 0 or self.node_check == "off":
+            return False
+        itype = INSTANCE_TYPES.get(self.instance_type)  # an unknown one is refused at submit
+        return self.node_check == "on" or (itype is not None and not itype.dcgm_prolog)
 
     @property
     def lever_settings(self) -> dict[str, str]:

@@ -4,7 +4,8 @@ At each (re)start every node's launcher reports the GPUs it can use (a CUDA that
 initialise counts 0). Task 0 decides the ranks per node for everyone: ``--gpus-per-node``,
 capped by what the best node has; a node with fewer is refused by name (the start fails, task 0
 blames that node, drains it unless ``--no-drain``, requeues and excludes it) instead of every
-node silently computing its own world. No GPU anywhere is the CPU fallback (one gloo rank per
+node silently computing its own world. So is a node whose GPU check before training failed
+(``--node-check``: ``NodeReport.health``), on that evidence. No GPU anywhere is the CPU fallback (one gloo rank per
 node), as on the local cluster.
 """
 
@@ -35,6 +36,10 @@ def decide(
     if held:
         why = f"node(s) {', '.join(held)} quarantined (blamed twice within a day)"
         return Geometry(nodes, 1, False, why, tuple(held))
+    failed = [r for r in sorted(reports, key=lambda r: r.task) if r.health]
+    if failed:
+        why = "; ".join(f"{r.node}: {r.health}" for r in failed)
+        return Geometry(nodes, 1, False, why, tuple(r.node for r in failed))
     best = max((r.gpus for r in reports), default=0)
     if gpus_per_node <= 0 or best == 0:
         return Geometry(nodes, 1, False)

@@ -1,9 +1,10 @@
 """One start of a job: which node this is, why the start before ended, and the decision task 0
 makes for every node (geometry and what to resume from).
 
-Each node's launcher writes what it found (``NodeReport``: its GPUs) to the run directory; task 0
-waits for every node's report, decides, and writes one ``contract.StartDecision`` that the other tasks
-wait for and use as is: one world per start, never one computed per node.
+Each node's launcher writes what it found (``NodeReport``: its GPUs, and where ``--node-check``
+asks, why its GPU check failed) to the run directory; task 0 waits for every node's report,
+decides, and writes one ``contract.StartDecision`` that the other tasks wait for and use as is:
+one world per start, never one computed per node.
 """
 
 from __future__ import annotations
@@ -93,14 +94,27 @@ def previous_stop(files: StartFiles) -> str:
     return "no save on notice (node failure, requeue or crash): last periodic checkpoint"
 
 
+def node_health(spec: JobSpec, gpus: int, log: Callable[[str], None]) -> str:
+    """This node's GPU check before training, where ``--node-check`` asks for it: why it failed,
+    one line ('' when it passed, could not run, or was not asked for; a node without GPUs is
+    refused for that)."""
+    if not spec.checks_nodes or gpus <= 0:
+        return ""
+    from nccl_checks import preflight  # NVML, only on the nodes that check
+
+    check = preflight.node(spec.instance_type)
+    log(check.said)
+    return check.failed
+
+
 def decide_start(
     run: RunDir, start: Start, spec: JobSpec, gpus: int, log: Callable[[str], None]
 ) -> StartDecision:
-    """Every node reports its GPUs; task 0 decides for all, once: the geometry
-    (``geometry.decide``, a quarantined node refused), the batch plan for that world and what to
+    """Every node reports its GPUs (and its GPU check); task 0 decides for all, once: the geometry
+    (``geometry.decide``, a quarantined node or one that failed its check refused), the batch plan for that world and what to
     resume from (verifying the checkpoints); the other tasks wait for its decision."""
     files = start.files(run)
-    files.write_node_report(NodeReport(start.task, node_name(), gpus))
+    files.write_node_report(NodeReport(start.task, node_name(), gpus, node_health(spec, gpus, log)))
     if start.task != 0:
         try:
             return wait_until(files.decision, "task 0's decision", timeout=DECISION_WAIT_S,

@@ -48,6 +48,10 @@ cred_expire=${HPC_TRAIN_CLUSTER_CRED_EXPIRE:-10}
 # Set while the cluster runs with others, `up` refuses, as for the hold.
 sched_params=${HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS-bf_interval=2,sched_interval=2}
 [[ "$sched_params" =~ ^[a-z_=0-9,]*$ ]] || { echo "HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS: not a Slurm option list: $sched_params" >&2; exit 2; }
+# A file of slurm.conf lines of the caller's own, `Include`d last, as ParallelCluster includes a
+# cluster's CustomSlurmSettings after its own lines (Slurm keeps the last value of a keyword).
+include=${HPC_TRAIN_CLUSTER_INCLUDE:-}
+[ -z "$include" ] || [[ "$include" = /* && -f "$include" ]] || { echo "HPC_TRAIN_CLUSTER_INCLUDE: not an absolute path to a file: $include" >&2; exit 2; }
 conf=$dir/etc/slurm.conf
 hosts_tag="# hpc-train local cluster $dir"
 short_root=/run/hpc-train
@@ -157,6 +161,7 @@ write_config() {
     done < <(node_names)
     echo "PartitionName=low Nodes=${prefix}[1-$nodes] Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 MaxTime=INFINITE State=UP"
     echo "PartitionName=high Nodes=${prefix}[1-$nodes] PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP"
+    [ -z "$include" ] || echo "Include $include"
   } >"$conf.tmp"
   mv "$conf.tmp" "$conf"
 }

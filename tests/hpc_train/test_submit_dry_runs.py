@@ -48,6 +48,7 @@ CASES: dict[str, str] = {
     "--batch-per-device 16 --precision fp16 --cpus-per-task 48 --time 2:00:00 --job-name sized "
     "--instance-type p3dn.24xlarge",
     "preflight": "--preset roberta-base --nodes 2 --preflight",
+    "node-check": "--preset roberta-base --instance-type p4d.24xlarge --node-check on",
     "fairseq-args": "--preset tiny --gpus-per-node 0 -- --validate-interval-updates 7 --seed 3",
     # refused: one line and exit 2
     "bad-spares": "--preset tiny --nodes 1-2 --spares 1",

@@ -74,3 +74,27 @@ def test_preflight_inside_a_batch_job(slurm_cluster: Path, tmp_path: Path) -> No
     bad = json.loads((tmp_path / "bad" / "result.json").read_text())
     assert ok["healthy"] is True and ok["job_id"] == job_id
     assert bad["healthy"] is False and "< 1000 GB/s floor" in bad["reason"]
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_node_check_judges_a_node_state_for_its_instance_type() -> None:
+    """Recorded states (``gpu --json``; no V100 here): 8 healthy V100s pass as a p3dn; GPU 3's
+    uncorrectable ECC errors fail it, the first failure in the one-line reason; the same healthy
+    V100s judged as a p5 fail (6 NVLinks up where a p5 has 18)."""
+    from nccl_checks import gpu
+
+    healthy = gpu.load_state(FIXTURES / "gpu_state_p3dn_healthy.json")
+    passed = preflight.node("p3dn.24xlarge", healthy)
+    assert passed.failed == "" and passed.said == "GPU check passed: 8 GPUs healthy (p3dn.24xlarge)"
+    ecc = preflight.node("p3dn.24xlarge", gpu.load_state(FIXTURES / "gpu_state_p3dn_ecc.json"))
+    assert ecc.failed.startswith("GPU check failed: GPU 3: 2 uncorrectable ECC errors since boot")
+    assert ecc.said == ecc.failed
+    assert "NVLink" in preflight.node("p5.48xlarge", healthy).failed
+
+
+@pytest.mark.nogpu
+def test_node_check_without_a_driver_is_no_failure() -> None:
+    check = preflight.node("p3dn.24xlarge")
+    assert check.failed == "" and check.said.startswith("GPU check: not checked (")

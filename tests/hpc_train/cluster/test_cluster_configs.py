@@ -46,7 +46,8 @@ def test_headline_config_has_what_the_issue_asks() -> None:
     assert cr["Efa"] == {"Enabled": True}
     assert cr["DisableSimultaneousMultithreading"] is True
     assert queue["Networking"]["PlacementGroup"]["Enabled"] is True
-    assert queue["HealthChecks"]["Gpu"]["Enabled"] is True
+    # the V100's GPU check is the launcher's, not DCGM's in the prolog (the test below says why)
+    assert queue["HealthChecks"]["Gpu"]["Enabled"] is False
     assert queue["CapacityType"] == "ONDEMAND"
     assert c["Scheduling"]["SlurmSettings"]["ScaledownIdletime"] > 0
     [lustre] = [s for s in c["SharedStorage"] if s["StorageType"] == "FsxLustre"]
@@ -75,6 +76,29 @@ def test_a_requeue_is_held_10_s_on_slurm_25_11_not_parallelclusters_70(name: str
     assert requeue_hold.of_config(config, slurm_version="24.11") == 70
     del config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]
     assert requeue_hold.of_config(config) == 70
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_each_gpu_queue_checks_its_nodes_once_dcgm_in_the_prolog_or_the_launcher(name: str) -> None:
+    """ParallelCluster's GPU check (`dcgmi diag -r 2` in every job's prolog) is on where it is
+    fit and off on the V100 (p3dn): the cookbook checks a V100 (its is_dcgm_supported skips
+    only K520s and MIG), NVIDIA/DCGM#254 reports that level's PCIe test failing on V100 with
+    driver 580 and DCGM 4.4's CUDA 12 packages, NVIDIA points Volta away from its CUDA 13 ones,
+    and the p3dn image must run R580: a prolog that fails at every job would drain and replace
+    every node (docs/on-aws.md, "The GPU check before training"). Where it is off, a job of that
+    instance type checks its nodes itself by default (submit --node-check auto), and only there.
+    """
+    from hpc_core.instances import instance_type
+    from hpc_train.job.spec import JobSpec
+
+    for queue in load(name)["Scheduling"]["SlurmQueues"]:
+        for cr in queue["ComputeResources"]:
+            itype = instance_type(cr["InstanceType"])
+            dcgm = queue["HealthChecks"]["Gpu"]["Enabled"]
+            assert dcgm is itype.dcgm_prolog
+            spec = JobSpec("tiny", Path("/d"), Path("/s"), instance_type=itype.name)
+            assert spec.checks_nodes is not dcgm
+    assert instance_type("p3dn.24xlarge").dcgm_prolog is False
 
 
 def test_a_changed_requeue_hold_is_said_to_take_a_new_slurmctld() -> None:
@@ -264,11 +288,13 @@ def test_p3dn_queues_run_the_custom_ami_and_p4d_p5_the_official_one() -> None:
 CR = "Scheduling.SlurmQueues[0].ComputeResources[0]"
 Q = "Scheduling.SlurmQueues[0]"
 ARGS = f"{Q}.CustomActions.OnNodeConfigured.Args[3]"
+DCGM = f"{Q}.HealthChecks.Gpu.Enabled"  # off on p3dn only (the test above says why)
 P5 = {
     f"{CR}.Name": "p5",
     f"{CR}.InstanceType": "p5.48xlarge",
     ARGS: "p5.48xlarge",
     f"{Q}.Image.CustomAmi": None,
+    DCGM: True,
 }
 EXPECTED_DIFFERENCES = {
     "p3dn-spot.yaml": {
@@ -280,6 +306,7 @@ EXPECTED_DIFFERENCES = {
         f"{CR}.InstanceType": "p4d.24xlarge",
         ARGS: "p4d.24xlarge",
         f"{Q}.Image.CustomAmi": None,
+        DCGM: True,
     },
     "p5.yaml": P5,
     "p5-odcr.yaml": {

@@ -381,6 +381,31 @@ def test_a_custom_slurm_line_that_drops_parallelclusters_own_is_warned(
     assert report.slurm_kept == []
 
 
+def test_a_new_cred_expire_is_no_loss_and_slurmctld_parameters_is_refused_by_pcluster(
+    headline: dict[str, Any],
+) -> None:
+    """Key by key: ``AuthInfo: cred_expire=10`` loses nothing of ParallelCluster's
+    ``cred_expire=70`` (said as the value in force); a custom SlurmctldParameters is refused by
+    ParallelCluster's own validator (its deny list), and hpc-train says so without advice."""
+    data = copy.deepcopy(headline)
+    data["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"] += [
+        {"AuthInfo": "cred_expire=10"},
+        {"SlurmctldParameters": "idle_on_node_suspend"},
+    ]
+    report = check(data, {AMI_CHECK})
+    ours = [f for f in report.findings if f.validator == "hpc-train"]
+    assert [(f.level, f.path.rpartition(".")[2]) for f in ours] == [("INFO", "SlurmctldParameters")]
+    assert "deny list" in ours[0].message and "Repeat it" not in ours[0].message
+    assert any(
+        f.level == "ERROR" and "SlurmctldParameters" in f.message
+        for f in report.findings
+        if f.validator != "hpc-train"
+    ), [str(f) for f in report.findings]
+    assert [line.partition(" in place of")[0] for line in report.slurm_replaced] == [
+        "AuthInfo: cred_expire=10"
+    ]
+
+
 def test_a_custom_cluster_name_and_select_type_parameters_are_warned(
     headline: dict[str, Any],
 ) -> None:

@@ -10,8 +10,12 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import NodeReport
+from hpc_train.faults.evidence import Evidence
 from hpc_train.job.spec import JobSpec, Recovery
-from hpc_train.launch import geometry, launcher
+from hpc_train.launch import geometry, launcher, starts
+from nccl_checks import gpu, preflight
+
+FIXTURES = Path(__file__).resolve().parents[2] / "nccl_checks" / "fixtures"
 
 
 def reports(*gpus: int) -> list[NodeReport]:
@@ -43,6 +47,35 @@ def test_a_quarantined_node_is_refused_before_anything_else():
     assert geometry.decide(8, reports(8, 8), quarantined={"n9"}).refused == ""
 
 
+def test_a_node_that_failed_its_gpu_check_is_refused_on_that_evidence():
+    failed = NodeReport(1, "n2", 8, "GPU check failed: GPU 3: 2 uncorrectable ECC errors")
+    shape = geometry.decide(8, [NodeReport(0, "n1", 8), failed, NodeReport(2, "n3", 7)])
+    assert shape.bad_nodes == ("n2",)  # the failed check first: n3 is refused at the next start
+    assert shape.refused == "n2: GPU check failed: GPU 3: 2 uncorrectable ECC errors"
+    assert geometry.decide(8, reports(8, 8)).refused == ""
+
+
+@pytest.mark.nogpu
+def test_the_node_check_runs_only_where_the_job_asks_and_never_fails_without_a_driver():
+    """No NVIDIA driver here: the check that --node-check asks for says so and is no failure (the
+    start sees no GPU and refuses the node for that); one not asked for is never run."""
+    said: list[str] = []
+    p3dn = JobSpec("tiny", Path("/d"), Path("/s"), gpus_per_node=8)  # auto: on for p3dn
+    assert p3dn.checks_nodes and starts.node_health(p3dn, 8, said.append) == ""
+    assert said and said[0].startswith("GPU check: not checked (")
+    said.clear()
+    for spec in (
+        JobSpec("tiny", Path("/d"), Path("/s"), gpus_per_node=8, node_check="off"),
+        JobSpec("tiny", Path("/d"), Path("/s"), gpus_per_node=8, instance_type="p5.48xlarge"),
+        JobSpec("tiny", Path("/d"), Path("/s"), gpus_per_node=0, node_check="on"),
+    ):
+        assert not spec.checks_nodes and starts.node_health(spec, 8, said.append) == ""
+    assert said == []
+    on = JobSpec("tiny", Path("/d"), Path("/s"), gpus_per_node=8, instance_type="p5.48xlarge",
+                 node_check="on")  # fmt: skip
+    assert on.checks_nodes
+
+
 class NoTorchrun(launcher.Launcher):
     def torchrun_command(self, start, nproc, args):
         raise AssertionError("a refused start never runs torchrun")
@@ -53,7 +86,7 @@ def test_task_0_refuses_the_start_drains_requeues_and_excludes_the_short_node(tm
     run = RunDir(tmp_path)
     run.node_report("41", 0, 1).parent.mkdir(parents=True)
     run.node_report("41", 0, 1).write_text(json.dumps({"task": 1, "node": "n2", "gpus": 6}))
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8)
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8, node_check="off")  # n2's GPUs
     with pytest.raises(RuntimeError, match=r"start refused: node\(s\) n2 \(6\) see fewer GPUs"):
         NoTorchrun(spec).run(launcher.Start("41", 0, 2, "n1", 0, ("n1", "n2")), gpus=8)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -74,7 +107,32 @@ def test_a_refused_start_with_the_budget_spent_in_the_job_stops_instead_of_reque
     ledger.record(run.ledger, "restarted", "41", 0, round=1)
     run.node_report("41", 0, 1).parent.mkdir(parents=True, exist_ok=True)
     run.node_report("41", 0, 1).write_text(json.dumps({"task": 1, "node": "n2", "gpus": 6}))
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8, recovery=Recovery(max_restarts=1))
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8, node_check="off",
+                   recovery=Recovery(max_restarts=1))  # fmt: skip
     with pytest.raises(RuntimeError, match=r"no restarts left \(--max-restarts 1\)"):
         NoTorchrun(spec).run(launcher.Start("41", 0, 2, "n1", 0, ("n1", "n2")), gpus=8)
     assert fake_slurm.requeued == []
+
+
+def test_a_node_whose_gpu_check_failed_is_blamed_drained_and_left_out(tmp_path, fake_slurm):
+    """Task 1 (n2) wrote the report its launcher writes when its check fails: the check's own
+    verdict on a recorded p3dn state (GPU 3 with uncorrectable ECC errors, pages pending, XID 48;
+    no V100 here, so the state is a recorded one). Task 0 refuses the start, blames n2 on a
+    failed health check (drained at once: evidence about the node itself), requeues and
+    excludes it."""
+    state = gpu.load_state(FIXTURES / "gpu_state_p3dn_ecc.json")
+    failed = preflight.node("p3dn.24xlarge", state).failed
+    assert failed.startswith("GPU check failed: GPU 3: 2 uncorrectable ECC errors")
+    run = RunDir(tmp_path)
+    run.node_report("41", 0, 1).parent.mkdir(parents=True)
+    report = {"task": 1, "node": "n2", "gpus": 8, "health": failed}
+    run.node_report("41", 0, 1).write_text(json.dumps(report))
+    # n2's check is the test's; task 0's would read this machine's NVML, no p3dn's
+    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8, node_check="off")
+    with pytest.raises(RuntimeError, match="start refused: n2: GPU check failed: GPU 3"):
+        NoTorchrun(spec).run(launcher.Start("41", 0, 2, "n1", 0, ("n1", "n2")), gpus=8)
+    assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
+    assert [node for node, _ in fake_slurm.drained] == ["n2"]
+    [blamed] = [e for e in ledger.read(run.ledger) if e.kind == "blamed"]
+    assert blamed.get("node") == "n2" and blamed.get("evidence") == str(Evidence.HEALTH_CHECK)
+    assert blamed.get("drained") is True
