@@ -26,6 +26,7 @@ from pathlib import Path
 
 from benchmarks import gpu, gpu_measure
 from hpc_train.job import command_lines
+from hpc_train.job.levers import LeverName
 
 P3DN = "p3dn.24xlarge"
 P3DN_CAP_GIB = 32.0  # a V100's memory, as the cap on this GPU's allocator
@@ -38,7 +39,10 @@ print(f"[gpu-session] allocator capped at {cap_gib} GiB of", round(total / 2**30
 runpy.run_module("hpc_train.worker.train", run_name="__main__")
 """
 # every lever of issue 36 that keeps fairseq's samples (pack changes them, compile is apart)
-EXACT_LEVERS = ("gelu", "pad-check", "host-sizes", "lazy-stats", "foreach-grads")
+EXACT_LEVERS = (
+    LeverName.GELU, LeverName.PAD_CHECK, LeverName.HOST_SIZES, LeverName.LAZY_STATS,
+    LeverName.FOREACH_GRADS,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Run:
     extra: tuple[str, ...] = ()  # fairseq flags after the toolkit's (fairseq takes the last)
 
 
-def levers_on(*names: str) -> tuple[tuple[str, str], ...]:
+def levers_on(*names: LeverName) -> tuple[tuple[str, str], ...]:
     return tuple((name, "on") for name in names)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpc_core.rundir import RunDir
-from hpc_train.contract import FailureRecord, StartFiles, write_failure
+from hpc_train.contract import Cause, FailureRecord, StartFiles, write_failure
 
 # an infrastructure error that only says a *peer* went away: the reporting rank is a witness
 PEER_MARKS = (
@@ -39,8 +39,6 @@ INFRASTRUCTURE_MARKS = (
     "nccl", "gloo", "c10d", "distbackenderror", "distnetworkerror", "cuda error",
     "unknown error", *HARDWARE_MARKS, *PEER_MARKS,
 )  # fmt: skip
-USER_ERROR = "user error"
-INFRASTRUCTURE = "infrastructure"
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class Failure(FailureRecord):
     """A rank's report (``contract.FailureRecord``), classified."""
 
     @property
-    def cause(self) -> str:
+    def cause(self) -> Cause:
         return classify(self.type, self.message)
 
     @property
@@ -76,21 +74,24 @@ def _mentions(exc_type: str, message: str, marks: tuple[str, ...]) -> bool:
     return any(m in text for m in marks)
 
 
-def classify(exc_type: str, message: str) -> str:
-    return INFRASTRUCTURE if _mentions(exc_type, message, INFRASTRUCTURE_MARKS) else USER_ERROR
+def classify(exc_type: str, message: str) -> Cause:
+    """``Cause.INFRASTRUCTURE`` or ``Cause.USER_ERROR`` (see the module docstring)."""
+    if _mentions(exc_type, message, INFRASTRUCTURE_MARKS):
+        return Cause.INFRASTRUCTURE
+    return Cause.USER_ERROR
 
 
 def first(failures: Sequence[Failure]) -> Failure | None:
     """The failure that explains a start: a user error before infrastructure ones (a rank that
     raised makes its peers fail in the collective after it), the lowest update, then rank."""
-    ranked = sorted(failures, key=lambda f: (f.cause != USER_ERROR, f.update, f.rank))
+    ranked = sorted(failures, key=lambda f: (f.cause != Cause.USER_ERROR, f.update, f.rank))
     return ranked[0] if ranked else None
 
 
 def repeated(now: Sequence[Failure], before: Sequence[Failure]) -> Failure | None:
     """The user error of this start if the previous start died of the same one; else None."""
     this, last = first(now), first(before)
-    if this is None or last is None or this.cause != USER_ERROR:
+    if this is None or last is None or this.cause != Cause.USER_ERROR:
         return None
     return this if this.signature == last.signature else None
 

@@ -40,7 +40,7 @@ from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import SUSPECT, atomic_write, incident_reports
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import StartFiles, last_round, read_beats
+from hpc_train.contract import Cause, StartFiles, last_round, read_beats
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.faults.evidence import Evidence, Verdict
 from hpc_train.faults.evidence import decide as weigh
@@ -74,14 +74,14 @@ class Blamer:
         return blame(self.files, node, why, self.drain, self.note, self.log, evidence, **data)
 
 
-def for_stop(by: Blamer, cause: str) -> tuple[Suspect | None, bool]:
+def for_stop(by: Blamer, cause: Cause) -> tuple[Suspect | None, bool]:
     """Task 0: the node to blame for this stop (a hang's suspect, the node of a crash),
     blamed, and whether the verdict leaves it out of what follows; (None, False) when no node
     can be named. A crash's signal kill whose node Slurm then finds lost is a lost node
     (``unless_lost``)."""
     files, hosts = by.files, by.hosts
     job = files.name  # as the log and the ledger have always said it (a round's: 41.1)
-    if cause == "hang":
+    if cause == Cause.HANG:
         found = name_hang_suspect(files, hosts, by.log)
         why = f"hang in job {job}: {found.why}" if found else ""
     else:

@@ -66,7 +66,7 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
         "--arch", recipe.arch,
         *recipe.arch_args,
         "--tokens-per-sample", str(recipe.tokens_per_sample),
-        "--optimizer", presets.GPU_OPTIMIZER if "fused-adamw" in on else presets.CPU_OPTIMIZER,
+        "--optimizer", presets.GPU_OPTIMIZER if levers.LeverName.FUSED_ADAMW in on else presets.CPU_OPTIMIZER,
         "--batch-size", str(per_device),
         "--update-freq", str(plan.update_freq),
         "--lr", str(recipe.peak_lr),
@@ -90,7 +90,9 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
         # fp16/bf16 need a GPU; gloo has no c10d-DDP bucket support in fairseq: legacy_ddp.
         args += ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
         args += ["--num-workers", "0"]
-    if "pack" in on:  # full blocks, no padding (job.levers); fairseq takes the last value
+    if (
+        levers.LeverName.PACK in on
+    ):  # full blocks, no padding (job.levers); fairseq takes the last value
         args += ["--sample-break-mode", "none"]
     args += levers.worker_args(choices)  # the rank takes it off before fairseq parses
     args += list(spec.extra_args)

@@ -40,22 +40,39 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from hpc_core.instances import INSTANCE_TYPES
 
 CC = tuple[int, int]  # CUDA compute capability (major, minor)
 SETTINGS = ("auto", "on", "off")
-WORKER_FLAG = "--hpc-levers"
-CPU_ONLY = "unmeasured on GPUs; host syncs and ops per update measured on CPU (docs/gpu.md)"  # the rank's argument: the levers on, comma-separated, or "none"
+WORKER_FLAG = "--hpc-levers"  # the rank's argument: the levers on, comma-separated, or "none"
+CPU_ONLY = "unmeasured on GPUs; host syncs and ops per update measured on CPU (docs/gpu.md)"
 
 # The GPU models of hpc_core.instances by compute capability (NVIDIA's CUDA GPUs table).
 COMPUTE_CAPABILITY: dict[str, CC] = {"V100": (7, 0), "A100": (8, 0), "H100": (9, 0)}
 FALLBACK_CC: CC = (7, 0)  # a GPU this table does not know: the oldest the pinned torch runs
 
 
+class LeverName(StrEnum):
+    """A speed lever's name: its submit option is ``--NAME``, and the rank's argument
+    (``WORKER_FLAG``) lists the names of those on. A member is the string it names: every
+    module names a lever by its member (tests/hpc_train/test_vocabulary.py reads the code)."""
+
+    COMPILE = "compile"
+    FLASH = "flash"
+    FUSED_ADAMW = "fused-adamw"
+    GELU = "gelu"
+    PAD_CHECK = "pad-check"
+    HOST_SIZES = "host-sizes"
+    LAZY_STATS = "lazy-stats"
+    FOREACH_GRADS = "foreach-grads"
+    PACK = "pack"
+
+
 @dataclass(frozen=True)
 class Lever:
-    name: str  # the submit option is --NAME
+    name: LeverName  # the submit option is --NAME
     what: str
     needs: CC  # the lowest compute capability that runs it
     cpu: bool  # CPU ranks can run it
@@ -68,7 +85,7 @@ class Lever:
 
 LEVERS: tuple[Lever, ...] = (
     Lever(
-        "compile",
+        LeverName.COMPILE,
         "torch.compile (Inductor) of each encoder layer: fused elementwise and norm work "
         "(on sm70 pointwise fusion only; matmuls stay on cuBLAS)",
         needs=(7, 0),
@@ -77,7 +94,7 @@ LEVERS: tuple[Lever, ...] = (
         evidence="unmeasured on GPUs; same losses as fairseq's path on CPU (fp32, dropout 0)",
     ),
     Lever(
-        "flash",
+        LeverName.FLASH,
         "SDPA may pick its FlashAttention backend (off: memory-efficient, then math)",
         needs=(8, 0),
         cpu=False,
@@ -85,7 +102,7 @@ LEVERS: tuple[Lever, ...] = (
         evidence="PyTorch's own default where the GPU has it; not measured alone here",
     ),
     Lever(
-        "fused-adamw",
+        LeverName.FUSED_ADAMW,
         "fairseq's Adam through torch's fused AdamW kernel (off: fairseq's adam)",
         needs=(7, 0),
         cpu=True,  # torch's fused AdamW has a CPU kernel too: off there unless asked for
@@ -95,16 +112,31 @@ LEVERS: tuple[Lever, ...] = (
     *(
         Lever(name, what, needs=(7, 0), cpu=True, on_from=None, evidence=CPU_ONLY)
         for name, what in (
-            ("gelu", "GELU in the compute dtype (off: fairseq's fp32 round trip)"),
-            ("pad-check", "padding read from the batch on the host, not once per layer on the GPU"),
-            ("host-sizes", "the loss's token count taken on the host, not read back from the GPU"),
-            ("lazy-stats", "fairseq's unread per-update stats left on the GPU, not rounded there"),
-            ("foreach-grads", "bf16 gradient/parameter copies and norm as multi-tensor ops"),
-            ("pack", "--sample-break-mode none: full 512-token blocks, no padding, no mask"),
+            (LeverName.GELU, "GELU in the compute dtype (off: fairseq's fp32 round trip)"),
+            (
+                LeverName.PAD_CHECK,
+                "padding read from the batch on the host, not once per layer on the GPU",
+            ),
+            (
+                LeverName.HOST_SIZES,
+                "the loss's token count taken on the host, not read back from the GPU",
+            ),
+            (
+                LeverName.LAZY_STATS,
+                "fairseq's unread per-update stats left on the GPU, not rounded there",
+            ),
+            (
+                LeverName.FOREACH_GRADS,
+                "bf16 gradient/parameter copies and norm as multi-tensor ops",
+            ),
+            (
+                LeverName.PACK,
+                "--sample-break-mode none: full 512-token blocks, no padding, no mask",
+            ),
         )
     ),
 )
-BY_NAME: dict[str, Lever] = {lever.name: lever for lever in LEVERS}
+BY_NAME: dict[LeverName, Lever] = {lever.name: lever for lever in LEVERS}
 
 
 @dataclass(frozen=True)
@@ -156,13 +188,13 @@ def problem(cc: CC | None, asked: Mapping[str, str], gpu_text: str) -> str | Non
             return f"unknown speed lever {name!r} (choose from: {', '.join(BY_NAME)})"
         if setting not in SETTINGS:
             return f"--{name} {setting}: choose from {', '.join(SETTINGS)}"
-        lever = BY_NAME[name]
+        lever = BY_NAME[LeverName(name)]
         if setting == "on" and not lever.runs_on(cc):
             return f"--{name} on: {gpu_text} ({where(cc)}) cannot run it"
     return None
 
 
-def on_names(choices: Sequence[Choice]) -> list[str]:
+def on_names(choices: Sequence[Choice]) -> list[LeverName]:
     return [c.lever.name for c in choices if c.on]
 
 
@@ -171,13 +203,13 @@ def worker_args(choices: Sequence[Choice]) -> list[str]:
     return [WORKER_FLAG, ",".join(on_names(choices)) or "none"]
 
 
-def parse_worker_value(text: str) -> frozenset[str]:
+def parse_worker_value(text: str) -> frozenset[LeverName]:
     """The lever names in ``WORKER_FLAG``'s value; ValueError for an unknown one."""
     names = frozenset(n for n in text.split(",") if n and n != "none")
     unknown = sorted(names - BY_NAME.keys())
     if unknown:
         raise ValueError(f"{WORKER_FLAG}: unknown lever(s) {', '.join(unknown)}")
-    return names
+    return frozenset(LeverName(n) for n in names)
 
 
 def describe(choices: Sequence[Choice], cc: CC | None) -> list[str]:

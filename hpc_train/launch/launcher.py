@@ -44,12 +44,11 @@ from hpc_core.ledger import Kind
 from hpc_core.slurm_env import SlurmEnv
 from hpc_core.wait import wait_until
 from hpc_train.contract import (
-    DONE,
     ENDED,
     ENDING,
-    REQUEUE,
-    STOP,
     WAITING,
+    Cause,
+    RoundAction,
     RoundVerdict,
     node_name,
 )
@@ -85,7 +84,7 @@ class Launcher:
         self._pending: Path | None = None  # this start's record of a notice, for its ranks
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
         self._here: Here | None = None  # the running start, as its parts see it
-        self._own_notice = ""  # the cause when task 0 sent the notice itself (grow, hang)
+        self._own_notice: Cause | None = None  # task 0 sent the notice itself: why (grow, hang)
         self._training_over = False  # this start's torchrun ended well: only exits are awaited
 
     @property
@@ -165,7 +164,7 @@ class Launcher:
         events = ledger.read(self.spec.run_dir.ledger)
         in_job = sum(1 for e in events if e.kind == Kind.RESTARTED and e.job == start.job_id)
         grows = {e.restart for e in events if e.kind == Kind.STOPPED and e.job == start.job_id
-                 and e.get("cause") == "grow" and e.restart < start.restart}  # fmt: skip
+                 and e.get("cause") == Cause.GROW and e.restart < start.restart}  # fmt: skip
         return restart_policy.restarts_spent(start.restart, max(in_job, start.round), len(grows))
 
     def _start_once(self, start: Start, gpus: int, came_from: str | None) -> Next:
@@ -194,7 +193,7 @@ class Launcher:
         if decision.at_update >= self.spec.updates:
             log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
             here.note(Kind.FINISHED, why="max-update reached before this start")
-            rounds.release_spares(here, DONE, "max-update reached")
+            rounds.release_spares(here, RoundAction.DONE, "max-update reached")
             return here.done()
         ended = self._train(here, decision.use_gpu, decision.ranks_per_node, args, spent, pulse)
         cancelled = partial(signals.cancelled, self._signals, here.job_id)
@@ -230,37 +229,39 @@ class Launcher:
         saved = here.files.stop() is not None
         return Ended(returncode, saved, hang, evicted, stuck)
 
-    def _notice_of_own(self, cause: str) -> None:
+    def _notice_of_own(self, cause: Cause) -> None:
         self._own_notice = cause
 
     def _after(self, here: Here, rec: Recovery, pulse: launchers.Pulse) -> Next:
-        """Act on the recovery decision: finish, stop, fail, requeue or restart in the job."""
+        """Act on the recovery decision: finish, stop, fail, or restart: task 0 chooses a round
+        in the allocation or a requeue, and the log and the ledger say which."""
         outcome, start = rec.outcome, here.start
         progress = here.files.progress(start.hosts) if here.task0 else {}
         if outcome.action is Action.FINISHED:
             why = f"{outcome.why}; then {rec.stuck}: killed" if rec.stuck else outcome.why
             log(why)
             here.note(Kind.FINISHED, why=why, **progress)
-            rounds.release_spares(here, DONE, why)
+            rounds.release_spares(here, RoundAction.DONE, why)
             self._await_watched(here, pulse)
             return here.done()
+        restart = outcome.action is Action.RESTART
+        nxt = rounds.plan(here, rec) if restart else None  # a round in the allocation, or not
+        why = outcome.restarting(in_job=nxt is not None) if restart else outcome.why
         error = {"error": rec.crash[1]} if rec.crash else {}
-        here.note(Kind.STOPPED, cause=outcome.cause, why=outcome.why, returncode=rec.returncode,
+        here.note(Kind.STOPPED, cause=outcome.cause, why=why, returncode=rec.returncode,
                   **error, **progress)  # fmt: skip
-        if outcome.action in (Action.CANCELLED, Action.STOPPED):
-            log(outcome.why)
-            rounds.release_spares(here, DONE, outcome.why)
-            return here.done(**({"stopped": True} if outcome.action is Action.STOPPED else {}))
+        if outcome.action in (Action.CANCELLED, Action.SAVED_ON_NOTICE):
+            log(why)
+            rounds.release_spares(here, RoundAction.DONE, why)
+            saved = outcome.action is Action.SAVED_ON_NOTICE
+            return here.done(**({"stopped": True} if saved else {}))
         if outcome.action is Action.FAIL:
-            log(outcome.why)
-            if (
-                start.task != 0 and self.spec.recovery.in_job_restarts
-            ):  # task 0 decides: in the job, or not
-                return rounds.follow(here, outcome.why)
-            here.files.write_verdict(RoundVerdict(STOP, outcome.why))
-            raise RuntimeError(outcome.why)
-        log(f"job {start.job_id}: {outcome.why}")
-        nxt = rounds.plan(here, rec)  # task 0 chooses: a round in the allocation, or a requeue
+            log(why)
+            if start.task != 0 and self.spec.recovery.in_job_restarts:  # task 0 decides
+                return rounds.follow(here, why)
+            here.files.write_verdict(RoundVerdict(RoundAction.FAIL, why))
+            raise RuntimeError(why)
+        log(f"job {start.job_id}: {why}")
         if nxt is None:
             requeue.requeue(here, list(rec.leave_out))
         return rounds.restart(here, rec, nxt)
@@ -301,7 +302,7 @@ class Launcher:
         self._signals.append("notice")
         here = self._here
         done = here.files.verdict() if here else None
-        if done is not None and done.action == REQUEUE:  # task 1 acted for this (stuck) task
+        if done is not None and done.action == RoundAction.REQUEUE:  # task 1 acted for this task
             log(f"notice after the job was requeued ({done.why}): nothing to add")
             return submitit.helpers.DelayedSubmission(Launcher(self.spec))
         log("notice received: waiting for the workers to save checkpoint_last.pt")
@@ -311,7 +312,7 @@ class Launcher:
         saved = signals.wait_for_save(self._marker, self.save_wait_s(), exited)
         why = "saved on notice" if saved else "notice, but no save on notice in time"
         progress = here.files.progress(here.start.hosts) if here else {}
-        cause = self._own_notice or "notice"
+        cause = self._own_notice or Cause.NOTICE
         self.note(Kind.STOPPED, cause=cause, why=why, saved=saved, **progress)
         self.note(Kind.REQUEUED, by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))

@@ -25,7 +25,15 @@ from pathlib import Path
 from hpc_core import instances, procs, slurm
 from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, process_exited, wait_until
-from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, node_name
+from hpc_train.contract import (
+    SAVE_DIR,
+    START,
+    Cause,
+    RoundAction,
+    StartDecision,
+    WorkerEnv,
+    node_name,
+)
 from hpc_train.faults import node_blame
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job import command_lines
@@ -118,8 +126,8 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
         recovery.refuse(here, decision, spent)
     if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
         log(f"stopping the run: {decision.stop}")
-        here.note(Kind.STOPPED, cause="no progress", why=decision.stop)
-        rounds.release_spares(here, STOP, decision.stop)
+        here.note(Kind.STOPPED, cause=Cause.NO_PROGRESS, why=decision.stop)
+        rounds.release_spares(here, RoundAction.FAIL, decision.stop)
         raise RuntimeError(decision.stop)
     return decision, before
 
@@ -206,10 +214,10 @@ def watch_stragglers(here: Here, spent: int) -> straggler_monitor.Watch | None:
                                    not spec.watch.no_drain, here.note, log)  # fmt: skip
 
 
-def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | None:
+def watch_growth(here: Here, own_notice: Callable[[Cause], None]) -> GrowWatch | None:
     """Task 0's grow-back thread while this start runs on fewer than ``--nodes`` MAX
     (``watch.grow_monitor``); none with ``--grow-after 0``. A grow is a notice of task 0's
-    own (``own_notice("grow")``): the save on notice, then submitit's requeue."""
+    own (``own_notice(Cause.GROW)``): the save on notice, then submitit's requeue."""
     spec, start, grow_after = here.spec, here.start, here.spec.recovery.grow_after
     if start.task != 0 or start.num_nodes >= spec.nodes_max or grow_after <= 0:
         return None
@@ -220,7 +228,7 @@ def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | N
         end_time = None  # no limit known: grow whenever nodes come free
 
     def grow(target: int, why: str) -> None:
-        own_notice("grow")
+        own_notice(Cause.GROW)
         log(f"grow: from {start.num_nodes} to {target} node(s): {why}; saving on notice")
         here.note(Kind.GROWN, **{"from": start.num_nodes, "to": target, "why": why})
         slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
@@ -241,7 +249,7 @@ class Watchers:
     growth: GrowWatch | None = None
 
     def start(self, here: Here, nproc: int, pid: int, spent: int,
-              own_notice: Callable[[str], None]) -> None:  # fmt: skip
+              own_notice: Callable[[Cause], None]) -> None:  # fmt: skip
         self.spot = watch_spot(here.job_id)
         self.hangs = watch_hangs(here, nproc, pid)
         self.stragglers = watch_stragglers(here, spent)  # task 0 only

@@ -4,7 +4,7 @@
 job excludes by name and whether enough usable nodes are left for ``--nodes`` MIN
 (``restart_policy.requeue_blocked``). If so, it writes the round's verdict (``REQUEUE``: the
 other launchers wait for Slurm to end them), records ``requeued``, calls ``scontrol requeue``
-and excludes the nodes once the job is pending; if not, the verdict is ``STOP`` and the run
+and excludes the nodes once the job is pending; if not, the verdict is ``FAIL`` and the run
 stops, saying which nodes. After a requeue Slurm ends the task: ``await_end`` never lets it
 report success meanwhile.
 """
@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from hpc_core import slurm
 from hpc_core.ledger import Kind
-from hpc_train.contract import REQUEUE, STOP, RoundVerdict
+from hpc_train.contract import RoundAction, RoundVerdict
 from hpc_train.faults import node_blame, quarantine
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import restart_policy
@@ -54,9 +54,9 @@ def send(
         log(said)
         note(Kind.REQUEUE_BLOCKED, why=said, waiting=blocked is None)
     if blocked is not None:
-        here.files.write_verdict(RoundVerdict(STOP, blocked.why))
+        here.files.write_verdict(RoundVerdict(RoundAction.FAIL, blocked.why))
         return blocked
-    here.files.write_verdict(RoundVerdict(REQUEUE, ended))
+    here.files.write_verdict(RoundVerdict(RoundAction.REQUEUE, ended))
     note(Kind.REQUEUED, by=f"task {here.start.task}")
     slurm.requeue(here.job_id)
     if by_name:

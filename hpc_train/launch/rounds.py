@@ -12,7 +12,7 @@ ledger.
 Every other launcher of the round, and each hot spare, waits for task 0's word and follows it
 (``follow``: one loop). A node of the round joins the next round, or ends its task if the round
 left it out; a spare the round did not take in waits for the next round's word, until a round
-takes it in or task 0 releases it as the run ends here (``release_spares``: ``done``).
+takes it in or task 0 releases it as the run ends here (``release_spares``: ``DONE``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import DONE, IN_JOB_RESTART, REQUEUE, RESTART_IN_JOB, RoundVerdict
+from hpc_train.contract import IN_JOB_RESTART, RoundAction, RoundVerdict
 from hpc_train.launch import release, requeue
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.recovery import Recovery
@@ -66,7 +66,9 @@ def restart(here: Here, rec: Recovery, nxt: Round) -> Next:
     ``restarted`` in the ledger; this node's next start (or its end, if left out itself)."""
     start = here.start
     why = f"{rec.outcome.cause}: {rec.detail}"
-    here.files.write_verdict(RoundVerdict(RESTART_IN_JOB, why, nxt.members, nxt.standby))
+    here.files.write_verdict(
+        RoundVerdict(RoundAction.RESTART_IN_JOB, why, nxt.members, nxt.standby)
+    )
     tasks = {start.hosts.index(n): n for n in nxt.left_out}
     release.start(release.LeftOut(here.files, tasks), log, here.note)
     spares = {"spare_in": nxt.spare_in, "spares": nxt.standby} if start.standby else {}
@@ -92,7 +94,7 @@ def next_round(
     return start.next_round(members, me, standby), f"{IN_JOB_RESTART} after {why}"
 
 
-def release_spares(here: Here, action: str, why: str) -> None:
+def release_spares(here: Here, action: RoundAction, why: str) -> None:
     """Task 0, as the run ends in this allocation: the hot spares standing by end too."""
     start = here.start
     if start.task == 0 and start.standby:
@@ -115,17 +117,17 @@ def follow(here: Here, why: str, spare: bool = False) -> Next:
     me, waiting = here.start.hosts[here.start.task], here.start
     while True:
         verdict = _word(here, waiting, why, spare)
-        if verdict.action == RESTART_IN_JOB and spare and me not in verdict.members:
+        if verdict.action == RoundAction.RESTART_IN_JOB and spare and me not in verdict.members:
             waiting = dataclasses.replace(waiting, round=waiting.round + 1)  # not taken in
             continue
-        if verdict.action == RESTART_IN_JOB:
+        if verdict.action == RoundAction.RESTART_IN_JOB:
             if spare:
                 log(f"hot spare taken in for round {waiting.round + 1}: {verdict.why}")
             return next_round(here, verdict.members, verdict.why, verdict.standby, waiting)
-        if verdict.action == DONE and spare:
+        if verdict.action == RoundAction.DONE and spare:
             log(f"hot spare released: {verdict.why}")
             return here.done(spare=True)
-        if verdict.action == REQUEUE:
+        if verdict.action == RoundAction.REQUEUE:
             requeue.await_end()  # task 0's requeue ends this task
         said = f"{verdict.action} ({verdict.why})"
         raise RuntimeError(f"hot spare: task 0 said {said}" if spare else f"{why}; task 0: {said}")

@@ -65,7 +65,7 @@ def test_a_starts_files_are_its_rounds_own_and_its_job_stays_the_jobs_id(tmp_pat
     assert files.incident == run.incident("41.2", 1)
     assert files.heartbeats("n2") == run.heartbeats("41.2", 1, "n2")
     assert contract.StartFiles(run, "41", 1).name == "41"  # an allocation's first round
-    verdict = contract.RoundVerdict(contract.RESTART_IN_JOB, "crash", ["n1"], ["n3"])
+    verdict = contract.RoundVerdict(contract.RoundAction.RESTART_IN_JOB, "crash", ["n1"], ["n3"])
     files.write_verdict(verdict)
     assert files.verdict() == verdict == contract.read_verdict(run, "41.2", 1)
     assert contract.StartFiles(run, "41", 1, round=1).verdict() is None  # another round's

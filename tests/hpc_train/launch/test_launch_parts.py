@@ -14,10 +14,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import (
-    DONE,
-    REQUEUE,
-    RESTART_IN_JOB,
-    STOP,
+    RoundAction,
     RoundVerdict,
     StartFiles,
     StopMarker,
@@ -56,7 +53,7 @@ def test_the_requeue_excludes_the_blamed_node_and_tells_the_others(tmp_path, fak
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         requeue.requeue(here, ["n2"])
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
-    assert read_verdict(here.run, "41", 0).action == REQUEUE
+    assert read_verdict(here.run, "41", 0).action == RoundAction.REQUEUE
     assert [k for k, _ in notes] == ["requeued"]
 
 
@@ -65,7 +62,7 @@ def test_a_requeue_that_could_not_start_stops_the_run_and_requeues_nothing(tmp_p
     here, notes = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2)
     blocked = requeue.send(here, ["n2"], "crash")
     assert blocked is not None and "n2" in blocked.why
-    assert fake_slurm.requeued == [] and read_verdict(here.run, "41", 0).action == STOP
+    assert fake_slurm.requeued == [] and read_verdict(here.run, "41", 0).action == RoundAction.FAIL
     assert notes[0][0] == "requeue_blocked"
 
 
@@ -85,7 +82,7 @@ def test_a_clean_exit_finishes_with_no_blame_and_a_crash_is_blamed_on_task_0(
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))
     monkeypatch.setattr(recovery, "crash_report", lambda here: (None, False))
     rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
-    assert rec.outcome.action is Action.REQUEUE and rec.suspect == suspect
+    assert rec.outcome.action is Action.RESTART and rec.suspect == suspect
     assert rec.detail == "torchrun exited with 1" and rec.leave_out == ("n2",)
     # blamed, but the verdict keeps it (a first signal kill): nothing is left out
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, False))
@@ -134,7 +131,7 @@ def in_the_job(here: Here, rec: recovery.Recovery) -> rounds.Round:
 def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm):
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
@@ -144,7 +141,11 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
         "in-job restart after crash: torchrun exited with 1",
     )
     verdict = read_verdict(here.run, "41", 0)
-    assert (verdict.action, verdict.members, verdict.standby) == (RESTART_IN_JOB, ["n1", "n3"], [])
+    assert (verdict.action, verdict.members, verdict.standby) == (
+        RoundAction.RESTART_IN_JOB,
+        ["n1", "n3"],
+        [],
+    )
     assert notes[-1][0] == "restarted" and notes[-1][1]["spare_in"] == ["n3"]
 
 
@@ -153,7 +154,7 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     running it returns without releasing anything (a test's watcher must not outlive it: one
     that polled the next test's fake released a node there, CI stop 33)."""
     here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, recovery=IN_JOB)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
@@ -167,7 +168,7 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
 
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
     here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, recovery=IN_JOB)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
@@ -182,7 +183,7 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
     comes in for it, nothing goes back to Slurm."""
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
     nxt = rounds.restart(here, rec, in_the_job(here, rec))
     assert nxt[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
@@ -195,7 +196,7 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
 def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
     """Without --restart-in-job a crash is a requeue: it excludes no node the verdict kept."""
     here, _ = here_of(tmp_path, TWO)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
     assert rounds.plan(here, rec) is None  # no --restart-in-job: the launcher requeues
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
@@ -206,8 +207,12 @@ def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
 def test_a_spare_joins_the_round_that_takes_it_as_start_next_round_says(tmp_path, fake_slurm):
     run = RunDir(tmp_path)
     spare = Start("41", 2, 3, "n1", 0, ("n1", "n2", "n3"))
-    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"]))
-    write_verdict(run, "41.1", 0, RoundVerdict(RESTART_IN_JOB, "hang", ["n1", "n3"], []))
+    write_verdict(
+        run, "41", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"])
+    )
+    write_verdict(
+        run, "41.1", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "hang", ["n1", "n3"], [])
+    )
     here, _ = here_of(tmp_path, spare)
     start, why = rounds.stand_by(here, trains=2)
     assert start == dataclasses.replace(spare, round=1).next_round(["n1", "n3"], "n3")
@@ -223,8 +228,10 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
     run = RunDir(tmp_path)
     hosts = ("n1", "n2", "n3")
     start = Start("41", 0, 3, "n1", 0, hosts, 0, ("n4", "n5"))
-    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n3", "n4"], ["n5"]))
-    write_verdict(run, "41.1", 0, RoundVerdict(DONE, "max-update reached", [], ["n5"]))
+    write_verdict(
+        run, "41", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "crash", ["n1", "n3", "n4"], ["n5"])
+    )
+    write_verdict(run, "41.1", 0, RoundVerdict(RoundAction.DONE, "max-update reached", [], ["n5"]))
     n2, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
     assert rounds.follow(n2, "crash")["left_out"] is True
     n3, _ = here_of(tmp_path, dataclasses.replace(start, task=2))
@@ -239,7 +246,7 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
     assert why == "in-job restart after crash"
     n5, _ = here_of(tmp_path, dataclasses.replace(spare, task=4))
     assert rounds.follow(n5, "hot spare", spare=True)["spare"] is True
-    write_verdict(run, "41", 0, RoundVerdict(STOP, "no restart left"))
+    write_verdict(run, "41", 0, RoundVerdict(RoundAction.FAIL, "no restart left"))
     with pytest.raises(RuntimeError, match="crash; task 0: stop"):
         rounds.follow(n3, "crash")
     with pytest.raises(RuntimeError, match="hot spare: task 0 said stop"):
@@ -253,10 +260,10 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
 def test_only_task_0_releases_the_spares(tmp_path):
     start = dataclasses.replace(TWO, standby=("n3",))
     other, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
-    rounds.release_spares(other, DONE, "done")
+    rounds.release_spares(other, RoundAction.DONE, "done")
     assert read_verdict(other.run, "41", 0) is None
     here, _ = here_of(tmp_path, start)
-    rounds.release_spares(here, DONE, "done")
+    rounds.release_spares(here, RoundAction.DONE, "done")
     assert read_verdict(here.run, "41", 0).standby == ["n3"]
 
 

@@ -92,7 +92,7 @@ def test_no_drain_still_excludes_and_other_tasks_leave_the_blame_to_task_0(tmp_p
 def test_the_hang_decision_is_pure():
     hang = "rank 1 on n2: no update for 301 s"
     requeue = restart_policy.after_exit(-9, False, task=0, restart=0, max_restarts=3, hang=hang)
-    assert (requeue.action, requeue.cause, requeue.blame) == (Action.REQUEUE, "hang", True)
+    assert (requeue.action, requeue.cause, requeue.blame) == (Action.RESTART, "hang", True)
     assert "without the suspect node" in requeue.why
     last = restart_policy.after_exit(-9, False, task=0, restart=3, max_restarts=3, hang=hang)
     assert last.action is Action.FAIL and last.blame  # drained all the same
@@ -101,9 +101,9 @@ def test_the_hang_decision_is_pure():
     cancel = restart_policy.after_exit(-9, False, 0, 0, 3, cancelled=True, hang=hang)
     assert cancel.action is Action.CANCELLED and not cancel.blame
     crash = restart_policy.after_exit(1, False, task=0, restart=0, max_restarts=3)
-    assert crash.action is Action.REQUEUE and crash.blame  # task 0 looks for a node at fault
+    assert crash.action is Action.RESTART and crash.blame  # task 0 looks for a node at fault
     bug = restart_policy.after_exit(1, False, 0, 0, 3, crash=("user error", "ValueError: x"))
-    assert bug.action is Action.REQUEUE and not bug.blame  # the code's fault, no node's
+    assert bug.action is Action.RESTART and not bug.blame  # the code's fault, no node's
 
 
 class StuckAgent(launcher.Launcher):

@@ -148,11 +148,11 @@ def test_a_stuck_task_0_woken_by_the_requeue_adds_nothing_to_the_ledger(tmp_path
     """Slurm's requeue sends SIGCONT before SIGTERM: the stuck task 0 wakes and its pending
     notice reaches submitit's checkpoint(); task 1 has requeued already (its verdict says so):
     no second stop, no second requeue in the ledger."""
-    from hpc_train.contract import REQUEUE, RoundVerdict, write_verdict
+    from hpc_train.contract import RoundAction, RoundVerdict, write_verdict
 
     run = RunDir(tmp_path)
     launcher = launcher_module.Launcher(spec_in(tmp_path))
     launcher._start = launcher_module.Start("41", 0, 2, "n1", 0, ("n1", "n2"))
-    write_verdict(run, "41", 0, RoundVerdict(REQUEUE, "stuck launcher: ..."))
+    write_verdict(run, "41", 0, RoundVerdict(RoundAction.REQUEUE, "stuck launcher: ..."))
     assert launcher.checkpoint() is not None
     assert ledger.read(run.ledger) == []

@@ -62,11 +62,11 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
 
 
 def test_the_eviction_decision():
-    requeue = Decision(Action.REQUEUE, "stopped on notice: requeueing (restart 1/20)", "notice")
+    requeue = Decision(Action.RESTART, "stopped on notice: requeueing (restart 1/20)", "notice")
     node = Suspect("n2", "straggler: ...", Evidence.STRAGGLER)
     got = restart_policy.evicting(requeue, node.node)
     assert (got.action, got.cause, got.why.endswith("evicting n2")) == (
-        Action.REQUEUE,
+        Action.RESTART,
         "straggler",
         True,
     )
