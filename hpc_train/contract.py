@@ -477,6 +477,21 @@ class StartFiles:
         """What names this round's files: the job id, ``.<round>`` after an in-job restart."""
         return round_key(self.job, self.round)
 
+    def previous_start(self, events: Sequence[Any]) -> StartFiles | None:
+        """The last round of the job's Slurm start before this one (``last_round`` of
+        ``events``, the ledger's), whatever this one's round; None on the job's first start."""
+        if self.restart == 0:
+            return None
+        return StartFiles(self.run, self.job, self.restart - 1,
+                          last_round(events, self.job, self.restart - 1))  # fmt: skip
+
+    def round_before(self, events: Sequence[Any]) -> StartFiles | None:
+        """The round that ran just before this one: this start's previous round, else the last
+        round of the start before (``previous_start``); None on the job's very first round."""
+        if self.round > 0:
+            return StartFiles(self.run, self.job, self.restart, self.round - 1)
+        return self.previous_start(events)
+
     @property
     def ranks_start(self) -> tuple[str, int]:
         """This start as its ranks are told it (``WorkerEnv.start``: ``HPC_TRAIN_START``)."""

@@ -8,9 +8,10 @@ the update it had reached, the exception's type and first line, and a class:
                      can help: task 0 requeues (with its restart budget).
     user error       anything else raised by the training code: a bug, a bad config, a NaN loss
                      (fairseq's FloatingPointError), an out-of-memory. A retry can only help if
-                     it does not happen again: the same error at the same update in two starts
-                     in a row stops the run (no requeue, the task fails), with the error in the
-                     log and the ledger, instead of spending the restart budget on it.
+                     it does not happen again: the same error at the same update in two rounds
+                     in a row (in-job rounds or starts) stops the run (no restart, the task
+                     fails), with the error in the log and the ledger, instead of spending the
+                     restart budget on it.
 
 A rank killed by a signal (the OOM killer, a node failure, a hang's kill) leaves no report: its
 start counts as a crash, retried. The rank's side (writing the report, a crash injected by

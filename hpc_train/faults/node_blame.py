@@ -40,7 +40,7 @@ from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import SUSPECT, atomic_write, incident_reports
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import Cause, StartFiles, last_round, read_beats
+from hpc_train.contract import Cause, StartFiles, read_beats
 from hpc_train.faults import agent_exit, failures, quarantine
 from hpc_train.faults.evidence import Evidence, Verdict
 from hpc_train.faults.evidence import decide as weigh
@@ -238,10 +238,11 @@ def unrecorded_end(files: StartFiles) -> list[str]:
     job, restart = files.job, files.restart
     if restart == 0:
         return []
-    events = [e for e in ledger.read(files.run.ledger) if (e.job, e.restart) == (job, restart - 1)]
-    before = StartFiles(files.run, job, restart - 1, last_round(events, job, restart - 1))
-    if before.stop() is not None:
+    events = ledger.read(files.run.ledger)
+    before = files.previous_start(events)
+    if before is None or before.stop() is not None:
         return []
+    events = [e for e in events if (e.job, e.restart) == (job, restart - 1)]
     rounds = [i for i, e in enumerate(events) if e.kind == Kind.RESTARTED]
     events = events[rounds[-1] + 1 :] if rounds else events  # the last round's own
     if any(e.kind in (Kind.STOPPED, Kind.BLAMED) for e in events):

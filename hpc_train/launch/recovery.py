@@ -17,9 +17,9 @@ nodes and the hot spares (``launch.rounds``, where the other tasks wait for task
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from hpc_core import slurm
+from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_train.contract import Cause, StartDecision, node_name, read_beats
 from hpc_train.faults import failures, node_blame
@@ -115,17 +115,19 @@ def ranks_finished(here: Here) -> bool:
 
 
 def crash_report(here: Here) -> tuple[tuple[Cause, str] | None, bool]:
-    """(class, description) of the exception that ended this start's workers, if any said,
-    and whether the start before died of the same user error at the same update."""
+    """(class, description) of the exception that ended this round's workers, if any said,
+    and whether the round just before it (``StartFiles.round_before``: this start's last round,
+    else the last round of the Slurm start before) died of the same user error at the same
+    update: the same bad input in in-job rounds 0 and 1 of one start is the same failure
+    again, as it is across a requeue."""
     files, start = here.files, here.start
     # task 0 decides: every node's exit record and its ranks' reports
     now = node_blame.crash_evidence(files, start.hosts) if start.task == 0 else failures.read(files)
     cause = failures.first(now)
     if cause is None:
         return None, False
-    # the same round's name in the Slurm start before (an in-job round's is none there)
-    before = failures.read(replace(files, restart=files.restart - 1)) if files.restart else []
-    repeated = failures.repeated(now, before) is not None
+    before = files.round_before(ledger.read(files.run.ledger))
+    repeated = failures.repeated(now, failures.read(before) if before else []) is not None
     if all(f.witness for f in now):  # only peers saw a rank go away: the peers' symptom
         return (Cause.CRASH, f"a rank died without a word; its peers saw {cause.describe()}"), False
     return (cause.cause, cause.describe()), repeated

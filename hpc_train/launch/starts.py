@@ -15,7 +15,7 @@ from hpc_core import ledger
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
-from hpc_train.contract import NodeReport, StartDecision, StartFiles, last_round, node_name
+from hpc_train.contract import NodeReport, StartDecision, StartFiles, node_name
 from hpc_train.faults import quarantine
 from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import JobSpec
@@ -76,8 +76,8 @@ def previous_stop(files: StartFiles) -> str:
     if restart == 0:
         return "first start"
     events = ledger.read(files.run.ledger)
-    before = StartFiles(files.run, job_id, restart - 1, last_round(events, job_id, restart - 1))
-    marker = before.stop()
+    before = files.previous_start(events)
+    marker = before.stop() if before is not None else None
     grown = [
         e for e in events if e.kind == Kind.GROWN and (e.job, e.restart) == (job_id, restart - 1)
     ]

@@ -14,11 +14,14 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import (
+    Cause,
+    FailureRecord,
     RoundAction,
     RoundVerdict,
     StartFiles,
     StopMarker,
     read_verdict,
+    write_failure,
     write_stop,
     write_verdict,
 )
@@ -104,6 +107,49 @@ def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (None, False))  # no hang reports
     unsaved = recovery.decide(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
     assert unsaved.hang == "torchrun stuck: torchrun still there" and unsaved.returncode == -9
+
+
+def crashed(here: Here, files: StartFiles, message: str = "bad batch") -> None:
+    """Rank 0 of ``files``' round raised at update 30 (its report), its torchrun exited 1."""
+    write_failure(here.run, files.name, files.restart, FailureRecord(0, 30, "ValueError", message))
+    agent_exit.write(files, agent_exit.NodeExit(0, "n1", 1))
+
+
+def test_the_same_user_error_in_two_in_job_rounds_of_one_start_is_the_same_failure_again(
+    tmp_path, fake_slurm
+):
+    """A bad input at update 30 ends round 0; round 1 resumes before it and dies of it again:
+    the same failure again, compared with the round just before (before, with the same round's
+    name in the Slurm start before, none: the run spent every restart on it)."""
+    one = Start("41", 0, 1, "n1", 0, ("n1",))
+    round0, _ = here_of(tmp_path, one)
+    crashed(round0, round0.files)
+    assert recovery.crash_report(round0) == (
+        (Cause.USER_ERROR, "ValueError: bad batch (rank 0, update 30)"), False
+    )  # fmt: skip
+    for n in (1, 2):  # rounds 1 and 2: each the same error again
+        here, _ = here_of(tmp_path, dataclasses.replace(one, round=n))
+        crashed(here, here.files)
+        assert recovery.crash_report(here)[1] is True
+    other, _ = here_of(tmp_path, dataclasses.replace(one, round=3))
+    crashed(other, other.files, "another batch")
+    assert recovery.crash_report(other)[1] is False
+
+
+def test_after_a_requeue_a_crash_is_compared_with_the_last_round_of_the_start_before(
+    tmp_path, fake_slurm
+):
+    """Start 0 went through rounds 0 and 1 (the ledger's ``restarted``), then was requeued;
+    start 1's round 0 compares with start 0's round 1, its last, not with its round 0."""
+    first, _ = here_of(tmp_path, Start("41", 0, 1, "n1", 0, ("n1",)))
+    crashed(first, first.files, "first batch")
+    last = StartFiles(first.run, "41", 0, round=1)
+    ledger.record(first.run.ledger, "restarted", "41", 0, round=1, members=["n1"])
+    crashed(first, last)
+    again, _ = here_of(tmp_path, Start("41", 0, 1, "n1", 1, ("n1",)))
+    assert again.files.round_before(ledger.read(again.run.ledger)) == last
+    crashed(again, again.files)
+    assert recovery.crash_report(again)[1] is True
 
 
 def test_the_next_round_is_start_next_round_or_the_end_of_a_left_out_task(tmp_path):
