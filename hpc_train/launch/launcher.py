@@ -83,18 +83,19 @@ class Launcher:
         self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
         self._pending: Path | None = None  # this start's record of a notice, for its ranks
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
-        self._here: Here | None = None  # the running start, as its parts see it
-        self._own_notice: Cause | None = None  # task 0 sent the notice itself: why (grow, hang)
+        # the running start, as its parts see it (``_begin``); the hooks that run outside the
+        # start's own call read it: submitit's ``checkpoint()``, the pulse's ``_on_silent``
+        self._here: Here | None = None
+        # a notice task 0 sends itself (a grow, a stuck launcher): its cause, from the watcher
+        # thread that sends it to ``checkpoint()`` in the signal's handler (``OwnNotice``)
+        self._own_notice = signals.OwnNotice()
         self._training_over = False  # this start's torchrun ended well: only exits are awaited
 
-    @property
-    def _start(self) -> Start | None:
-        """The running start (``_here``'s)."""
-        return self._here.start if self._here is not None else None
-
-    @_start.setter
-    def _start(self, start: Start | None) -> None:
-        self._here = self.here(start) if start is not None else None
+    def _begin(self, start: Start) -> Here:
+        """This node's ``start`` begins: its ``Here``, built once and kept as the running
+        start (``_here``) for the hooks; training not over yet."""
+        self._here, self._training_over = self.here(start), False
+        return self._here
 
     def note(self, kind: Kind, **data: Any) -> None:
         """Task 0 records a stage of this start in the run's ledger (the others never do)."""
@@ -105,9 +106,9 @@ class Launcher:
         self._record(kind, data, deputy=True)
 
     def _record(self, kind: Kind, data: dict[str, Any], deputy: bool = False) -> None:
-        start = self._start
-        if start is None or (start.task != 0 and not deputy):
+        if self._here is None or (self._here.start.task != 0 and not deputy):
             return
+        start = self._here.start
         try:
             event = ledger.record(
                 self.spec.run_dir.ledger, kind, start.job_id, start.restart, **data
@@ -170,9 +171,7 @@ class Launcher:
     def _start_once(self, start: Start, gpus: int, came_from: str | None) -> Next:
         """One start on this node, its launcher beating and watching another's all along
         (``hpc_train.watch.launchers``); this node's result, or its next start in the allocation."""
-        self._start, self._training_over = start, False
-        here = self._here
-        assert here is not None
+        here = self._begin(start)
         spec = self.spec
         pulse = launchers.Pulse(here.files, start.task, start.hosts,
                                 launchers.allowance_s(spec.watch.hang.floor_s),
@@ -217,7 +216,7 @@ class Launcher:
                 )
                 tee.start()
                 pulse.beat(WAITING)
-                watchers.start(here, nproc, self._proc.pid, spent, self._notice_of_own)
+                watchers.start(here, nproc, self._proc.pid, spent, self._own_notice)
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
                 root = tee.finish(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
@@ -228,9 +227,6 @@ class Launcher:
         pulse.beat(ENDING)
         saved = here.files.stop() is not None
         return Ended(returncode, saved, hang, evicted, stuck)
-
-    def _notice_of_own(self, cause: Cause) -> None:
-        self._own_notice = cause
 
     def _after(self, here: Here, rec: Recovery, pulse: launchers.Pulse) -> Next:
         """Act on the recovery decision: finish, stop, fail, or restart: task 0 chooses a round
@@ -284,7 +280,7 @@ class Launcher:
     def _on_silent(self, start: Start, silence: launchers.Silence) -> None:
         """The pulse found a watched launcher stuck (``recovery.on_silent``)."""
         here = self._here if self._here is not None else self.here(start)
-        recovery.on_silent(here, silence, not self._training_over, self._notice_of_own)
+        recovery.on_silent(here, silence, not self._training_over, self._own_notice)
 
     def save_wait_s(self) -> float:
         """The longest checkpoint() waits for the save on notice (``signals.save_wait_s``)."""
@@ -312,7 +308,6 @@ class Launcher:
         saved = signals.wait_for_save(self._marker, self.save_wait_s(), exited)
         why = "saved on notice" if saved else "notice, but no save on notice in time"
         progress = here.files.progress(here.start.hosts) if here else {}
-        cause = self._own_notice or Cause.NOTICE
-        self.note(Kind.STOPPED, cause=cause, why=why, saved=saved, **progress)
+        self.note(Kind.STOPPED, cause=self._own_notice.cause(), why=why, saved=saved, **progress)
         self.note(Kind.REQUEUED, by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))

@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -37,7 +36,7 @@ from hpc_train.contract import (
 from hpc_train.faults import node_blame
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job import command_lines
-from hpc_train.launch import recovery, requeue, restart_policy, rounds
+from hpc_train.launch import recovery, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
 from hpc_train.planning import costs
@@ -214,10 +213,10 @@ def watch_stragglers(here: Here, spent: int) -> straggler_monitor.Watch | None:
                                    not spec.watch.no_drain, here.note, log)  # fmt: skip
 
 
-def watch_growth(here: Here, own_notice: Callable[[Cause], None]) -> GrowWatch | None:
+def watch_growth(here: Here, own_notice: signals.OwnNotice) -> GrowWatch | None:
     """Task 0's grow-back thread while this start runs on fewer than ``--nodes`` MAX
     (``watch.grow_monitor``); none with ``--grow-after 0``. A grow is a notice of task 0's
-    own (``own_notice(Cause.GROW)``): the save on notice, then submitit's requeue."""
+    own (``own_notice.send(Cause.GROW, ...)``): the save on notice, then submitit's requeue."""
     spec, start, grow_after = here.spec, here.start, here.spec.recovery.grow_after
     if start.task != 0 or start.num_nodes >= spec.nodes_max or grow_after <= 0:
         return None
@@ -228,10 +227,9 @@ def watch_growth(here: Here, own_notice: Callable[[Cause], None]) -> GrowWatch |
         end_time = None  # no limit known: grow whenever nodes come free
 
     def grow(target: int, why: str) -> None:
-        own_notice(Cause.GROW)
         log(f"grow: from {start.num_nodes} to {target} node(s): {why}; saving on notice")
         here.note(Kind.GROWN, **{"from": start.num_nodes, "to": target, "why": why})
-        slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
+        own_notice.send(Cause.GROW, start.job_id)  # the save on notice, then submitit's requeue
 
     excluded = partial(requeue.excluded, spec, start.job_id)
     return GrowWatch(spec.partition, start.hosts, spec.nodes_max, grow_after, excluded,
@@ -249,7 +247,7 @@ class Watchers:
     growth: GrowWatch | None = None
 
     def start(self, here: Here, nproc: int, pid: int, spent: int,
-              own_notice: Callable[[Cause], None]) -> None:  # fmt: skip
+              own_notice: signals.OwnNotice) -> None:  # fmt: skip
         self.spot = watch_spot(here.job_id)
         self.hangs = watch_hangs(here, nproc, pid)
         self.stragglers = watch_stragglers(here, spent)  # task 0 only

@@ -27,7 +27,7 @@ from hpc_train.faults.suspects import Suspect
 from hpc_train.launch import requeue, restart_policy
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.restart_policy import Action
-from hpc_train.launch.signals import save_wait_s, wait_for_save
+from hpc_train.launch.signals import OwnNotice, save_wait_s, wait_for_save
 from hpc_train.launch.starts import Start
 from hpc_train.watch.launchers import Silence
 
@@ -151,16 +151,13 @@ def refuse(here: Here, decision: StartDecision, spent: int) -> None:
     requeue.requeue(here, left_out, f"{why}: requeued without {left}")
 
 
-def on_silent(
-    here: Here, silence: Silence, training: bool, own_notice: Callable[[Cause], None]
-) -> None:
+def on_silent(here: Here, silence: Silence, training: bool, own_notice: OwnNotice) -> None:
     """The pulse thread found a watched launcher stuck: blame its node (drained unless
     --no-drain), then requeue without it; while training, after a save on notice (the
     ranks are alive). Task 0 leaves the requeue to submitit's ``checkpoint()`` as for any
-    notice, the notice its own (``own_notice(Cause.HANG)``, said before the USR2 that runs
-    ``checkpoint()`` in this very process: said after, a loaded machine recorded the stop as
-    a plain notice, run 13 of 2026-11-27); task 1, acting for a stuck task 0 (``deputy``),
-    waits for the save itself."""
+    notice, the notice its own (``own_notice.send(Cause.HANG, ...)``: the cause handed over
+    before the USR2 that runs ``checkpoint()`` in this very process); task 1, acting for a
+    stuck task 0 (``deputy``), waits for the save itself."""
     start, deputy = here.start, here.start.task != 0
     why = f"stuck launcher: {silence.describe()}"
     gone = start_over(start)
@@ -170,8 +167,7 @@ def on_silent(
     log(why)
     leave = node_blame.stuck_launcher(here.blamer(deputy), silence.node, why)
     if training and not deputy:
-        own_notice(Cause.HANG)
-        slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
+        own_notice.send(Cause.HANG, start.job_id)  # the save on notice, then submitit's requeue
         return
     saved = False
     if training:  # the save on notice: rank 0's marker alone says it (this node's ranks do not)

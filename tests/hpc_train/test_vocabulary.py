@@ -24,15 +24,13 @@ ROOT = code_scan.ROOT
 CAUSES = {str(c) for c in Cause}
 ACTIONS = {str(a) for a in RoundAction}
 LEVER_NAMES = {str(n) for n in LeverName}
-# a callable handed the cause of task 0's own notice (``Launcher._notice_of_own``)
-TAKES_A_CAUSE = {"own_notice", "_notice_of_own"}
 
 
 def causeish(node: ast.expr) -> bool:
     """Something holding a stop's cause: ``x.cause``, ``e.get("cause")``, ``row["cause"]``,
-    ``cause``, ``self._own_notice``."""
+    ``cause``, ``self._cause``."""
     if isinstance(node, ast.Attribute):
-        return node.attr in ("cause", "_own_notice")
+        return node.attr in ("cause", "_cause")
     if isinstance(node, ast.Subscript):
         return isinstance(node.slice, ast.Constant) and node.slice.value == "cause"
     if isinstance(node, ast.Call) and name_of(node.func) == "get" and node.args:
@@ -47,7 +45,14 @@ def actionish(node: ast.expr) -> bool:
     )
 
 
-def cause_spelled(node: ast.AST, takes: dict[str, int]) -> list[str]:
+def passed(node: ast.Call, takes: dict[str, set[int]], values: set[str]) -> list[str]:
+    """The strings of ``values`` a call passes where its callee (any of the code's functions
+    and classes of that name, ``takes``) has the parameter, by position."""
+    at = takes.get(name_of(node.func) or "", set())
+    return [s for i in sorted(at) if len(node.args) > i for s in constants(node.args[i], values)]
+
+
+def cause_spelled(node: ast.AST, takes: dict[str, set[int]]) -> list[str]:
     """The causes ``node`` spells as strings where a cause belongs."""
     if isinstance(node, ast.Compare):
         operands = [node.left, *node.comparators]
@@ -55,12 +60,7 @@ def cause_spelled(node: ast.AST, takes: dict[str, int]) -> list[str]:
             return [s for o in operands for s in constants(o, CAUSES)]
     elif isinstance(node, ast.Call):
         out = [s for k in node.keywords if k.arg == "cause" for s in constants(k.value, CAUSES)]
-        at = takes.get(name_of(node.func) or "")
-        if name_of(node.func) in TAKES_A_CAUSE:
-            at = 0
-        if at is not None and len(node.args) > at:
-            out += constants(node.args[at], CAUSES)
-        return out
+        return out + passed(node, takes, CAUSES)
     elif isinstance(node, ast.Assign | ast.AnnAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if any(causeish(t) for t in targets) and node.value is not None:
@@ -77,7 +77,7 @@ def cause_spelled(node: ast.AST, takes: dict[str, int]) -> list[str]:
     return []
 
 
-def action_spelled(node: ast.AST, takes: dict[str, int]) -> list[str]:
+def action_spelled(node: ast.AST, takes: dict[str, set[int]]) -> list[str]:
     """The round actions ``node`` spells as strings where one belongs."""
     if isinstance(node, ast.Compare):
         operands = [node.left, *node.comparators]
@@ -85,10 +85,7 @@ def action_spelled(node: ast.AST, takes: dict[str, int]) -> list[str]:
             return [s for o in operands for s in constants(o, ACTIONS)]
     elif isinstance(node, ast.Call):
         out = [s for k in node.keywords if k.arg == "action" for s in constants(k.value, ACTIONS)]
-        at = takes.get(name_of(node.func) or "")
-        if at is not None and len(node.args) > at:
-            out += constants(node.args[at], ACTIONS)
-        return out
+        return out + passed(node, takes, ACTIONS)
     return []
 
 
@@ -107,11 +104,22 @@ def lever_spelled(node: ast.AST) -> list[str]:
     return []
 
 
+def takes(trees: list[tuple[str, ast.Module]], param: str) -> dict[str, set[int]]:
+    """Every function and class of the code taking ``param``: its name -> the positions (a
+    call in one module may call another's: ``own_notice.send(Cause.HANG, job)``)."""
+    out: dict[str, set[int]] = {}
+    for _path, tree in trees:
+        for name, at in code_scan.params(tree, param).items():
+            out.setdefault(name, set()).add(at)
+    return out
+
+
 def spelled() -> dict[str, list[str]]:
     """Every place a cause, a round action or a lever name is spelled as a string, by word."""
     found: dict[str, list[str]] = {"cause": [], "action": [], "lever": []}
-    for path, tree in code_scan.sources(ROOT):
-        causes, actions = code_scan.params(tree, "cause"), code_scan.params(tree, "action")
+    trees = list(code_scan.sources(ROOT))
+    causes, actions = takes(trees, "cause"), takes(trees, "action")
+    for path, tree in trees:
         enum_body = path in ("hpc_train/contract.py", "hpc_train/job/levers.py")
         for node in ast.walk(tree):
             if (
@@ -154,8 +162,9 @@ def test_the_scan_would_find_bare_words(tmp_path, monkeypatch):
         'note(Kind.STOPPED, cause="hang", why="x")\n'
         'if e.get("cause") == "grow": pass\n'
         "def decision(action, why, cause): ...\n"
+        "def send(self, cause, job_id): ...\n"
         'decision(Action.FAIL, "x", "no nodes")\n'
-        'own_notice("hang")\n'
+        'own_notice.send("hang", job)\n'
         'BLAMED = frozenset({"crash", "infrastructure"})\n'
         'def report(): return ("crash", "a rank died"), False\n'
         'if verdict.action == "requeue": pass\n'
@@ -170,11 +179,13 @@ def test_the_scan_would_find_bare_words(tmp_path, monkeypatch):
     (tmp_path / "hpc_train").mkdir()
     (tmp_path / "hpc_train" / "probe.py").write_text(code)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    lines = {word: [p.split(":")[1] for p in places] for word, places in spelled().items()}
+    lines = {
+        word: sorted(int(p.split(":")[1]) for p in places) for word, places in spelled().items()
+    }
     assert lines == {
-        "cause": ["1", "2", "4", "5", "6", "6", "7"],
-        "action": ["8", "9"],
-        "lever": ["14", "15", "16", "16"],
+        "cause": [1, 2, 5, 6, 7, 7, 8],
+        "action": [9, 10],
+        "lever": [15, 16, 17, 17],
     }
 
 

@@ -29,7 +29,7 @@ from hpc_train.faults import agent_exit, node_blame
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job.spec import JobSpec, Recovery
-from hpc_train.launch import lifecycle, recovery, release, requeue, rounds
+from hpc_train.launch import lifecycle, recovery, release, requeue, rounds, signals
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.launch.starts import Start
@@ -414,7 +414,7 @@ def test_the_threads_beside_torchrun_start_in_watchers_the_spot_watch_too(tmp_pa
     monkeypatch.setattr(lifecycle, "watch_growth", lambda here, own_notice: None)
     here, _ = here_of(tmp_path, TWO)
     watchers = lifecycle.Watchers()
-    watchers.start(here, 1, 123, 0, lambda cause: None)
+    watchers.start(here, 1, 123, 0, signals.OwnNotice())
     assert started == ["spot 41"] and watchers.spot is not None
     assert watchers.stop() == (None, None, None) and watchers.spot.stopped
 

@@ -21,6 +21,7 @@ from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import (
     ENDED,
+    Cause,
     LauncherBeat,
     StartDecision,
     StartFiles,
@@ -751,7 +752,8 @@ def grew_at(tmp_path: Path, restart: int) -> None:
     """Task 0 of start ``restart`` grew: its grow watch sent the notice (``_own_notice``) and
     submitit called ``checkpoint()``, which records the stop and the requeue."""
     launcher = launcher_module.Launcher(spec_in(tmp_path))
-    launcher._start, launcher._own_notice = start(restart=restart), "grow"
+    launcher._begin(start(restart=restart))
+    launcher._own_notice.send(Cause.GROW, "41")  # the fake Slurm records the USR2
     launcher.checkpoint()  # no workers: they have exited
 
 
@@ -771,7 +773,7 @@ def test_a_grow_on_the_last_allowed_restart_spends_no_restart(tmp_path, fake_slu
         FakeTorchrun(spec, 0).run(start(restart=4), gpus=0)  # a failure's restart: counted
 
 
-def test_only_grows_before_this_start_are_left_out_of_the_budget(tmp_path):
+def test_only_grows_before_this_start_are_left_out_of_the_budget(tmp_path, fake_slurm):
     """A grow recorded at this start or later (another job's ledger lines too) is not one of
     the requeues Slurm counted before it."""
     grew_at(tmp_path, restart=1)
