@@ -94,7 +94,7 @@ def seed_argv(
     """Bare fairseq-train as the seed's ray_train.sh (fairseq's README recipe) runs it, on one GPU
     (``workers`` None: fairseq's default data loader, as the seed); the preset's model."""
     recipe = presets.get(preset)
-    update_freq = batch.plan(lengths.global_batch, per_gpu, 1).update_freq
+    update_freq = batch.keep_global_batch(lengths.global_batch, per_gpu, 1).update_freq
     return [
         str(data), "--fp16",
         "--task", "masked_lm", "--criterion", "masked_lm",
@@ -149,7 +149,7 @@ def toolkit_argv(
     launcher starts it: torchrun (run as ``python -m torch.distributed.run``) with
     ``command_lines.fairseq_args``, as job ``job``'s round ``round_`` (its rendezvous, as the
     launcher's ``41.1`` for an in-job restart); ``after``: the launcher's resume arguments
-    (``worker.checkpoints.Resume.fairseq_args``)."""
+    (``worker.checkpoints.ResumePoint.fairseq_args``)."""
     args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=gpu)
     argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", job, [*args, *after], round_)
     return [python, "-m", "torch.distributed.run", *argv[1:]]

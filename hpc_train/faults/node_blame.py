@@ -42,8 +42,7 @@ from hpc_core.rundir import SUSPECT, atomic_write, incident_reports
 from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train.contract import Cause, StartFiles, read_beats
 from hpc_train.faults import agent_exit, failures, quarantine
-from hpc_train.faults.evidence import Evidence, Verdict
-from hpc_train.faults.evidence import decide as weigh
+from hpc_train.faults.evidence import DrainVerdict, Evidence, drain_verdict
 from hpc_train.faults.failures import Failure
 from hpc_train.faults.suspects import RankReport, Suspect, crash_suspect, hang_suspect
 
@@ -69,7 +68,7 @@ class Blamer:
     note: Note
     log: Log
 
-    def blame(self, node: str, why: str, evidence: Evidence, **data: Any) -> Verdict:
+    def blame(self, node: str, why: str, evidence: Evidence, **data: Any) -> DrainVerdict:
         """``blame`` for this start."""
         return blame(self.files, node, why, self.drain, self.note, self.log, evidence, **data)
 
@@ -168,9 +167,9 @@ def name_hang_suspect(files: StartFiles, hosts: Sequence[str], log: Log) -> Susp
 def blame(
     files: StartFiles, node: str, why: str, drain: bool, note: Note, log: Log,
     evidence: Evidence, **data: Any,
-) -> Verdict:  # fmt: skip
+) -> DrainVerdict:  # fmt: skip
     """Record ``node``'s blame against its machine and update the quarantine list; drain it
-    where the verdict on ``evidence`` (``weigh``, with the machine's earlier blames) says so,
+    where the verdict on ``evidence`` (``drain_verdict``, with the machine's earlier blames) says so,
     unless ``drain`` is false (--no-drain). The verdict: whether the caller leaves it out."""
     try:
         machine = slurm.node_machine(node)
@@ -180,7 +179,7 @@ def blame(
     now = time.time()
     run = files.run
     earlier = quarantine.earlier(ledger.read(run.ledger), node, machine, now)
-    verdict = weigh(evidence, earlier)
+    verdict = drain_verdict(evidence, earlier)
     info = {"node": node, "why": why, "machine": machine}
     entries = quarantine.update(
         run, also=[ledger.Event(Kind.BLAMED, now, files.name, files.restart, info)]

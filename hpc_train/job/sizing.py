@@ -80,7 +80,7 @@ class Sizing:
         start, ``validate`` for the largest world): the global batch kept by ``--update-freq``;
         ValueError if it cannot be kept (smaller than one step of this world)."""
         per_device = self.device_batch(gpu, world_size)
-        return batch.plan(self.sequences_per_update, per_device, world_size)
+        return batch.keep_global_batch(self.sequences_per_update, per_device, world_size)
 
     def largest_world(self, gpu: bool) -> int:
         """Ranks at ``--nodes`` MAX: the world ``--dry-run`` shows and ``validate`` checks."""

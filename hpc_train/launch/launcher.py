@@ -57,7 +57,7 @@ from hpc_train.job import command_lines
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import lifecycle, notify, recovery, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here, log
-from hpc_train.launch.recovery import Ended, Recovery
+from hpc_train.launch.recovery import Aftermath, Ended
 from hpc_train.launch.restart_policy import Action
 from hpc_train.launch.rounds import Next
 from hpc_train.launch.signals import SAVE_WAIT_ENV as SAVE_WAIT_ENV
@@ -196,7 +196,7 @@ class Launcher:
             return here.done()
         ended = self._train(here, decision.use_gpu, decision.ranks_per_node, args, spent, pulse)
         cancelled = partial(signals.cancelled, self._signals, here.job_id)
-        return self._after(here, recovery.decide(here, ended, spent, cancelled), pulse)
+        return self._after(here, recovery.assess(here, ended, spent, cancelled), pulse)
 
     def _train(self, here: Here, use_gpu: bool, nproc: int, args: list[str], spent: int,
                pulse: launchers.Pulse) -> Ended:  # fmt: skip
@@ -228,7 +228,7 @@ class Launcher:
         saved = here.files.stop() is not None
         return Ended(returncode, saved, hang, evicted, stuck)
 
-    def _after(self, here: Here, rec: Recovery, pulse: launchers.Pulse) -> Next:
+    def _after(self, here: Here, rec: Aftermath, pulse: launchers.Pulse) -> Next:
         """Act on the recovery decision: finish, stop, fail, or restart: task 0 chooses a round
         in the allocation or a requeue, and the log and the ledger say which."""
         outcome, start = rec.outcome, here.start
@@ -241,7 +241,9 @@ class Launcher:
             self._await_watched(here, pulse)
             return here.done()
         restart = outcome.action is Action.RESTART
-        nxt = rounds.plan(here, rec) if restart else None  # a round in the allocation, or not
+        nxt = (
+            rounds.choose_round(here, rec) if restart else None
+        )  # a round in the allocation, or not
         why = outcome.restarting(in_job=nxt is not None) if restart else outcome.why
         error = {"error": rec.crash[1]} if rec.crash else {}
         here.note(Kind.STOPPED, cause=outcome.cause, why=why, returncode=rec.returncode,

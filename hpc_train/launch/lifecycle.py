@@ -7,7 +7,7 @@ goes to ``recovery.refuse``), ``announce`` (the fairseq arguments; ``started`` i
 spot notice (``watch.spot``), the hang monitor (``watch.hang_monitor``), task 0's straggler
 and grow-back threads (``watch.straggler_monitor``, ``watch.grow_monitor``). When torchrun
 exits, what it left running of this start is ended (``end_leftovers``: the ranks of a killed
-agent), and ``recovery.decide`` says what follows.
+agent), and ``recovery.assess`` says what follows.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def watch_hangs(here: Here, nproc: int, pid: int) -> hang_monitor.Monitor | None
     ).start()  # fmt: skip
 
 
-def watch_stragglers(here: Here, spent: int) -> straggler_monitor.Watch | None:
+def watch_stragglers(here: Here, spent: int) -> straggler_monitor.StragglerWatch | None:
     """Task 0's straggler thread (``watch.straggler_monitor``), unless ``--no-watchdog`` (no
     heartbeats); it evicts only with a restart left (``spent``: the restarts the budget has
     counted, ``Launcher.restarts_spent``)."""
@@ -243,7 +243,7 @@ class Watchers:
 
     spot: SpotWatcher | None = None
     hangs: hang_monitor.Monitor | None = None
-    stragglers: straggler_monitor.Watch | None = None
+    stragglers: straggler_monitor.StragglerWatch | None = None
     growth: GrowWatch | None = None
 
     def start(self, here: Here, nproc: int, pid: int, spent: int,

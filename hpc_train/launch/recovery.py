@@ -7,7 +7,7 @@ task 0 blames the node behind it (``faults.node_blame``), then (``Launcher._afte
 requeues without it (``launch.requeue``) or restarts training in the allocation on the healthy
 nodes and the hot spares (``launch.rounds``, where the other tasks wait for task 0's word).
 
-- ``decide``: torchrun's exit and what the watchers saw -> ``Recovery`` (outcome, suspect, crash);
+- ``assess``: torchrun's exit and what the watchers saw -> ``Aftermath`` (outcome, suspect, crash);
 - ``refuse``: a start that could not run (a node short of GPUs): blame, requeue or fail;
   a node is left out where its blame's verdict drains it (``faults.evidence``), never on a blame
   alone: a first signal kill restarts on its node, in the job or by a requeue that may use it;
@@ -44,8 +44,8 @@ class Ended:
 
 
 @dataclass(frozen=True)
-class Recovery:
-    """What follows a start's end (``decide``)."""
+class Aftermath:
+    """What follows a start's end (``assess``)."""
 
     outcome: restart_policy.Decision
     returncode: int
@@ -63,7 +63,7 @@ class Recovery:
         return self.hang or f"torchrun exited with {self.returncode}"
 
 
-def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) -> Recovery:
+def assess(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) -> Aftermath:
     """The restart policy's outcome for this end, and (task 0) the node blamed for it."""
     spec, returncode, hang, stuck = here.spec, ended.returncode, ended.hang, ended.stuck
     if stuck is not None and hang is None:
@@ -90,7 +90,7 @@ def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) 
     if crash and crash[0] == Cause.CRASH and suspect is not None:  # the blamed node says why
         crash = (Cause.CRASH, f"{suspect.node}: {suspect.why}")
     left = (suspect.node,) if suspect is not None and leave else ()
-    return Recovery(outcome, returncode, crash, suspect, stuck, hang, left)
+    return Aftermath(outcome, returncode, crash, suspect, stuck, hang, left)
 
 
 def after_stuck_agent(

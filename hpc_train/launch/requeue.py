@@ -1,6 +1,6 @@
 """Task 0 requeues the job: without the nodes it blamed, and only if the job could start again.
 
-``requeue`` asks Slurm once (``plan``: one sinfo, one scontrol) which blamed nodes the requeued
+``requeue`` asks Slurm once (``partition_check``: one sinfo, one scontrol) which blamed nodes the requeued
 job excludes by name and whether enough usable nodes are left for ``--nodes`` MIN
 (``restart_policy.requeue_blocked``). If so, it writes the round's verdict (``REQUEUE``: the
 other launchers wait for Slurm to end them), records ``requeued``, calls ``scontrol requeue``
@@ -49,7 +49,7 @@ def send(
     """Requeue the job without ``leave_out`` and tell the other launchers; or, when the
     requeued job could not start, tell them to stop and return why (nothing requeued)."""
     note = here.deputy_note if deputy else here.note
-    by_name, blocked, said = plan(here.spec, here.job_id, leave_out)
+    by_name, blocked, said = partition_check(here.spec, here.job_id, leave_out)
     if said:
         log(said)
         note(Kind.REQUEUE_BLOCKED, why=said, waiting=blocked is None)
@@ -64,7 +64,7 @@ def send(
     return None
 
 
-def plan(
+def partition_check(
     spec: JobSpec, job_id: str, leave_out: Sequence[str]
 ) -> tuple[list[str], restart_policy.Decision | None, str]:
     """Which of ``leave_out`` the requeue excludes by name, and could the requeued job

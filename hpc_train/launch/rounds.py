@@ -3,7 +3,7 @@
 With ``--restart-in-job`` (or ``--spares K``) a bad end need not be a requeue: task 0 may restart
 training in the allocation on the healthy nodes, topped up from the hot spares (the last K nodes
 of the allocation, ``starts.allocation_start``) to the same width, so the recipe's batch stays N
-(``starts.refill``). The launcher chooses (``Launcher._after``): ``plan`` gives the next round,
+(``starts.refill``). The launcher chooses (``Launcher._after``): ``choose_round`` gives the next round,
 or None for a requeue (no in-job restarts, or fewer than ``--nodes`` MIN nodes left), and
 ``restart`` starts it: the round's verdict (``contract.RoundVerdict``), the nodes left out given
 back to Slurm once their task has ended (``launch.release``, a thread), ``restarted`` in the
@@ -27,7 +27,7 @@ from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train.contract import IN_JOB_RESTART, RoundAction, RoundVerdict
 from hpc_train.launch import release, requeue
 from hpc_train.launch.context import Here, log
-from hpc_train.launch.recovery import Recovery
+from hpc_train.launch.recovery import Aftermath
 from hpc_train.launch.starts import Start, refill
 
 SPARE_POLL = Backoff(1.0, 1.5, 5.0)  # a hot spare reads task 0's word: seconds matter, not ms
@@ -46,9 +46,9 @@ class Round:
     spare_in: list[str]
 
 
-def plan(here: Here, rec: Recovery) -> Round | None:
+def choose_round(here: Here, rec: Aftermath) -> Round | None:
     """Task 0 after a bad end: the next round in the allocation, without the nodes its blame's
-    verdict leaves out (``Recovery.leave_out``: a hot spare in each one's place; a node blamed
+    verdict leaves out (``Aftermath.leave_out``: a hot spare in each one's place; a node blamed
     but not drained, a first signal kill, trains on); None for a requeue instead: without
     in-job restarts, or when fewer than ``--nodes`` MIN nodes would be left."""
     start, spec = here.start, here.spec
@@ -60,7 +60,7 @@ def plan(here: Here, rec: Recovery) -> Round | None:
     return Round(members, standby, left_out, members[len(healthy) :])
 
 
-def restart(here: Here, rec: Recovery, nxt: Round) -> Next:
+def restart(here: Here, rec: Aftermath, nxt: Round) -> Next:
     """Task 0 restarts training in the allocation on ``nxt``: the round's verdict for every
     other launcher, each node left out released once its task has ended (a watcher thread),
     ``restarted`` in the ledger; this node's next start (or its end, if left out itself)."""

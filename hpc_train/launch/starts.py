@@ -97,7 +97,7 @@ def decide_start(
     run: RunDir, start: Start, spec: JobSpec, gpus: int, log: Callable[[str], None]
 ) -> StartDecision:
     """Every node reports its GPUs; task 0 decides for all, once: the geometry
-    (``geometry.decide``, a quarantined node refused), the batch plan for that world and what to
+    (``geometry.from_reports``, a quarantined node refused), the batch plan for that world and what to
     resume from (verifying the checkpoints); the other tasks wait for its decision."""
     files = start.files(run)
     files.write_node_report(NodeReport(start.task, node_name(), gpus))
@@ -111,7 +111,7 @@ def decide_start(
         lambda: files.node_reports(start.num_nodes),
         "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
     )  # fmt: skip
-    shape = geometry.decide(spec.gpus_per_node, reports, quarantine.nodes(run))
+    shape = geometry.from_reports(spec.gpus_per_node, reports, quarantine.nodes(run))
     if shape.refused:
         decision = StartDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
                                  refused=shape.refused, bad_nodes=list(shape.bad_nodes))  # fmt: skip

@@ -83,7 +83,7 @@ def test_global_batch_is_kept_on_every_instance_type_and_node_count(
 ) -> None:
     spec = JobSpec(preset, Path("/d"), Path("/s"), nodes, nodes, 8, instance_type=itype)
     world = nodes * 8
-    plan = batch.plan(spec.sequences_per_update, spec.device_batch(True, world), world)
+    plan = batch.keep_global_batch(spec.sequences_per_update, spec.device_batch(True, world), world)
     assert plan.effective >= 2048 and plan.effective - 2048 < plan.batch_per_device * world
     if 2048 % world == 0:
         assert plan.effective == 2048  # exact on power-of-two worlds
@@ -144,12 +144,12 @@ def test_a_world_that_does_not_divide_the_global_batch_is_not_doubled():
     """2048 sequences over 24 H100s (3 p5 nodes): 43 x 24 x 2 = 2064 per update (before: 85
     per GPU, a step of 2040, so 2 steps: 4080, twice the recipe's batch)."""
     per = devices.batch_per_device("roberta-base", "p5.48xlarge", 16, 2048, 24)
-    plan = batch.plan(2048, per, 24)
+    plan = batch.keep_global_batch(2048, per, 24)
     assert (per, plan.update_freq, plan.effective) == (43, 2, 2064)
     for world in range(1, 257):  # never more than one sequence per device over the recipe's
         per = devices.fitted_batch(256, 2048, world)
         if world <= 2048:
-            assert batch.plan(2048, per, world).effective < 2048 + world * 2, world
+            assert batch.keep_global_batch(2048, per, world).effective < 2048 + world * 2, world
 
 
 def test_an_elastic_run_keeps_one_batch_per_device_at_every_width(tmp_path):

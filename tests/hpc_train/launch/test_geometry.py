@@ -19,18 +19,18 @@ def reports(*gpus: int) -> list[NodeReport]:
 
 
 def test_healthy_nodes_run_what_was_asked_capped_by_what_they_have():
-    assert geometry.decide(8, reports(8, 8)) == geometry.Geometry(2, 8, True)
-    assert geometry.decide(4, reports(8, 8)).ranks_per_node == 4
-    assert geometry.decide(8, reports(4, 4)).ranks_per_node == 4  # g5-style nodes, honest
+    assert geometry.from_reports(8, reports(8, 8)) == geometry.Geometry(2, 8, True)
+    assert geometry.from_reports(4, reports(8, 8)).ranks_per_node == 4
+    assert geometry.from_reports(8, reports(4, 4)).ranks_per_node == 4  # g5-style nodes, honest
 
 
 def test_no_gpu_anywhere_is_the_cpu_fallback():
-    assert geometry.decide(8, reports(0, 0)) == geometry.Geometry(2, 1, False)
-    assert geometry.decide(0, reports(8, 8)) == geometry.Geometry(2, 1, False)
+    assert geometry.from_reports(8, reports(0, 0)) == geometry.Geometry(2, 1, False)
+    assert geometry.from_reports(0, reports(8, 8)) == geometry.Geometry(2, 1, False)
 
 
 def test_a_node_short_of_gpus_is_refused_by_name_whichever_task_it_is():
-    shape = geometry.decide(8, reports(7, 8, 0))  # n1 lost a GPU, n3's CUDA is broken
+    shape = geometry.from_reports(8, reports(7, 8, 0))  # n1 lost a GPU, n3's CUDA is broken
     assert shape.ranks_per_node == 8 and shape.bad_nodes == ("n1", "n3")
     assert shape.refused == (
         "node(s) n1 (7), n3 (0) see fewer GPUs than the 8 per node this start needs"
@@ -38,9 +38,9 @@ def test_a_node_short_of_gpus_is_refused_by_name_whichever_task_it_is():
 
 
 def test_a_quarantined_node_is_refused_before_anything_else():
-    shape = geometry.decide(8, reports(8, 0, 8), quarantined={"n3", "n9"})
+    shape = geometry.from_reports(8, reports(8, 0, 8), quarantined={"n3", "n9"})
     assert shape.bad_nodes == ("n3",) and "n3 quarantined" in shape.refused
-    assert geometry.decide(8, reports(8, 8), quarantined={"n9"}).refused == ""
+    assert geometry.from_reports(8, reports(8, 8), quarantined={"n9"}).refused == ""
 
 
 class NoTorchrun(launcher.Launcher):

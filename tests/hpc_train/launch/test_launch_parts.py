@@ -79,17 +79,17 @@ def test_a_clean_exit_finishes_with_no_blame_and_a_crash_is_blamed_on_task_0(
     tmp_path, fake_slurm, monkeypatch
 ):
     here, _ = here_of(tmp_path, TWO)
-    rec = recovery.decide(here, recovery.Ended(0, saved=False), 0, lambda: False)
+    rec = recovery.assess(here, recovery.Ended(0, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.FINISHED and rec.suspect is None
     suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))
     monkeypatch.setattr(recovery, "crash_report", lambda here: (None, False))
-    rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
+    rec = recovery.assess(here, recovery.Ended(1, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.RESTART and rec.suspect == suspect
     assert rec.detail == "torchrun exited with 1" and rec.leave_out == ("n2",)
     # blamed, but the verdict keeps it (a first signal kill): nothing is left out
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, False))
-    rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
+    rec = recovery.assess(here, recovery.Ended(1, saved=False), 0, lambda: False)
     assert rec.suspect == suspect and rec.leave_out == ()
 
 
@@ -100,12 +100,12 @@ def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
     notice (the kill was ours: exit 0), no hang, nobody blamed."""
     here, _ = here_of(tmp_path, TWO)
     ended = recovery.Ended(-9, saved=True, stuck="torchrun still there")
-    rec = recovery.decide(here, ended, 0, lambda: False)
+    rec = recovery.assess(here, ended, 0, lambda: False)
     assert rec.returncode == 0 and rec.hang is None
     assert rec.outcome.cause == "notice" and not rec.outcome.blame and rec.suspect is None
     assert rec.stuck == "torchrun still there"
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (None, False))  # no hang reports
-    unsaved = recovery.decide(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
+    unsaved = recovery.assess(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
     assert unsaved.hang == "torchrun stuck: torchrun still there" and unsaved.returncode == -9
 
 
@@ -167,9 +167,9 @@ def test_a_launcher_of_an_earlier_start_is_over(fake_slurm):
     assert "belongs to restart 0" in recovery.start_over(TWO)
 
 
-def in_the_job(here: Here, rec: recovery.Recovery) -> rounds.Round:
-    """Task 0's next round (``rounds.plan``), which these tests expect there to be."""
-    nxt = rounds.plan(here, rec)
+def in_the_job(here: Here, rec: recovery.Aftermath) -> rounds.Round:
+    """Task 0's next round (``rounds.choose_round``), which these tests expect there to be."""
+    nxt = rounds.choose_round(here, rec)
     assert nxt is not None
     return nxt
 
@@ -178,7 +178,7 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(
+    rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
     nxt = rounds.restart(here, rec, in_the_job(here, rec))
@@ -201,7 +201,7 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     that polled the next test's fake released a node there, CI stop 33)."""
     here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(
+    rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
     rounds.restart(here, rec, in_the_job(here, rec))
@@ -215,10 +215,10 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
     here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(
+    rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
-    assert rounds.plan(here, rec) is None  # the launcher requeues instead
+    assert rounds.choose_round(here, rec) is None  # the launcher requeues instead
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         requeue.requeue(here, list(rec.leave_out))
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -230,7 +230,7 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
+    rec = recovery.Aftermath(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
     nxt = rounds.restart(here, rec, in_the_job(here, rec))
     assert nxt[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
     verdict = read_verdict(here.run, "41", 0)
@@ -243,8 +243,8 @@ def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
     """Without --restart-in-job a crash is a requeue: it excludes no node the verdict kept."""
     here, _ = here_of(tmp_path, TWO)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
-    assert rounds.plan(here, rec) is None  # no --restart-in-job: the launcher requeues
+    rec = recovery.Aftermath(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
+    assert rounds.choose_round(here, rec) is None  # no --restart-in-job: the launcher requeues
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         requeue.requeue(here, list(rec.leave_out))
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []

@@ -107,7 +107,7 @@ def test_window_check_large_model_on_default_lustre() -> None:
 
 
 def test_window_check_edges_and_margin() -> None:
-    w = [costs.Window("w", 30.0)]
+    w = [costs.NoticeWindow("w", 30.0)]
     assert costs.window_check(10.0, w)[0].fits  # 1.5 x 10 + 15 = 30: exactly fits
     assert not costs.window_check(10.1, w)[0].fits
     no_margin = costs.Margin(factor=1.0, fixed_s=0.0)

@@ -46,7 +46,7 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
     beat(run, "n3", 2, 0.10)
     notes: list[tuple[str, dict[str, Any]]] = []
     lines: list[str] = []
-    watch = straggler_monitor.Watch(
+    watch = straggler_monitor.StragglerWatch(
         StartFiles(run, "7", 0), ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False, False,
         lambda kind, **data: notes.append((kind, data)), lines.append, clock,
     )  # fmt: skip
