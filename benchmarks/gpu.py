@@ -48,7 +48,8 @@ from benchmarks.gpu_results import Peak, mfu, peak_for
 from benchmarks.report import write_json
 from hpc_train import cli
 from hpc_train.job import batch, command_lines, devices, presets
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 from hpc_train.runs import logparse
 
 GOAL_SPEEDUP = 2.0
@@ -123,18 +124,12 @@ def toolkit_spec(
     extra: tuple[str, ...] = (),
 ) -> JobSpec:
     """The job the toolkit would run on one GPU of a p5 (``per_gpu`` None: its table's)."""
+    extra_args = ("--log-interval", str(lengths.log_interval), *extra)
     return JobSpec(
-        preset,
-        data,
-        save_dir,
-        gpus_per_node=1,
-        instance_type=INSTANCE_TYPE,
-        global_batch=lengths.global_batch,
-        max_update=lengths.max_update,
-        precision=precision,
-        batch_per_device=per_gpu,
-        extra_args=("--log-interval", str(lengths.log_interval), *extra),
-    )
+        Training(preset, data, save_dir, max_update=lengths.max_update, extra_args=extra_args),
+        Sizing(gpus_per_node=1, instance_type=INSTANCE_TYPE, global_batch=lengths.global_batch,
+               batch_per_device=per_gpu, precision=precision),
+    )  # fmt: skip
 
 
 def toolkit_argv(

@@ -138,7 +138,7 @@ def measure(run: Run, s: Session, timeout_s: float) -> dict[str, Any]:
     print(f"[gpu-session] {run.preset} {run.name} (timeout {timeout_s:.0f} s)", flush=True)
     done = runs.execute(argv, env, s.work / f"{run.preset}-{run.name}.log", timeout_s,
                         run.stop_on_oom, s.gpu_run)  # fmt: skip
-    extra = {"speed": dict(run.speed), "kind": run.kind, "oom_line": done.oom_line,
+    extra = {"speed": run.speed.asked(), "kind": run.kind, "oom_line": done.oom_line,
              "log_tail": done.lines[-12:] if done.status != "ok" else []}  # fmt: skip
     ckpt = RunDir(save).checkpoint_last
     raw = {"lines": done.lines, "samples": done.samples, "wall_s": done.wall_s, "ended": done.ended,
@@ -171,7 +171,8 @@ def run_stage(stage: str, s: Session) -> None:
         section = s.result["presets"].setdefault(run.preset, {"runs": {}, "figures": {}})
         if run.name in section["runs"] and section["runs"][run.name]["status"] == "ok":
             continue  # measured in an earlier stage (the defaults)
-        timeout = min(RUN_S[run.preset] + COMPILE_EXTRA_S * (LeverName.COMPILE in dict(run.speed)),
+        compiles = LeverName.COMPILE in run.speed.asked()
+        timeout = min(RUN_S[run.preset] + COMPILE_EXTRA_S * compiles,
                       end - time.monotonic(), s.left() - 5)  # fmt: skip
         if timeout < MIN_RUN_S[s.gpu_run]:
             section["runs"][run.name] = gpu_results.run_record(

@@ -21,12 +21,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import gpu, gpu_measure
 from hpc_train.job import command_lines
-from hpc_train.job.levers import LeverName
+from hpc_train.job.levers import LeverName, Speed
 
 P3DN = "p3dn.24xlarge"
 P3DN_CAP_GIB = 32.0  # a V100's memory, as the cap on this GPU's allocator
@@ -50,15 +50,15 @@ class Run:
     name: str
     preset: str
     kind: str = "toolkit"  # toolkit, bare (fairseq-train, README settings), p3dn (capped rank)
-    speed: tuple[tuple[str, str], ...] = ()
+    speed: Speed = field(default_factory=Speed)
     per_gpu: int | None = None  # None: the toolkit's table
     profile: tuple[int, int] | None = None  # HPC_TRAIN_PROFILE (warm-up, updates)
     stop_on_oom: bool = False
     extra: tuple[str, ...] = ()  # fairseq flags after the toolkit's (fairseq takes the last)
 
 
-def levers_on(*names: LeverName) -> tuple[tuple[str, str], ...]:
-    return tuple((name, "on") for name in names)
+def levers_on(*names: LeverName) -> Speed:
+    return Speed.of(dict.fromkeys(names, "on"))
 
 
 def argv_of(run: Run, data: Path, save: Path, lengths: gpu.Lengths, gpu_run: bool) -> list[str]:
@@ -74,7 +74,9 @@ def argv_of(run: Run, data: Path, save: Path, lengths: gpu.Lengths, gpu_run: boo
     spec = gpu.toolkit_spec(run.preset, data, save, lengths, per_gpu=run.per_gpu, extra=run.extra)
     spec = dataclasses.replace(spec, speed=run.speed)
     if run.kind == "p3dn":
-        spec = dataclasses.replace(spec, instance_type=P3DN)
+        spec = dataclasses.replace(
+            spec, sizing=dataclasses.replace(spec.sizing, instance_type=P3DN)
+        )
         args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=gpu_run)
         if not gpu_run:
             return [python, "-m", command_lines.TRAIN_MODULE, *args]

@@ -70,7 +70,7 @@ def measure(run: Run, data: Path, work: Path) -> dict[str, Any]:
     print(f"[bench-levers] {run.name}: host syncs {per['host_syncs_gpu_path']:g} (GPU path), "
           f"ops {per['ops_launched']:,.0f}", flush=True)  # fmt: skip
     return {
-        "levers": dict(run.speed),
+        "levers": run.speed.asked(),
         "per_update": per,
         "host_sync_sites": figures["host_sync_sites"],
     }

@@ -1,11 +1,12 @@
 """Speed levers: which GPU speed-ups a run uses, chosen from the GPU's compute capability
 (issue 29). Pure: no torch, no fairseq.
 
-Each lever is a submit option ``--NAME auto|on|off``. ``auto`` takes the lever's default for the
-GPU of ``--instance-type``; a lever is on by default only where it is known to help, and a lever
-not yet measured on a GPU is wired but off by default and says "unmeasured". ``--dry-run`` lists
-the choices with their reasons; the rank receives them as one worker argument (``worker_args``)
-and checks them again against the GPU it actually has (``hpc_train.worker.speed``).
+Each lever is a submit option ``--NAME auto|on|off``, a field of the spec's ``Speed`` section
+(``JobSpec.speed``), named by its ``LeverName``. ``auto`` takes the lever's default for the GPU
+of ``--instance-type``; a lever is on by default only where it is known to help, and a lever not
+yet measured on a GPU is wired but off by default and says "unmeasured". ``--dry-run`` lists the
+choices with their reasons; the rank receives them as one worker argument (``worker_args``) and
+checks them again against the GPU it actually has (``hpc_train.worker.speed``).
 
 What each compute capability can run (sm70 V100 on p3dn, sm80 A100 on p4d/p4de, sm90 H100 on p5):
 - ``compile``: Inductor accepts sm70+, but Triton's tensor-core matmuls are deprecated on Volta:
@@ -41,8 +42,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from hpc_core.instances import INSTANCE_TYPES
+from hpc_train.job.fields import option
 
 CC = tuple[int, int]  # CUDA compute capability (major, minor)
 SETTINGS = ("auto", "on", "off")
@@ -139,6 +142,45 @@ LEVERS: tuple[Lever, ...] = (
 BY_NAME: dict[LeverName, Lever] = {lever.name: lever for lever in LEVERS}
 
 
+def lever_option(name: LeverName) -> Any:
+    """The submit option of a lever: ``--NAME auto|on|off``, its help the lever's ``what``."""
+    return option(f"--{name}", BY_NAME[name].what, default="auto", choices=SETTINGS)
+
+
+def field_of(name: LeverName) -> str:
+    """The ``Speed`` field of a lever: its member's name (``FUSED_ADAMW``: ``fused_adamw``)."""
+    return name.name.lower()
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The speed levers as the user set them (``JobSpec.speed``): one field per lever, in the
+    table's order (``field_of``), ``auto`` unless asked."""
+
+    compile: str = lever_option(LeverName.COMPILE)
+    flash: str = lever_option(LeverName.FLASH)
+    fused_adamw: str = lever_option(LeverName.FUSED_ADAMW)
+    gelu: str = lever_option(LeverName.GELU)
+    pad_check: str = lever_option(LeverName.PAD_CHECK)
+    host_sizes: str = lever_option(LeverName.HOST_SIZES)
+    lazy_stats: str = lever_option(LeverName.LAZY_STATS)
+    foreach_grads: str = lever_option(LeverName.FOREACH_GRADS)
+    pack: str = lever_option(LeverName.PACK)
+
+    @classmethod
+    def of(cls, asked: Mapping[LeverName, str]) -> Speed:
+        """The levers ``asked`` (name -> auto/on/off), every other at ``auto``."""
+        return cls(**{field_of(name): setting for name, setting in asked.items()})
+
+    def settings(self) -> dict[LeverName, str]:
+        """Every lever's setting, by name (``choose`` and ``problem`` take it)."""
+        return {lever.name: getattr(self, field_of(lever.name)) for lever in LEVERS}
+
+    def asked(self) -> dict[LeverName, str]:
+        """The levers not left at ``auto``."""
+        return {name: setting for name, setting in self.settings().items() if setting != "auto"}
+
+
 @dataclass(frozen=True)
 class Choice:
     lever: Lever
@@ -174,13 +216,13 @@ def choose_one(lever: Lever, cc: CC | None, asked: str = "auto") -> Choice:
     return Choice(lever, default, f"the default for {where(cc)}")
 
 
-def choose(cc: CC | None, asked: Mapping[str, str] | None = None) -> tuple[Choice, ...]:
+def choose(cc: CC | None, asked: Mapping[LeverName, str] | None = None) -> tuple[Choice, ...]:
     """Every lever's state on ``cc`` (None: CPU ranks); ``asked``: lever name -> auto/on/off."""
     asked = asked or {}
     return tuple(choose_one(lever, cc, asked.get(lever.name, "auto")) for lever in LEVERS)
 
 
-def problem(cc: CC | None, asked: Mapping[str, str], gpu_text: str) -> str | None:
+def problem(cc: CC | None, asked: Mapping[LeverName, str], gpu_text: str) -> str | None:
     """One line when a setting cannot be honoured: an unknown lever or setting, or ``on`` for a
     lever the device cannot run (``gpu_text`` names it for the user)."""
     for name, setting in asked.items():
@@ -188,7 +230,7 @@ def problem(cc: CC | None, asked: Mapping[str, str], gpu_text: str) -> str | Non
             return f"unknown speed lever {name!r} (choose from: {', '.join(BY_NAME)})"
         if setting not in SETTINGS:
             return f"--{name} {setting}: choose from {', '.join(SETTINGS)}"
-        lever = BY_NAME[LeverName(name)]
+        lever = BY_NAME[name]
         if setting == "on" and not lever.runs_on(cc):
             return f"--{name} on: {gpu_text} ({where(cc)}) cannot run it"
     return None

@@ -117,7 +117,7 @@ class Launcher:
             log(f"could not write the ledger ({err})")
             event = ledger.Event(kind, time.time(), start.job_id, start.restart, data)
         if self.spec.notify.command:
-            notify.notify(self.spec.notify.command, event, self.spec.save_dir, log)
+            notify.notify(self.spec.notify.command, event, self.spec.training.save_dir, log)
 
     def here(self, start: Start) -> Here:
         """This start as every part sees it (its key computed once)."""
@@ -135,7 +135,7 @@ class Launcher:
         hosts = tuple(job.hostnames)
         spare_count = self.spec.spares_in(len(hosts))  # derived once: the spares of this job
         start = allocation_start(job.job_id, job.global_rank, hosts, restart, spare_count)
-        gpus = lifecycle.visible_gpus(self.spec.gpus_per_node)
+        gpus = lifecycle.visible_gpus(self.spec.sizing.gpus_per_node)
         if start is None:  # a hot spare: idle until task 0 swaps it in, or the run ends
             spare = Start(job.job_id, job.global_rank, len(hosts), hosts[0], restart, hosts)
             return self._stand_by(spare, gpus, len(hosts) - spare_count)

@@ -88,7 +88,7 @@ def end_leftovers(here: Here, returncode: int) -> list[int]:
     and no node's torchrun ever ends: task 0 never decides and this node waits for its word in
     vain. Their end is the one their peers see (a lost connection): the start ends everywhere
     and task 0 weighs this node's exit record (``agent_exit.NodeExit.killed``)."""
-    pids = leftovers(here.spec.save_dir, here.files.ranks_start, node_name())
+    pids = leftovers(here.spec.training.save_dir, here.files.ranks_start, node_name())
     if not pids:
         return []
     log(f"torchrun exited with {returncode} and left {len(pids)} process(es) of this start "
@@ -119,7 +119,7 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
     budget = spec.recovery.max_restarts
     if not restart_policy.restart_allowed(spent, budget):
         raise RuntimeError(f"restart budget exhausted (--max-restarts {budget})")
-    spec.save_dir.mkdir(parents=True, exist_ok=True)
+    spec.training.save_dir.mkdir(parents=True, exist_ok=True)
     decision = decide_start(here.run, here.start, spec, gpus, log)
     if decision.refused:
         recovery.refuse(here, decision, spent)
@@ -135,7 +135,7 @@ def announce(here: Here, decision: StartDecision, before: str) -> list[str]:
     """The plan task 0 decided, said (log, the ledger's ``started``); fairseq's arguments."""
     spec, start, use_gpu = here.spec, here.start, decision.use_gpu
     plan = batch_plan_of(spec, decision)  # task 0's, for every node
-    if spec.gpus_per_node > 0 and not use_gpu:
+    if spec.sizing.gpus_per_node > 0 and not use_gpu:
         log("no GPU visible: falling back to CPU ranks (gloo, legacy_ddp), "
             f"{decision.ranks_per_node} per node")  # fmt: skip
     log(f"node {start.task + 1}/{start.num_nodes}, {decision.ranks_per_node} rank(s) here; "
@@ -152,7 +152,7 @@ def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
     spec, files = here.spec, here.files
     beats = files.heartbeats(node_name())
     worker = WorkerEnv(
-        save_dir=spec.save_dir,
+        save_dir=spec.training.save_dir,
         start=files.ranks_start,
         stop_marker=files.stop_marker,
         notice_pending=files.notice_pending,
@@ -161,7 +161,7 @@ def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
         # tiered saves: this run's dir on node-local disk
         local_save_dir=here.run.local_tier(spec.saves.local_dir) if spec.saves.local_dir else None,
         auto_interval=plan_mod.auto_interval(spec, here.start.num_nodes, use_gpu),
-        audit_samples=spec.audit_samples,
+        audit_samples=spec.training.audit_samples,
     )
     env = {**os.environ, **worker.to_env()}
     if not use_gpu:
@@ -206,11 +206,11 @@ def watch_stragglers(here: Here, spent: int) -> straggler_monitor.StragglerWatch
     spec, watch = here.spec, here.spec.watch
     if watch.no_watchdog:
         return None
-    evict = spec.watch.evict_stragglers and restart_policy.may_requeue(
+    evict = spec.recovery.evict_stragglers and restart_policy.may_requeue(
         spent, spec.recovery.max_restarts
     )
     return straggler_monitor.watch(here.files, here.start, spec.watch.stragglers, evict,
-                                   not spec.watch.no_drain, here.note, log)  # fmt: skip
+                                   not spec.recovery.no_drain, here.note, log)  # fmt: skip
 
 
 def watch_growth(here: Here, own_notice: signals.OwnNotice) -> GrowWatch | None:
@@ -218,7 +218,7 @@ def watch_growth(here: Here, own_notice: signals.OwnNotice) -> GrowWatch | None:
     (``watch.grow_monitor``); none with ``--grow-after 0``. A grow is a notice of task 0's
     own (``own_notice.send(Cause.GROW, ...)``): the save on notice, then submitit's requeue."""
     spec, start, grow_after = here.spec, here.start, here.spec.recovery.grow_after
-    if start.task != 0 or start.num_nodes >= spec.nodes_max or grow_after <= 0:
+    if start.task != 0 or start.num_nodes >= spec.sizing.nodes_max or grow_after <= 0:
         return None
     try:
         end = slurm.job_info(start.job_id) or {}
@@ -232,7 +232,7 @@ def watch_growth(here: Here, own_notice: signals.OwnNotice) -> GrowWatch | None:
         own_notice.send(Cause.GROW, start.job_id)  # the save on notice, then submitit's requeue
 
     excluded = partial(requeue.excluded, spec, start.job_id)
-    return GrowWatch(spec.partition, start.hosts, spec.nodes_max, grow_after, excluded,
+    return GrowWatch(spec.slurm.partition, start.hosts, spec.sizing.nodes_max, grow_after, excluded,
                      end_time, grow, log).start()  # fmt: skip
 
 

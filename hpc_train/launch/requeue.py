@@ -71,9 +71,9 @@ def partition_check(
     start? (One sinfo, one scontrol; a Slurm error is said and the requeue goes ahead,
     every blamed node excluded: it is Slurm's to refuse then.)"""
     try:
-        states = slurm.partition_nodes(spec.partition)
+        states = slurm.partition_nodes(spec.slurm.partition)
         replaced = restart_policy.nodes_replaced(spec.recovery.nodes_replaced, states)
-        blamed = restart_policy.excluded_by_name(leave_out, replaced, not spec.watch.no_drain)
+        blamed = restart_policy.excluded_by_name(leave_out, replaced, not spec.recovery.no_drain)
         held = restart_policy.quarantined_by_name(
             quarantine.nodes(spec.run_dir), states, replaced
         )  # fmt: skip
@@ -82,7 +82,7 @@ def partition_check(
     except slurm.SlurmError as err:
         log(f"cannot tell whether the requeued job can start ({err}): requeueing")
         return list(leave_out), None, ""
-    blocked, said = restart_policy.requeue_blocked(states, out, spec.nodes_min, replaced)
+    blocked, said = restart_policy.requeue_blocked(states, out, spec.sizing.nodes_min, replaced)
     return by_name, blocked, said
 
 

@@ -55,7 +55,7 @@ def choose_round(here: Here, rec: Aftermath) -> Round | None:
     left_out = list(rec.leave_out)
     healthy = [h for h in start.hosts if h not in left_out]
     members, standby = refill(healthy, start.standby, start.num_nodes)  # a spare for each
-    if not spec.recovery.in_job_restarts or len(members) < spec.nodes_min:
+    if not spec.recovery.in_job_restarts or len(members) < spec.sizing.nodes_min:
         return None
     return Round(members, standby, left_out, members[len(healthy) :])
 

@@ -122,7 +122,7 @@ def save_wait_s(spec: JobSpec) -> float:
     if os.environ.get(SAVE_WAIT_ENV):
         return float(os.environ[SAVE_WAIT_ENV])
     measured = costs.measured_save_s(ledger.read(spec.run_dir.ledger))
-    return costs.notice_wait_s(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S,
+    return costs.notice_wait_s(spec.training.preset, spec.sizing.gpus_per_node > 0, SIGNAL_DELAY_S,
                                measured_s=measured)  # fmt: skip
 
 

@@ -111,7 +111,7 @@ def decide_start(
         lambda: files.node_reports(start.num_nodes),
         "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
     )  # fmt: skip
-    shape = geometry.from_reports(spec.gpus_per_node, reports, quarantine.nodes(run))
+    shape = geometry.from_reports(spec.sizing.gpus_per_node, reports, quarantine.nodes(run))
     if shape.refused:
         decision = StartDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
                                  refused=shape.refused, bad_nodes=list(shape.bad_nodes))  # fmt: skip

@@ -92,7 +92,9 @@ def auto_interval(spec: JobSpec, nodes: int, gpu: bool) -> tuple[float, float] |
     save s) for rank 0's chooser (``worker.save_interval``); None for a fixed interval."""
     if spec.saves.interval != "auto":
         return None
-    return job_mtbf_s(spec.saves.mtbf_hours, nodes), costs.estimated_save_s(spec.preset, gpu)
+    return job_mtbf_s(spec.saves.mtbf_hours, nodes), costs.estimated_save_s(
+        spec.training.preset, gpu
+    )
 
 
 def _check_positive(**values: float) -> None:

@@ -10,7 +10,8 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import NodeReport
-from hpc_train.job.spec import JobSpec, Recovery
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Recovery, Training
 from hpc_train.launch import geometry, launcher
 
 
@@ -53,7 +54,7 @@ def test_task_0_refuses_the_start_drains_requeues_and_excludes_the_short_node(tm
     run = RunDir(tmp_path)
     run.node_report("41", 0, 1).parent.mkdir(parents=True)
     run.node_report("41", 0, 1).write_text(json.dumps({"task": 1, "node": "n2", "gpus": 6}))
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8)
+    spec = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing=Sizing(gpus_per_node=8))
     with pytest.raises(RuntimeError, match=r"start refused: node\(s\) n2 \(6\) see fewer GPUs"):
         NoTorchrun(spec).run(launcher.Start("41", 0, 2, "n1", 0, ("n1", "n2")), gpus=8)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -74,7 +75,11 @@ def test_a_refused_start_with_the_budget_spent_in_the_job_stops_instead_of_reque
     ledger.record(run.ledger, "restarted", "41", 0, round=1)
     run.node_report("41", 0, 1).parent.mkdir(parents=True, exist_ok=True)
     run.node_report("41", 0, 1).write_text(json.dumps({"task": 1, "node": "n2", "gpus": 6}))
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=8, recovery=Recovery(max_restarts=1))
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(gpus_per_node=8),
+        recovery=Recovery(max_restarts=1),
+    )
     with pytest.raises(RuntimeError, match=r"no restarts left \(--max-restarts 1\)"):
         NoTorchrun(spec).run(launcher.Start("41", 0, 2, "n1", 0, ("n1", "n2")), gpus=8)
     assert fake_slurm.requeued == []

@@ -28,16 +28,21 @@ from hpc_train.contract import (
 from hpc_train.faults import agent_exit, node_blame
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.suspects import Suspect
-from hpc_train.job.spec import JobSpec, Recovery
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Recovery, Training
 from hpc_train.launch import lifecycle, recovery, release, requeue, rounds, signals
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.launch.starts import Start
 
 
-def here_of(tmp_path: Path, start: Start, **spec: Any) -> tuple[Here, list[tuple[str, dict]]]:
+def here_of(
+    tmp_path: Path, start: Start, nodes: tuple[int, int] = (1, 1), **sections: Any
+) -> tuple[Here, list[tuple[str, dict]]]:
+    """``start`` of a tiny CPU run on ``nodes`` (MIN, MAX), its ``sections`` as given."""
     notes: list[tuple[str, dict]] = []
-    job = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, **spec)
+    sizing = Sizing(nodes_min=nodes[0], nodes_max=nodes[1], gpus_per_node=0)
+    job = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing, **sections)
     return Here.of(job, start, lambda kind, **data: notes.append((kind, data))), notes
 
 
@@ -62,7 +67,7 @@ def test_the_requeue_excludes_the_blamed_node_and_tells_the_others(tmp_path, fak
 
 def test_a_requeue_that_could_not_start_stops_the_run_and_requeues_nothing(tmp_path, fake_slurm):
     fake_slurm.partition = {"n1": "idle", "n2": "idle"}
-    here, notes = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2)
+    here, notes = here_of(tmp_path, TWO, nodes=(2, 2))
     blocked = requeue.send(here, ["n2"], "crash")
     assert blocked is not None and "n2" in blocked.why
     assert fake_slurm.requeued == [] and read_verdict(here.run, "41", 0).action == RoundAction.FAIL
@@ -176,7 +181,7 @@ def in_the_job(here: Here, rec: recovery.Aftermath) -> rounds.Round:
 
 def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm):
     start = dataclasses.replace(TWO, standby=("n3",))
-    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
+    here, notes = here_of(tmp_path, start, nodes=(1, 2), recovery=IN_JOB)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
@@ -199,7 +204,7 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     """The restart's watcher waits on the left-out node's task; once the job is no longer
     running it returns without releasing anything (a test's watcher must not outlive it: one
     that polled the next test's fake released a node there, CI stop 33)."""
-    here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, recovery=IN_JOB)
+    here, _ = here_of(tmp_path, TWO, nodes=(1, 2), recovery=IN_JOB)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
@@ -213,7 +218,7 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
 
 
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
-    here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, recovery=IN_JOB)
+    here, _ = here_of(tmp_path, TWO, nodes=(2, 2), recovery=IN_JOB)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
@@ -228,7 +233,7 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
     """Blamed but not drained (a first signal kill): the in-job restart keeps it, no spare
     comes in for it, nothing goes back to Slurm."""
     start = dataclasses.replace(TWO, standby=("n3",))
-    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
+    here, notes = here_of(tmp_path, start, nodes=(1, 2), recovery=IN_JOB)
     outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
     rec = recovery.Aftermath(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
     nxt = rounds.restart(here, rec, in_the_job(here, rec))
@@ -388,7 +393,7 @@ def test_lifecycle_builds_the_ranks_env_from_the_start_key(tmp_path):
 
 
 def test_only_task_0_of_a_narrow_run_watches_for_growth(tmp_path, fake_slurm):
-    narrow, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=3, recovery=Recovery(grow_after=60))
+    narrow, _ = here_of(tmp_path, TWO, nodes=(2, 3), recovery=Recovery(grow_after=60))
     task1 = Here.of(narrow.spec, dataclasses.replace(TWO, task=1), narrow.note)
     assert lifecycle.watch_growth(task1, lambda cause: None) is None
     watch = lifecycle.watch_growth(narrow, lambda cause: None)

@@ -35,7 +35,8 @@ from hpc_train.faults import agent_exit, failures, node_blame, quarantine
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import Watch
-from hpc_train.job.spec import JobSpec, Notifications, Recovery
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Notifications, Recovery, Training
 from hpc_train.launch import launcher as launcher_module
 from hpc_train.launch import lifecycle, restart_policy, starts
 from hpc_train.launch.restart_policy import Action
@@ -83,7 +84,9 @@ class FakeTorchrun(launcher_module.Launcher):
 
 def spec_in(tmp_path: Path, max_restarts: int = 3) -> JobSpec:
     return JobSpec(
-        "tiny", Path("/d"), tmp_path, gpus_per_node=0, recovery=Recovery(max_restarts=max_restarts)
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(gpus_per_node=0),
+        recovery=Recovery(max_restarts=max_restarts),
     )
 
 
@@ -422,7 +425,10 @@ def test_a_requeue_that_could_not_start_stops_the_run_with_the_nodes(tmp_path, f
     could never start on the local cluster (nothing replaces drained nodes): task 0 says so in
     the log and the ledger and fails the run instead of leaving it PENDING forever."""
     fake_slurm.partition = {"n1": "idle", "n2": "drained"}
-    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0)
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+    )
     with pytest.raises(RuntimeError, match="cannot start: 1 usable node"):
         FakeTorchrun(spec, 1).run(start(), gpus=0)
     assert fake_slurm.requeued == []
@@ -436,8 +442,11 @@ def test_where_nodes_are_replaced_a_short_requeue_waits_and_excludes_no_name(tmp
     so), and the blamed node, drained, is not excluded by name: its replacement may be used.
     A quarantined node (blamed twice) is, replaced or not."""
     fake_slurm.partition = {"n1": "idle", "n2": "drained", "n3": "idle"}
-    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
-                   recovery=Recovery(nodes_replaced="yes"))  # fmt: skip
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+        recovery=Recovery(nodes_replaced="yes"),
+    )
     for restart in (7, 8):  # an earlier job of the run blamed n3 twice
         ledger.record(RunDir(tmp_path).ledger, "blamed", "40", restart, node="n3", why="hang")
     quarantine.update(RunDir(tmp_path))  # what a blame does
@@ -457,8 +466,11 @@ def test_a_quarantined_node_drained_where_nodes_are_replaced_is_not_excluded_by_
     (``faults.quarantine``), so the requeue names no node: by name it would be out of the
     job for good (the 2026-11-26 soak's extra requeue came from a name held so)."""
     fake_slurm.partition = {"n1": "idle", "n2": "idle", "n3": "drained"}
-    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
-                   recovery=Recovery(nodes_replaced="yes"))  # fmt: skip
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+        recovery=Recovery(nodes_replaced="yes"),
+    )
     for restart in (7, 8):
         ledger.record(RunDir(tmp_path).ledger, "blamed", "40", restart, node="n3", why="hang")
     quarantine.update(RunDir(tmp_path))
@@ -482,9 +494,12 @@ class FailsOnce(FakeTorchrun):
 
 
 def in_job_spec(tmp_path: Path, nodes_min: int = 1) -> JobSpec:
-    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=nodes_min, nodes_max=2,
-                   gpus_per_node=0, recovery=Recovery(restart_in_job=True),
-                   watch=Watch(no_watchdog=True))  # fmt: skip
+    return JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=nodes_min, nodes_max=2, gpus_per_node=0),
+        recovery=Recovery(restart_in_job=True),
+        watch=Watch(no_watchdog=True),
+    )
 
 
 def two_nodes(task: int) -> launcher_module.Start:
@@ -656,9 +671,12 @@ def test_only_this_starts_processes_on_this_node_are_its_leftovers(tmp_path):
 
 
 def spares_spec(tmp_path: Path) -> JobSpec:
-    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2,
-                   recovery=Recovery(spares=1), gpus_per_node=0,
-                   watch=Watch(no_watchdog=True))  # fmt: skip
+    return JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+        recovery=Recovery(spares=1),
+        watch=Watch(no_watchdog=True),
+    )
 
 
 def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
@@ -789,8 +807,9 @@ def test_straggler_eviction_asks_the_one_budget_with_in_job_restarts_in_it(
     """--max-restarts 1, spent by an in-job restart (Slurm's count still 0): the straggler
     thread may name a node but not evict it, as no restart is left to resume without it."""
     ledger.record(RunDir(tmp_path).ledger, "restarted", "41", 0, round=1)
+    spec = spec_in(tmp_path, max_restarts=1)
     spec = dataclasses.replace(
-        spec_in(tmp_path, max_restarts=1), watch=Watch(evict_stragglers=True)
+        spec, recovery=dataclasses.replace(spec.recovery, evict_stragglers=True)
     )
     asked: list[bool] = []
     monkeypatch.setattr(lifecycle.straggler_monitor, "watch",

@@ -16,7 +16,8 @@ from hpc_core.rundir import SUSPECT, RunDir, incident_report
 from hpc_train.contract import StartDecision, write_decision
 from hpc_train.faults import node_blame
 from hpc_train.job.limits import HangLimits, Watch
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Recovery, Training
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action
 from hpc_train.watch import hang_monitor
@@ -44,11 +45,11 @@ def quick_incidents(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
 
 
-def spec_in(tmp_path: Path, no_drain: bool = False, **more: object) -> JobSpec:
+def spec_in(tmp_path: Path, no_drain: bool = False, max_update: int | None = None) -> JobSpec:
     hang = HangLimits(factor=1.0, floor_s=1.0, startup_s=30.0)
     return JobSpec(
-        "tiny", Path("/d"), tmp_path, gpus_per_node=0, watch=Watch(hang=hang, no_drain=no_drain),
-        **more,  # type: ignore[arg-type]
+        Training("tiny", Path("/d"), tmp_path, max_update=max_update), Sizing(gpus_per_node=0),
+        recovery=Recovery(no_drain=no_drain), watch=Watch(hang=hang),
     )  # fmt: skip
 
 

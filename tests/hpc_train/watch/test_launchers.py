@@ -19,7 +19,8 @@ from hpc_train.contract import (
     write_launcher_beat,
     write_stop,
 )
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 from hpc_train.launch import launcher as launcher_module
 from hpc_train.watch import launchers
 
@@ -78,7 +79,10 @@ def test_the_pulse_thread_beats_until_stopped_and_then_says_its_part_is_over(tmp
 
 
 def spec_in(tmp_path: Path) -> JobSpec:
-    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0)
+    return JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+    )
 
 
 def test_task_0_blames_a_stuck_launchers_node_and_saves_on_notice(tmp_path, fake_slurm):

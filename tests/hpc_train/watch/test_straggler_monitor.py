@@ -18,7 +18,8 @@ from hpc_train.contract import StartFiles
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import StragglerLimits, Watch
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Recovery, Training
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.watch import straggler_monitor
@@ -105,9 +106,11 @@ def test_evict_stragglers_saves_drains_requeues_and_excludes_the_node(
     monkeypatch.setattr(straggler_monitor, "POLL_S", 0.05)
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     spec = JobSpec(
-        "tiny", Path("/d"), tmp_path, gpus_per_node=0,
-        watch=Watch(stragglers=StragglerLimits(window_s=0.3), evict_stragglers=True),
-    )  # fmt: skip
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(gpus_per_node=0),
+        watch=Watch(stragglers=StragglerLimits(window_s=0.3)),
+        recovery=Recovery(evict_stragglers=True),
+    )
     run = spec.run_dir
     key = "42" if round_ == 0 else f"42.{round_}"  # contract.StartFiles.name
     (run.node_report(key, 0, 1)).parent.mkdir(parents=True, exist_ok=True)
