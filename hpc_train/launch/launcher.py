@@ -53,7 +53,7 @@ from hpc_train.contract import (
     node_name,
 )
 from hpc_train.faults import agent_exit
-from hpc_train.job import command_lines
+from hpc_train.job import command_lines, upgrade
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import lifecycle, notify, recovery, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here, log
@@ -71,14 +71,28 @@ class Launcher:
     """Run by submitit on each node of the allocation (``ntasks_per_node=1``)."""
 
     def __init__(self, spec: JobSpec) -> None:
-        self.spec = spec
-        self.__setstate__({"spec": spec})
+        self._begin_process(spec)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec}  # never pickle a live process (submitit pickles us on requeue)
+        """What submitit pickles (at submit, and on requeue): the spec as plain values, which a
+        later version of the toolkit can read (``job.upgrade``); never a live process."""
+        return {"spec": upgrade.plain(self.spec)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.spec = state["spec"]
+        """Unpickled on a node, maybe by a later version than the one that pickled it: a spec
+        it cannot read is one line at ``__call__`` (``upgrade.Unreadable``), never a traceback
+        in submitit's loader."""
+        try:
+            spec = upgrade.read(state["spec"])
+        except upgrade.Unreadable as err:
+            self._unreadable: str | None = upgrade.unreadable_line(str(err))
+            return
+        self._begin_process(spec)
+
+    def _begin_process(self, spec: JobSpec) -> None:
+        """This process's launcher for ``spec``: nothing started yet."""
+        self.spec = spec
+        self._unreadable = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
         self._pending: Path | None = None  # this start's record of a notice, for its ranks
@@ -128,6 +142,8 @@ class Launcher:
                                            start.first_host, start.job_id, args, start.round)  # fmt: skip
 
     def __call__(self) -> dict[str, Any]:
+        if self._unreadable is not None:
+            raise SystemExit(self._unreadable)  # one line, the task fails: no traceback
         import submitit
 
         job = submitit.JobEnvironment()
@@ -297,6 +313,9 @@ class Launcher:
         """
         import submitit
 
+        if self._unreadable is not None:  # nothing runs: nothing to save, nothing to requeue
+            log(self._unreadable)
+            return None
         self._signals.append("notice")
         here = self._here
         done = here.files.verdict() if here else None
