@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import sys
+from collections.abc import Callable
 
 from hpc_core import ledger
 from hpc_core.ledger import Kind
@@ -52,16 +53,29 @@ def passed(node: ast.Call, takes: dict[str, set[int]], values: set[str]) -> list
     return [s for i in sorted(at) if len(node.args) > i for s in constants(node.args[i], values)]
 
 
-def cause_spelled(node: ast.AST, takes: dict[str, set[int]]) -> list[str]:
-    """The causes ``node`` spells as strings where a cause belongs."""
+def compared_or_passed(
+    node: ast.AST, holds: Callable[[ast.expr], bool], keyword: str, words: set[str],
+    takes: dict[str, set[int]],
+) -> list[str] | None:  # fmt: skip
+    """The ``words`` a comparison with something that ``holds`` one spells, or a call passes
+    as ``keyword`` or in its callee's parameter of that name; None: ``node`` is neither."""
     if isinstance(node, ast.Compare):
         operands = [node.left, *node.comparators]
-        if any(causeish(o) for o in operands):
-            return [s for o in operands for s in constants(o, CAUSES)]
-    elif isinstance(node, ast.Call):
-        out = [s for k in node.keywords if k.arg == "cause" for s in constants(k.value, CAUSES)]
-        return out + passed(node, takes, CAUSES)
-    elif isinstance(node, ast.Assign | ast.AnnAssign):
+        if any(holds(o) for o in operands):
+            return [s for o in operands for s in constants(o, words)]
+        return []
+    if isinstance(node, ast.Call):
+        out = [s for k in node.keywords if k.arg == keyword for s in constants(k.value, words)]
+        return out + passed(node, takes, words)
+    return None
+
+
+def cause_spelled(node: ast.AST, takes: dict[str, set[int]]) -> list[str]:
+    """The causes ``node`` spells as strings where a cause belongs."""
+    found = compared_or_passed(node, causeish, "cause", CAUSES, takes)
+    if found is not None:
+        return found
+    if isinstance(node, ast.Assign | ast.AnnAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if any(causeish(t) for t in targets) and node.value is not None:
             return constants(node.value, CAUSES)
@@ -70,23 +84,15 @@ def cause_spelled(node: ast.AST, takes: dict[str, set[int]]) -> list[str]:
         if isinstance(first, ast.Tuple) and first.elts:
             first = first.elts[0]  # ((class, description), repeated)
         return constants(first, CAUSES) if first is not None else []
-    elif isinstance(node, ast.Tuple | ast.Set) and 0 < len(constants(node, CAUSES)) == len(
-        node.elts
-    ):
-        return constants(node, CAUSES)  # a collection of nothing but causes
+    elif isinstance(node, ast.Tuple | ast.Set):
+        found = constants(node, CAUSES)
+        return found if 0 < len(found) == len(node.elts) else []  # nothing but causes
     return []
 
 
 def action_spelled(node: ast.AST, takes: dict[str, set[int]]) -> list[str]:
     """The round actions ``node`` spells as strings where one belongs."""
-    if isinstance(node, ast.Compare):
-        operands = [node.left, *node.comparators]
-        if any(actionish(o) for o in operands):
-            return [s for o in operands for s in constants(o, ACTIONS)]
-    elif isinstance(node, ast.Call):
-        out = [s for k in node.keywords if k.arg == "action" for s in constants(k.value, ACTIONS)]
-        return out + passed(node, takes, ACTIONS)
-    return []
+    return compared_or_passed(node, actionish, "action", ACTIONS, takes) or []
 
 
 def lever_spelled(node: ast.AST) -> list[str]:
