@@ -71,7 +71,7 @@ class Launcher:
     """Run by submitit on each node of the allocation (``ntasks_per_node=1``)."""
 
     def __init__(self, spec: JobSpec) -> None:
-        self._begin_process(spec)
+        self._ready(spec)
 
     def __getstate__(self) -> dict[str, Any]:
         """What submitit pickles (at submit, and on requeue): the spec as plain values, which a
@@ -87,9 +87,9 @@ class Launcher:
         except upgrade.Unreadable as err:
             self._unreadable: str | None = upgrade.unreadable_line(str(err))
             return
-        self._begin_process(spec)
+        self._ready(spec)
 
-    def _begin_process(self, spec: JobSpec) -> None:
+    def _ready(self, spec: JobSpec) -> None:
         """This process's launcher for ``spec``: nothing started yet."""
         self.spec = spec
         self._unreadable = None
