@@ -53,7 +53,8 @@ from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train import contract
 from hpc_train.job.command_lines import fairseq_args
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 
 MODES = ("none", "sync", "async")
 GPU_INSTANCE = "p5.48xlarge"  # --gpu: an H100's precision (bf16) and batch rules
@@ -133,8 +134,8 @@ def train_args(
         *(("--no-save",) if mode == "none" else ()),
     )  # fmt: skip
     spec = JobSpec(
-        preset, data, save, gpus_per_node=1 if gpu else 0, max_update=updates,
-        global_batch=16, instance_type=GPU_INSTANCE, extra_args=extra,
+        Training(preset, data, save, max_update=updates, extra_args=extra),
+        Sizing(gpus_per_node=1 if gpu else 0, global_batch=16, instance_type=GPU_INSTANCE),
     )  # fmt: skip
     args, _ = fairseq_args(spec, world_size=1, gpu=gpu)
     return args

@@ -48,7 +48,8 @@ from benchmarks.gpu_results import Peak, mfu, peak_for
 from benchmarks.report import write_json
 from hpc_train import cli
 from hpc_train.job import batch, command_lines, devices, presets
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 from hpc_train.runs import logparse
 
 GOAL_SPEEDUP = 2.0
@@ -94,7 +95,7 @@ def seed_argv(
     """Bare fairseq-train as the seed's ray_train.sh (fairseq's README recipe) runs it, on one GPU
     (``workers`` None: fairseq's default data loader, as the seed); the preset's model."""
     recipe = presets.get(preset)
-    update_freq = batch.plan(lengths.global_batch, per_gpu, 1).update_freq
+    update_freq = batch.keep_global_batch(lengths.global_batch, per_gpu, 1).update_freq
     return [
         str(data), "--fp16",
         "--task", "masked_lm", "--criterion", "masked_lm",
@@ -123,18 +124,12 @@ def toolkit_spec(
     extra: tuple[str, ...] = (),
 ) -> JobSpec:
     """The job the toolkit would run on one GPU of a p5 (``per_gpu`` None: its table's)."""
+    extra_args = ("--log-interval", str(lengths.log_interval), *extra)
     return JobSpec(
-        preset,
-        data,
-        save_dir,
-        gpus_per_node=1,
-        instance_type=INSTANCE_TYPE,
-        global_batch=lengths.global_batch,
-        max_update=lengths.max_update,
-        precision=precision,
-        batch_per_device=per_gpu,
-        extra_args=("--log-interval", str(lengths.log_interval), *extra),
-    )
+        Training(preset, data, save_dir, max_update=lengths.max_update, extra_args=extra_args),
+        Sizing(gpus_per_node=1, instance_type=INSTANCE_TYPE, global_batch=lengths.global_batch,
+               batch_per_device=per_gpu, precision=precision),
+    )  # fmt: skip
 
 
 def toolkit_argv(
@@ -149,7 +144,7 @@ def toolkit_argv(
     launcher starts it: torchrun (run as ``python -m torch.distributed.run``) with
     ``command_lines.fairseq_args``, as job ``job``'s round ``round_`` (its rendezvous, as the
     launcher's ``41.1`` for an in-job restart); ``after``: the launcher's resume arguments
-    (``worker.checkpoints.Resume.fairseq_args``)."""
+    (``worker.checkpoints.ResumePoint.fairseq_args``)."""
     args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=gpu)
     argv = command_lines.torchrun_argv("torchrun", 1, 1, "127.0.0.1", job, [*args, *after], round_)
     return [python, "-m", "torch.distributed.run", *argv[1:]]

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hpc_train.job import command_lines, devices
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 
 GiB = 1 << 30
 MASK_PROB = 0.15
@@ -32,14 +33,10 @@ def probe_args(
 ) -> list[str]:
     """The toolkit's fairseq arguments for one GPU at ``batch`` sequences per step."""
     spec = JobSpec(
-        preset,
-        data,
-        save_dir,
-        gpus_per_node=1,
-        instance_type=instance_type,
-        global_batch=batch,
-        batch_per_device=batch,
-    )
+        Training(preset, data, save_dir),
+        Sizing(gpus_per_node=1, instance_type=instance_type, global_batch=batch,
+               batch_per_device=batch),
+    )  # fmt: skip
     args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=True)
     return args
 

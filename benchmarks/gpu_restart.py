@@ -347,7 +347,8 @@ class Bench:
         saves = dataclasses.replace(spec.saves, interval=str(plan.save_every))
         changes: dict[str, Any] = {"saves": saves}
         if not use_gpu:
-            changes["gpus_per_node"] = 0  # one CPU rank: gloo, legacy_ddp, no loader processes
+            # one CPU rank: gloo, legacy_ddp, no loader processes
+            changes["sizing"] = dataclasses.replace(spec.sizing, gpus_per_node=0)
         self.spec: JobSpec = dataclasses.replace(spec, **changes)
         self.run = RunDir(self.save)
         self.tag = f"gpu-restart-{os.getpid()}"  # chaos finds the ranks by their job id

@@ -46,6 +46,7 @@ from benchmarks import gpu_session_runs as runs
 from benchmarks.gpu_session_runs import EXACT_LEVERS, Run, levers_on
 from hpc_core.rundir import RunDir
 from hpc_train import cli, contract
+from hpc_train.job.levers import LeverName
 
 STAGES = ("setup", "profile", "levers", "bare", "p3dn", "base")
 STAGE_S = {"setup": 90, "profile": 170, "levers": 240, "bare": 90, "p3dn": 90, "base": 140}
@@ -94,10 +95,14 @@ def stage_runs(stage: str, s: Session) -> list[Run]:
             Run("levers", main, speed=exact, profile=window),
         ]
     if stage == "levers":
-        pack = levers_on(*EXACT_LEVERS, "pack")
+        pack = levers_on(*EXACT_LEVERS, LeverName.PACK)
         singles = [Run(f"only_{name}", main, speed=levers_on(name)) for name in EXACT_LEVERS]
         compiled = [
-            Run("levers_pack_compile", main, speed=levers_on(*EXACT_LEVERS, "pack", "compile"))
+            Run(
+                "levers_pack_compile",
+                main,
+                speed=levers_on(*EXACT_LEVERS, LeverName.PACK, LeverName.COMPILE),
+            )
         ]
         big = Run("levers_pack_b128", main, speed=pack, per_gpu=BIG_BATCH[main])
         # Inductor's C++ compile takes minutes on a CPU: the rehearsal leaves compile out
@@ -112,7 +117,7 @@ def stage_runs(stage: str, s: Session) -> list[Run]:
     if stage == "p3dn":
         return [Run("p3dn_limits", main, kind="p3dn", stop_on_oom=True)]
     if stage == "base" and s.gpu_run:
-        pack = levers_on(*EXACT_LEVERS, "pack")
+        pack = levers_on(*EXACT_LEVERS, LeverName.PACK)
         base = "roberta-base"
         return [
             Run("defaults", base),
@@ -133,7 +138,7 @@ def measure(run: Run, s: Session, timeout_s: float) -> dict[str, Any]:
     print(f"[gpu-session] {run.preset} {run.name} (timeout {timeout_s:.0f} s)", flush=True)
     done = runs.execute(argv, env, s.work / f"{run.preset}-{run.name}.log", timeout_s,
                         run.stop_on_oom, s.gpu_run)  # fmt: skip
-    extra = {"speed": dict(run.speed), "kind": run.kind, "oom_line": done.oom_line,
+    extra = {"speed": run.speed.asked(), "kind": run.kind, "oom_line": done.oom_line,
              "log_tail": done.lines[-12:] if done.status != "ok" else []}  # fmt: skip
     ckpt = RunDir(save).checkpoint_last
     raw = {"lines": done.lines, "samples": done.samples, "wall_s": done.wall_s, "ended": done.ended,
@@ -166,7 +171,8 @@ def run_stage(stage: str, s: Session) -> None:
         section = s.result["presets"].setdefault(run.preset, {"runs": {}, "figures": {}})
         if run.name in section["runs"] and section["runs"][run.name]["status"] == "ok":
             continue  # measured in an earlier stage (the defaults)
-        timeout = min(RUN_S[run.preset] + COMPILE_EXTRA_S * ("compile" in dict(run.speed)),
+        compiles = LeverName.COMPILE in run.speed.asked()
+        timeout = min(RUN_S[run.preset] + COMPILE_EXTRA_S * compiles,
                       end - time.monotonic(), s.left() - 5)  # fmt: skip
         if timeout < MIN_RUN_S[s.gpu_run]:
             section["runs"][run.name] = gpu_results.run_record(

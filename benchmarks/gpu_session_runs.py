@@ -21,11 +21,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import gpu, gpu_measure
 from hpc_train.job import command_lines
+from hpc_train.job.levers import LeverName, Speed
 
 P3DN = "p3dn.24xlarge"
 P3DN_CAP_GIB = 32.0  # a V100's memory, as the cap on this GPU's allocator
@@ -38,7 +39,10 @@ print(f"[gpu-session] allocator capped at {cap_gib} GiB of", round(total / 2**30
 runpy.run_module("hpc_train.worker.train", run_name="__main__")
 """
 # every lever of issue 36 that keeps fairseq's samples (pack changes them, compile is apart)
-EXACT_LEVERS = ("gelu", "pad-check", "host-sizes", "lazy-stats", "foreach-grads")
+EXACT_LEVERS = (
+    LeverName.GELU, LeverName.PAD_CHECK, LeverName.HOST_SIZES, LeverName.LAZY_STATS,
+    LeverName.FOREACH_GRADS,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -46,15 +50,15 @@ class Run:
     name: str
     preset: str
     kind: str = "toolkit"  # toolkit, bare (fairseq-train, README settings), p3dn (capped rank)
-    speed: tuple[tuple[str, str], ...] = ()
+    speed: Speed = field(default_factory=Speed)
     per_gpu: int | None = None  # None: the toolkit's table
     profile: tuple[int, int] | None = None  # HPC_TRAIN_PROFILE (warm-up, updates)
     stop_on_oom: bool = False
     extra: tuple[str, ...] = ()  # fairseq flags after the toolkit's (fairseq takes the last)
 
 
-def levers_on(*names: str) -> tuple[tuple[str, str], ...]:
-    return tuple((name, "on") for name in names)
+def levers_on(*names: LeverName) -> Speed:
+    return Speed.of(dict.fromkeys(names, "on"))
 
 
 def argv_of(run: Run, data: Path, save: Path, lengths: gpu.Lengths, gpu_run: bool) -> list[str]:
@@ -70,7 +74,9 @@ def argv_of(run: Run, data: Path, save: Path, lengths: gpu.Lengths, gpu_run: boo
     spec = gpu.toolkit_spec(run.preset, data, save, lengths, per_gpu=run.per_gpu, extra=run.extra)
     spec = dataclasses.replace(spec, speed=run.speed)
     if run.kind == "p3dn":
-        spec = dataclasses.replace(spec, instance_type=P3DN)
+        spec = dataclasses.replace(
+            spec, sizing=dataclasses.replace(spec.sizing, instance_type=P3DN)
+        )
         args, _ = command_lines.fairseq_args(spec, world_size=1, gpu=gpu_run)
         if not gpu_run:
             return [python, "-m", command_lines.TRAIN_MODULE, *args]

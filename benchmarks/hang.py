@@ -50,6 +50,7 @@ from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train import chaos, testing
+from hpc_train.contract import Cause
 from hpc_train.runs import follow
 from hpc_train.watch import hang_monitor
 
@@ -154,7 +155,9 @@ def hang_figures(
 def hangs_declared(events: Sequence[ledger.Event], job: str) -> int:
     """Starts of ``job`` the launcher stopped for a hang."""
     return sum(
-        1 for e in events if e.kind == Kind.STOPPED and e.job == job and e.get("cause") == "hang"
+        1
+        for e in events
+        if e.kind == Kind.STOPPED and e.job == job and e.get("cause") == Cause.HANG
     )
 
 
@@ -225,7 +228,7 @@ def hang_run(args: argparse.Namespace, jobs: Jobs) -> dict[str, Any]:
             return e.job == job and (
                 (e.kind == Kind.FIRST_UPDATE and e.restart > 0)
                 or e.kind == Kind.FINISHED
-                or (e.kind == Kind.STOPPED and e.get("cause") != "hang")
+                or (e.kind == Kind.STOPPED and e.get("cause") != Cause.HANG)
             )
 
         seen = testing.wait_for_event(run, f"job {job} to resume", resumed_or_over, 600)

@@ -32,9 +32,10 @@ from benchmarks import gpu_session_runs as runs
 from benchmarks.gpu_session_runs import EXACT_LEVERS, Run, levers_on
 from hpc_core.rundir import RunDir
 from hpc_train import contract
+from hpc_train.job.levers import LeverName
 
-DEFAULTS = ("fused-adamw",)  # the GPU's defaults a CPU rank can run (flash: GPU only)
-LEVERS = (*EXACT_LEVERS, "pack")
+DEFAULTS = (LeverName.FUSED_ADAMW,)  # the GPU's defaults a CPU rank can run (flash: GPU only)
+LEVERS = (*EXACT_LEVERS, LeverName.PACK)
 WINDOW = (2, 3)  # warm-up, profiled updates
 GOAL_SYNCS = 2.0
 GOAL_FEWER_OPS = 0.30
@@ -69,7 +70,7 @@ def measure(run: Run, data: Path, work: Path) -> dict[str, Any]:
     print(f"[bench-levers] {run.name}: host syncs {per['host_syncs_gpu_path']:g} (GPU path), "
           f"ops {per['ops_launched']:,.0f}", flush=True)  # fmt: skip
     return {
-        "levers": dict(run.speed),
+        "levers": run.speed.asked(),
         "per_update": per,
         "host_sync_sites": figures["host_sync_sites"],
     }

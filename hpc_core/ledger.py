@@ -54,7 +54,7 @@ class Kind(StrEnum):
     # with async saves snapshot_s, write_s (copy_s: tiered, local -> save dir), once on disk
     CHECKPOINT = "checkpoint", RANK0, "update seconds bytes notice snapshot_s write_s copy_s"
     NOTICE = "notice", TASK0, "signal"  # USR2: preemption, the time limit, a spot notice
-    # a start's bad or early end: cause (a class: notice, crash, cancelled, hang ...), why;
+    # a start's bad or early end: cause (hpc_train.contract.Cause: notice, crash, hang ...), why;
     # reached, last_progress: how far the start got
     STOPPED = "stopped", TASK0, "cause why returncode error saved reached last_progress"
     # a node blamed: its machine, why, the evidence and the verdict on it, drained; rank (a hang's)

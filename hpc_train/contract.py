@@ -11,7 +11,7 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | the ranks' environment (``HPC_TRAIN_*``) | ``WorkerEnv`` | each launcher, per start (``to_env``) | every rank, once (``worker.train``: ``from_env``) |
 | ``.hpc-train/nodes/<job>-<restart>-task<t>.json`` | ``NodeReport`` | each launcher (its GPUs, its GPU check's failure) | task 0 (``launch.starts``) |
 | ``.hpc-train/resume-<job>-<restart>.json`` | ``StartDecision`` | task 0, once per start | every launcher of that start |
-| ``.hpc-train/next-<job>-<restart>.json`` | ``RoundVerdict`` | task 0, when a start ends badly (and when it ends at all, with hot spares) | every launcher of that start and the spares standing by (restart in the allocation, or not) |
+| ``.hpc-train/next-<job>-<restart>.json`` | ``RoundVerdict`` (its ``RoundAction``) | task 0, when a start ends badly (and when it ends at all, with hot spares) | every launcher of that start and the spares standing by (restart in the allocation, or not) |
 | ``.hpc-train/stopped-<job>-<restart>.json`` | ``StopMarker`` | rank 0, after the save on notice | the launchers (``checkpoint()``, the restart policy) |
 | ``.hpc-train/notice-<job>-<restart>.json`` | ``{"signal", "node", "time"}`` (``record_notice``) | a launcher, on USR2 (its torchrun ignores it, its ranks may not have a handler yet) | every rank, each update until it has a notice (``worker.preemption``, ``read_notice``) |
 | ``heartbeats/<job>-<restart>/<node>/rank-<r>.json`` | ``Beat`` | each rank, every update (``worker.heartbeat``) | that node's hang monitor, task 0's straggler monitor, ``faults.node_blame`` |
@@ -30,7 +30,7 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``ledger.jsonl``: ``first_update`` | ``Kind.FIRST_UPDATE`` | rank 0 (``worker.ledger_hooks``) | ``runs`` (``index``, ``goodput``, ``metrics``) |
 | ``ledger.jsonl``: ``checkpoint`` | ``Kind.CHECKPOINT`` | rank 0 (``worker.ledger_hooks``) | ``planning.costs`` (the measured saves), ``runs`` (``index``, ``goodput``, ``metrics``) |
 | ``ledger.jsonl``: ``notice`` | ``Kind.NOTICE`` | task 0 (``launch.launcher``: ``checkpoint()``) | the user (a record) |
-| ``ledger.jsonl``: ``stopped`` | ``Kind.STOPPED`` | task 0, or task 1 for a stuck task 0 (``launch``: ``launcher``, ``lifecycle``, ``recovery``) | ``runs`` (``index``, ``goodput``, ``metrics``), ``launch.starts``, ``launch.launcher``, ``launch.notify``, ``faults.node_blame`` |
+| ``ledger.jsonl``: ``stopped`` | ``Kind.STOPPED`` | task 0, or task 1 for a stuck task 0 (``launch``: ``launcher``, ``lifecycle``, ``recovery``); its ``cause``: a ``Cause`` | ``runs`` (``index``, ``goodput``, ``metrics``), ``launch.starts``, ``launch.launcher``, ``launch.notify``, ``faults.node_blame`` |
 | ``ledger.jsonl``: ``blamed`` | ``Kind.BLAMED`` | task 0, or task 1 for a stuck task 0 (``faults.node_blame``) | ``faults.quarantine``, ``faults.node_blame``, ``runs`` (``named_nodes``, ``metrics``) |
 | ``ledger.jsonl``: ``straggler`` | ``Kind.STRAGGLER`` | task 0's straggler thread (``watch.straggler_monitor``) | ``runs.named_nodes`` |
 | ``ledger.jsonl``: ``requeued`` | ``Kind.REQUEUED`` | task 0, or task 1 for a stuck task 0 (``launch.requeue``; on a notice ``launch.launcher``) | ``runs.metrics``, ``launch.notify`` |
@@ -39,7 +39,7 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``ledger.jsonl``: ``released`` | ``Kind.RELEASED`` | task 0's release thread (``launch.release``) | the user (a record) |
 | ``ledger.jsonl``: ``grown`` | ``Kind.GROWN`` | task 0's grow thread (``launch.lifecycle``) | ``launch.starts`` |
 | ``ledger.jsonl``: ``finished`` | ``Kind.FINISHED`` | task 0 (``launch.launcher``) | ``runs`` (``index``, ``goodput``, ``doctor``), ``launch.notify`` |
-| ``profile.json`` (``RunDir.profile``) | ``worker.profile_table.Window.to_json`` | rank 0, when its ``HPC_TRAIN_PROFILE`` window closes | ``benchmarks.gpu_session``, ``benchmarks.levers_cpu``, the user |
+| ``profile.json`` (``RunDir.profile``) | ``worker.profile_table.ProfileWindow.to_json`` | rank 0, when its ``HPC_TRAIN_PROFILE`` window closes | ``benchmarks.gpu_session``, ``benchmarks.levers_cpu``, the user |
 | ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
 | ``/opt/hpc-train/image.json`` inside an image (``IMAGE_MARKER``) | one line of JSON | the image's build (``slurm/local/build-image.sh``, the Containerfile) | each rank, at its start (``worker.train``: it says which image it runs in) |
 
@@ -57,6 +57,7 @@ import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -253,17 +254,52 @@ def read_node_reports(run: RunDir, job: str, restart: int, nodes: int) -> list[N
     return reports
 
 
-RESTART_IN_JOB, REQUEUE, STOP, DONE = "restart", "requeue", "stop", "done"
+# --- why a start ended: the cause of the ledger's ``stopped`` (task 0's launcher) -------------
+
+
+class Cause(StrEnum):
+    """Why a start ended, as task 0 says it: the ``cause`` of the ledger's ``stopped`` event
+    (``Kind.STOPPED``), which ``hpc-train status``, the goodput and the metrics read; the class
+    of a crash (``faults.failures``) and of a restart decision (``launch.restart_policy``). A
+    member is the string it names: the ledger's lines are byte for byte what they were, and
+    every writer and reader names the member (tests/hpc_train/test_vocabulary.py reads the code).
+    """
+
+    NOTICE = "notice"  # USR2 (preemption, the time limit, a spot notice): saved on notice
+    CRASH = "crash"  # torchrun failed and no rank said why (a rank killed, a node lost)
+    INFRASTRUCTURE = "infrastructure"  # a rank's report: NCCL, gloo, c10d, CUDA, a peer gone
+    USER_ERROR = "user error"  # a rank's report: the training code's own exception
+    HANG = "hang"  # the watchdog stopped the ranks, or a launcher was found stuck
+    STRAGGLER = "straggler"  # --evict-stragglers: a slow node evicted at a save on notice
+    BAD_NODE = "bad node"  # a start refused a node (short of GPUs, quarantined)
+    NO_PROGRESS = "no progress"  # --max-no-progress-restarts: restarts that never advanced
+    NO_NODES = "no nodes"  # a requeue that could not start: too few usable nodes
+    CANCELLED = "cancelled"  # scancel: final, never requeued
+    GROW = "grow"  # task 0's own notice to grow back wider (--grow-after)
+    FINISHED = "finished"  # training reached max-update (the ledger's ``finished`` event)
+    STORAGE = "storage"  # the save path failed: ENOSPC, EDQUOT, EROFS, EIO (issue 41)
+
+
+class RoundAction(StrEnum):
+    """What task 0's word (``RoundVerdict``) tells the other launchers of a round and the hot
+    spares; a member is the string the verdict file holds."""
+
+    RESTART_IN_JOB = "restart"  # train again in this allocation, on the verdict's members
+    REQUEUE = "requeue"  # task 0 requeued the job through Slurm: wait for Slurm to end the task
+    FAIL = "stop"  # the run fails here (no restart left, or no nodes for one): the task fails
+    DONE = "done"  # (to the hot spares) the run ended well in this allocation: leave
+
+
 IN_JOB_RESTART = "in-job restart"  # how a round's ``started`` event begins its ``previous``
 
 
 @dataclass(frozen=True)
 class RoundVerdict:
-    """Task 0's word once a start ended badly (a crash, a hang): ``restart`` training in the
+    """Task 0's word once a start ended badly (a crash, a hang): restart training in the
     same allocation on ``members`` (the others leave, the hot spares in ``standby`` wait on),
-    ``requeue`` through Slurm, or ``stop``; ``done`` (to the spares only): the run ended well."""
+    requeue through Slurm, or fail; done (to the spares only): the run ended well."""
 
-    action: str  # RESTART_IN_JOB, REQUEUE, STOP or DONE
+    action: RoundAction
     why: str
     members: list[str] = field(default_factory=list)
     standby: list[str] = field(default_factory=list)
@@ -275,7 +311,10 @@ def write_verdict(run: RunDir, job: str, restart: int, verdict: RoundVerdict) ->
 
 def read_verdict(run: RunDir, job: str, restart: int) -> RoundVerdict | None:
     path = run.round_verdict(job, restart)
-    return RoundVerdict(**json.loads(path.read_text())) if path.exists() else None
+    if not path.exists():
+        return None
+    fields = json.loads(path.read_text())
+    return RoundVerdict(**{**fields, "action": RoundAction(fields["action"])})
 
 
 # --- rank 0 to the launchers: the save on notice ------------------------------------------------
@@ -438,6 +477,21 @@ class StartFiles:
     def name(self) -> str:
         """What names this round's files: the job id, ``.<round>`` after an in-job restart."""
         return round_key(self.job, self.round)
+
+    def previous_start(self, events: Sequence[Any]) -> StartFiles | None:
+        """The last round of the job's Slurm start before this one (``last_round`` of
+        ``events``, the ledger's), whatever this one's round; None on the job's first start."""
+        if self.restart == 0:
+            return None
+        return StartFiles(self.run, self.job, self.restart - 1,
+                          last_round(events, self.job, self.restart - 1))  # fmt: skip
+
+    def round_before(self, events: Sequence[Any]) -> StartFiles | None:
+        """The round that ran just before this one: this start's previous round, else the last
+        round of the start before (``previous_start``); None on the job's very first round."""
+        if self.round > 0:
+            return StartFiles(self.run, self.job, self.restart, self.round - 1)
+        return self.previous_start(events)
 
     @property
     def ranks_start(self) -> tuple[str, int]:

@@ -49,28 +49,28 @@ def setup_lines(spec: JobSpec) -> list[str]:
     """Lines the sbatch script runs before srun: the node's EFA/NCCL environment, read at job
     start (instances.node_env_lines: the submit host cannot know the nodes' EFA software), and
     with ``--preflight`` the all-reduce health check of the allocation."""
-    if spec.gpus_per_node <= 0:
+    if spec.sizing.gpus_per_node <= 0:
         lines = [
             "# No GPUs requested: one CPU rank per node, gloo (OMP_NUM_THREADS=1 by the launcher)"
         ]
     else:
-        itype = instances.instance_type(spec.instance_type)
+        itype = instances.instance_type(spec.sizing.instance_type)
         rdma = "GPUDirect RDMA" if itype.gpudirect_rdma else "no GPUDirect RDMA"
         lines = [
             f"# NCCL over EFA on {itype.name} ({itype.gpus}x {itype.gpu_model}, {rdma})",
-            *instances.node_env_lines(spec.instance_type),  # the node's, read at job start
+            *instances.node_env_lines(spec.sizing.instance_type),  # the node's, read at job start
         ]
-    if spec.preflight:
+    if spec.slurm.preflight:
         from nccl_checks import preflight
 
-        gpu = spec.gpus_per_node > 0
+        gpu = spec.sizing.gpus_per_node > 0
         lines += [
             "# Pre-flight: all-reduce across the allocation; an unhealthy verdict ends the job here",
             *preflight.setup_lines(
-                nodes=spec.nodes_min,  # the nodes that train first (a spare's is not known)
+                nodes=spec.sizing.nodes_min,  # the nodes that train first (a spare's is not known)
                 backend="nccl" if gpu else "gloo",
                 out_dir=spec.run_dir.preflight,
-                instance_type=spec.instance_type if gpu else None,
+                instance_type=spec.sizing.instance_type if gpu else None,
             ),
         ]
     return lines
@@ -80,10 +80,10 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
     """submitit's SlurmExecutor parameters for ``spec`` (keys of submitit's sbatch renderer);
     ``exclude``: nodes to keep out (the save dir's quarantine list)."""
     params: dict[str, Any] = {
-        "job_name": spec.job_name,
-        "nodes": spec.nodes_min,
+        "job_name": spec.slurm.job_name,
+        "nodes": spec.sizing.nodes_min,
         "ntasks_per_node": 1,  # one launcher per node; torchrun starts the ranks
-        "time": spec.time_limit_min,
+        "time": spec.slurm.time_limit_min,
         "exclusive": True,  # whole nodes: GPUs, EFA and NVLink are per node
         "signal_delay_s": SIGNAL_DELAY_S,
         "setup": setup_lines(spec),
@@ -97,27 +97,30 @@ def sbatch_parameters(spec: JobSpec, exclude: Sequence[str] = ()) -> dict[str, A
         # restarts training inside the allocation, which Slurm shrinks to the nodes left
         params["additional_parameters"]["no_kill"] = True
         srun_args.append("--no-kill")
-    if spec.allocation_arg != spec.nodes_arg or spec.nodes_max != spec.nodes_min:
+    if (
+        spec.allocation_arg != spec.sizing.nodes_arg
+        or spec.sizing.nodes_max != spec.sizing.nodes_min
+    ):
         # Elastic (MIN-MAX) or hot spares (N-(N+K)). With --ntasks-per-node Slurm settles for
         # MIN nodes; without it, it allocates as many as are free and srun still starts one
         # task per node.
         params["additional_parameters"]["nodes"] = spec.allocation_arg
         del params["ntasks_per_node"]
-    if spec.partition:
-        params["partition"] = spec.partition
+    if spec.slurm.partition:
+        params["partition"] = spec.slurm.partition
     if exclude:
         params["exclude"] = ",".join(exclude)
     if spec.notify.mail_user:
         params["mail_user"] = spec.notify.mail_user
     if spec.notify.mail_type:
         params["mail_type"] = spec.notify.mail_type
-    if spec.gpus_per_node > 0:
-        params["gpus_per_node"] = spec.gpus_per_node
-    if spec.cpus_per_task:
-        params["cpus_per_task"] = spec.cpus_per_task
-    elif spec.gpus_per_node > 0:
+    if spec.sizing.gpus_per_node > 0:
+        params["gpus_per_node"] = spec.sizing.gpus_per_node
+    if spec.slurm.cpus_per_task:
+        params["cpus_per_task"] = spec.slurm.cpus_per_task
+    elif spec.sizing.gpus_per_node > 0:
         # all cores to the node's one task: torchrun's ranks and their data loaders run in it
-        params["cpus_per_task"] = instances.instance_type(spec.instance_type).cores
+        params["cpus_per_task"] = instances.instance_type(spec.sizing.instance_type).cores
     if spec.container.image is not None:
         # pyxis: the launcher (and so torchrun and the ranks) runs inside the image
         srun_args += spec.container_srun_args
@@ -148,11 +151,11 @@ def render_sbatch(spec: JobSpec, python: str = sys.executable) -> str:
 def training_command(spec: JobSpec, plan: BatchPlan) -> tuple[str, str]:
     """(torchrun command line, batch plan) as each node would run it in the largest world;
     ``plan``: that world's, as ``validate`` decided it."""
-    gpu = spec.gpus_per_node > 0
-    nproc = spec.ranks_per_node(gpu)
+    gpu = spec.sizing.gpus_per_node > 0
+    nproc = spec.sizing.ranks_per_node(gpu)
     args = command_lines.fairseq_argv(spec, plan, gpu)
     argv = command_lines.torchrun_argv(
-        "torchrun", spec.nodes_max, nproc, "FIRST_NODE", JOB_ID, args
+        "torchrun", spec.sizing.nodes_max, nproc, "FIRST_NODE", JOB_ID, args
     )
     port = slurm.rendezvous_port(JOB_ID)  # no digits: the rule's base
     line = command_lines.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
@@ -190,7 +193,7 @@ def submit(spec: JobSpec) -> Any:
     image = spec.container.image
     if image is not None and container.is_oci_image(image):
         container.write_bundle(
-            spec.run_dir.oci_bundle, Path(image), spec.container_mount_list, spec.save_dir
+            spec.run_dir.oci_bundle, Path(image), spec.container_mount_list, spec.training.save_dir
         )
     from submitit.core.utils import FailedJobError
 
@@ -208,12 +211,13 @@ def record_submission(spec: JobSpec, job_id: str, when: float) -> None:
     run = spec.run_dir
     ledger.record(
         run.ledger, Kind.SUBMITTED, job_id, 0, when,
-        nodes=spec.nodes_arg, max_update=spec.updates, preset=spec.preset, name=spec.job_name,
+        nodes=spec.sizing.nodes_arg, max_update=spec.updates, preset=spec.training.preset,
+        name=spec.slurm.job_name,
         # the run's limits, in-job watchdog or not (--no-watchdog): the doctor and the alerts
         # judge a stall by them from outside the job
         hang_limits=asdict(spec.watch.hang), watchdog=not spec.watch.no_watchdog,
     )  # fmt: skip
-    ledger.index_run(job_id, run.root.resolve(), spec.job_name, spec.updates)
+    ledger.index_run(job_id, run.root.resolve(), spec.slurm.job_name, spec.updates)
 
 
 def preset_lines() -> list[str]:
@@ -256,10 +260,10 @@ def grace_time_s(partition: str | None, dry_run: bool = False) -> float | None:
 def node_check_line(spec: JobSpec) -> str:
     """What --dry-run says of the GPU check each node's launcher makes before training."""
     if spec.checks_nodes:
-        return (f"# node check (--node-check {spec.node_check}): each node's launcher checks its "
-                f"GPUs through NVML for {spec.instance_type} at every start; a failing node is "
+        return (f"# node check (--node-check {spec.slurm.node_check}): each node's launcher checks its "
+                f"GPUs through NVML for {spec.sizing.instance_type} at every start; a failing node is "
                 "blamed, drained and left out")  # fmt: skip
-    return (f"# node check off (--node-check {spec.node_check}): the cluster's own check runs "
+    return (f"# node check off (--node-check {spec.slurm.node_check}): the cluster's own check runs "
             "(ParallelCluster's DCGM check in the prolog, HealthChecks.Gpu)")  # fmt: skip
 
 
@@ -276,16 +280,16 @@ def main(argv: list[str] | None = None) -> int:
         plan = validate(spec, check_paths=not args.dry_run)  # once: the plan is reused below
         if not args.dry_run:
             slurm.ensure_reachable()
-        grace = grace_time_s(spec.partition, dry_run=args.dry_run)
+        grace = grace_time_s(spec.slurm.partition, dry_run=args.dry_run)
         for warning in costs.submit_warnings(
-            spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S, grace_time_s=grace
+            spec.training.preset, spec.sizing.gpus_per_node > 0, SIGNAL_DELAY_S, grace_time_s=grace
         ):
             print(warning, file=sys.stderr)
         if args.dry_run:
             print(render_sbatch(spec))
             line, note = training_command(spec, plan)
             print(f"# training command on each node ({note}):\n{line}")
-            gpu = spec.gpus_per_node > 0
+            gpu = spec.sizing.gpus_per_node > 0
             print("\n".join(levers.describe(spec.lever_choices(gpu), spec.lever_cc(gpu))))
             if gpu:
                 print(node_check_line(spec))
@@ -295,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, slurm.SlurmError) as err:
         parser.error(str(err))
     spares = f" + {spec.recovery.spares} hot spare(s)" if spec.recovery.spares else ""
-    print(f"submitted job {job.job_id}: {spec.nodes_arg} node(s){spares}, preset {spec.preset}")
+    print(
+        f"submitted job {job.job_id}: {spec.sizing.nodes_arg} node(s){spares}, preset {spec.training.preset}"
+    )
     run = spec.run_dir
     record_submission(spec, job.job_id, submitted_at)
     print(f"  task logs: {run.task_log(job.job_id, 0)} … (one per node, and .err)")

@@ -77,7 +77,7 @@ def _node_count(args: argparse.Namespace) -> int:
     return nodes if nodes is not None else 2
 
 
-def _plan(args: argparse.Namespace) -> allreduce.Plan:
+def _plan(args: argparse.Namespace) -> allreduce.CheckPlan:
     binary = None
     if args.backend == "nccl-tests":
         binary = args.binary if args.dry_run else _find_binary(args.binary)

@@ -29,7 +29,7 @@ from hpc_core.slurm_env import JOB_ID, JOB_NODELIST, SlurmEnv
 from hpc_core.wait import Backoff
 from nccl_checks import EXIT_CANNOT_RUN, EXIT_HEALTHY, EXIT_UNHEALTHY
 from nccl_checks.parse import ParseError, parse
-from nccl_checks.verdict import CPU, Verdict, judge, ranks_per_node
+from nccl_checks.verdict import CPU, AllReduceVerdict, judge, ranks_per_node
 
 BACKENDS = ("nccl-tests", "nccl", "gloo")
 GPU_DEFAULT = "p3dn.24xlarge"
@@ -38,7 +38,7 @@ RAW, ERR, RESULT, SCRIPT = "allreduce.out", "allreduce.err", "result.json", "job
 
 
 @dataclass(frozen=True)
-class Plan:
+class CheckPlan:
     """Everything one all-reduce check needs; the CLI builds it, the job re-reads it as flags."""
 
     backend: str
@@ -79,8 +79,8 @@ def make_plan(
     warmup: int | None = None,
     iters: int | None = None,
     **options: Any,
-) -> Plan:
-    """A validated Plan with the per-backend defaults; ValueError names what is wrong."""
+) -> CheckPlan:
+    """A validated CheckPlan with the per-backend defaults; ValueError names what is wrong."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
     gloo = backend == "gloo"
@@ -93,7 +93,7 @@ def make_plan(
     if nodes < 1 or per_node < 1:
         raise ValueError("nodes and GPUs per node must be >= 1")
     default_max, default_warmup, default_iters = DEFAULTS["gloo" if gloo else "gpu"]
-    return Plan(
+    return CheckPlan(
         backend=backend,
         nodes=nodes,
         ranks_per_node=per_node,
@@ -111,7 +111,7 @@ def make_plan(
 class Outcome:
     exit_code: int
     reason: str
-    verdict: Verdict | None = None
+    verdict: AllReduceVerdict | None = None
     job_id: str | None = None
     nodelist: tuple[str, ...] = ()
     out_dir: Path | None = None
@@ -124,7 +124,7 @@ class Outcome:
         return out
 
 
-def plan_args(plan: Plan) -> list[str]:
+def plan_args(plan: CheckPlan) -> list[str]:
     """The plan as ``python -m nccl_checks allreduce`` flags (the batch job re-reads these)."""
     args = [
         f"--backend={plan.backend}",
@@ -147,7 +147,7 @@ def plan_args(plan: Plan) -> list[str]:
     return args + (["--drain"] if plan.drain else [])
 
 
-def worker_command(plan: Plan) -> list[str]:
+def worker_command(plan: CheckPlan) -> list[str]:
     """What each rank runs: all_reduce_perf (one rank per GPU) or the torch sweep."""
     if plan.backend == "nccl-tests":
         return [
@@ -168,7 +168,7 @@ def worker_command(plan: Plan) -> list[str]:
     ]
 
 
-def srun_command(plan: Plan, nodelist: list[str]) -> list[str]:
+def srun_command(plan: CheckPlan, nodelist: list[str]) -> list[str]:
     """One step over ``nodelist``; --overlap so it also runs beside a job's existing tasks."""
     cmd = [
         "srun",
@@ -186,7 +186,7 @@ def srun_command(plan: Plan, nodelist: list[str]) -> list[str]:
     return cmd + worker_command(plan)
 
 
-def rank_settings(plan: Plan, master: str, job_id: str) -> dict[str, Setting]:
+def rank_settings(plan: CheckPlan, master: str, job_id: str) -> dict[str, Setting]:
     """The variables the ranks get on top of the job's: EFA/NCCL (GPU) or CPU threads (gloo).
 
     EFA/NCCL as this node's recorded versions ask (hpc_core.instances.node_versions; this runs
@@ -204,7 +204,7 @@ def rank_settings(plan: Plan, master: str, job_id: str) -> dict[str, Setting]:
     }
 
 
-def sbatch_script(plan: Plan) -> str:
+def sbatch_script(plan: CheckPlan) -> str:
     """A batch script whose one step is this check, run inside the allocation."""
     inner = replace(plan, drain=False)  # the submitting process drains, after the job ended
     lines = [
@@ -232,7 +232,7 @@ def sbatch_script(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dry_run_text(plan: Plan) -> str:
+def dry_run_text(plan: CheckPlan) -> str:
     """What would run, without submitting or writing anything."""
     job_id = SlurmEnv().job_id
     inside = job_id is not None
@@ -247,7 +247,7 @@ def dry_run_text(plan: Plan) -> str:
     return "\n".join(out)
 
 
-def _allocation_nodes(plan: Plan) -> list[str]:
+def _allocation_nodes(plan: CheckPlan) -> list[str]:
     """The step's nodes: --nodelist if given (within the allocation), else the first N."""
     allocated = slurm.hostnames(_allocation_has(SlurmEnv().job_nodelist, JOB_NODELIST))
     wanted = slurm.hostnames(plan.nodelist) if plan.nodelist else allocated[: plan.nodes]
@@ -266,7 +266,7 @@ def _allocation_has(value: str | None, name: str) -> str:
     return value
 
 
-def judge_output(plan: Plan, text: str) -> tuple[int, str, Verdict | None]:
+def judge_output(plan: CheckPlan, text: str) -> tuple[int, str, AllReduceVerdict | None]:
     try:
         table = parse(text)
     except ParseError as err:
@@ -275,7 +275,7 @@ def judge_output(plan: Plan, text: str) -> tuple[int, str, Verdict | None]:
     return (EXIT_HEALTHY if verdict.healthy else EXIT_UNHEALTHY), verdict.reason, verdict
 
 
-def run_in_allocation(plan: Plan, timeout_s: float | None = None) -> Outcome:
+def run_in_allocation(plan: CheckPlan, timeout_s: float | None = None) -> Outcome:
     """Inside an allocation: one srun step, raw output saved, parsed, judged, result.json."""
     job_id = _allocation_has(SlurmEnv().job_id, JOB_ID)
     nodes = _allocation_nodes(plan)
@@ -311,7 +311,7 @@ def _log_tail(path: Path, lines: int = 5) -> str:
 
 
 def submit(
-    plan: Plan, wait_timeout_s: float = 1800.0, poll: Backoff = Backoff(0.5, 1.5, 5.0)
+    plan: CheckPlan, wait_timeout_s: float = 1800.0, poll: Backoff = Backoff(0.5, 1.5, 5.0)
 ) -> Outcome:
     """Outside an allocation: sbatch the check, wait for the job, read the result it wrote."""
     slurm.ensure_reachable()

@@ -121,7 +121,7 @@ def parse_xids(kernel_log: str) -> tuple[XidEvent, ...]:
 
 
 @dataclass(frozen=True)
-class Finding:
+class GpuFinding:
     check: str
     severity: Severity
     detail: str
@@ -132,19 +132,19 @@ class Finding:
         return f"{where}{self.detail}"
 
 
-def check_count(state: NodeState, expected: int, itype: str) -> Finding:
+def check_count(state: NodeState, expected: int, itype: str) -> GpuFinding:
     found = len(state.gpus)
     if found != expected:
-        return Finding("count", "fail", f"{found} GPUs visible, {itype} has {expected}")
-    return Finding("count", "ok", f"{found} GPUs")
+        return GpuFinding("count", "fail", f"{found} GPUs visible, {itype} has {expected}")
+    return GpuFinding("count", "ok", f"{found} GPUs")
 
 
-def check_gpu(g: GpuState, nvlinks_expected: int) -> list[Finding]:
+def check_gpu(g: GpuState, nvlinks_expected: int) -> list[GpuFinding]:
     """Every per-GPU check; only fail/warn findings are returned."""
-    out: list[Finding] = []
+    out: list[GpuFinding] = []
 
     def add(check: str, severity: Severity, detail: str) -> None:
-        out.append(Finding(check, severity, detail, g.index))
+        out.append(GpuFinding(check, severity, detail, g.index))
 
     if any(e.startswith("GpuIsLost") for e in g.nvml_errors):
         add("nvml", "fail", "NVML reports the GPU lost (fallen off the bus)")
@@ -177,14 +177,14 @@ def check_gpu(g: GpuState, nvlinks_expected: int) -> list[Finding]:
     return out
 
 
-def check_nvlink_unknown(state: NodeState, nvlinks_expected: int) -> list[Finding]:
+def check_nvlink_unknown(state: NodeState, nvlinks_expected: int) -> list[GpuFinding]:
     """One warning when links are expected but NVML answered no NVLink query (NotSupported)."""
     unknown = [g.index for g in state.gpus if g.nvlink_up is None]
     if not nvlinks_expected or not unknown:
         return []
     which = "every GPU" if len(unknown) == len(state.gpus) else f"GPU {_ranges(unknown)}"
     detail = f"NVLink: not checked (NVML: not supported) on {which}; {nvlinks_expected} expected"
-    return [Finding("nvlink", "warn", detail)]
+    return [GpuFinding("nvlink", "warn", detail)]
 
 
 def _ranges(indices: list[int]) -> str:
@@ -198,14 +198,14 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
-def check_xids(state: NodeState) -> list[Finding]:
+def check_xids(state: NodeState) -> list[GpuFinding]:
     if state.xid_events is None:
-        return [Finding("xid", "warn", f"XIDs not checked: {state.xid_source}")]
+        return [GpuFinding("xid", "warn", f"XIDs not checked: {state.xid_source}")]
     out = []
     for xid in sorted({e.xid for e in state.xid_events}):
         severity, meaning = XIDS.get(xid, ("warn", "see NVIDIA's XID catalogue"))
         pcis = sorted({e.pci for e in state.xid_events if e.xid == xid})
-        out.append(Finding("xid", severity, f"XID {xid} ({meaning}) on {', '.join(pcis)}"))
+        out.append(GpuFinding("xid", severity, f"XID {xid} ({meaning}) on {', '.join(pcis)}"))
     return out
 
 
@@ -213,10 +213,10 @@ def check_xids(state: NodeState) -> list[Finding]:
 class GpuReport:
     state: NodeState
     instance_type: str
-    findings: tuple[Finding, ...] = field(default=())
+    findings: tuple[GpuFinding, ...] = field(default=())
 
     @property
-    def failures(self) -> list[Finding]:
+    def failures(self) -> list[GpuFinding]:
         return [f for f in self.findings if f.severity == "fail"]
 
     @property

@@ -52,7 +52,7 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class Row:
+class BusRow:
     size: int  # bytes
     count: int  # elements
     dtype: str
@@ -67,7 +67,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Table:
-    rows: tuple[Row, ...]
+    rows: tuple[BusRow, ...]
     wrong_kind: WrongKind
     out_of_bounds: int
     avg_busbw: float | None
@@ -152,13 +152,13 @@ def _measurement(tokens: list[str], cols: dict[str, int]) -> Measurement:
     )
 
 
-def _row(tokens: list[str], layout: _Layout) -> Row:
+def _row(tokens: list[str], layout: _Layout) -> BusRow:
     k = layout.keys
     root = None
     if "root" in k:
         root_value = _number(tokens[k["root"]])
         root = None if root_value is None else int(root_value)
-    return Row(
+    return BusRow(
         size=int(tokens[k["size"]]),
         count=int(tokens[k["count"]]),
         dtype=tokens[k["type"]],
@@ -211,7 +211,7 @@ def parse_text(text: str) -> Table:
     """Parse the stdout of an nccl-tests ``*_perf`` binary. Raises ParseError."""
     lines = [strip_prefix(line.rstrip("\r\n")) for line in text.splitlines()]
     said = _Comments()
-    rows: list[Row] = []
+    rows: list[BusRow] = []
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
         if not stripped:
@@ -245,7 +245,7 @@ def parse_text(text: str) -> Table:
     )
 
 
-def _complete(said: _Comments, rows: list[Row], lines: list[str]) -> tuple[_Layout, int]:
+def _complete(said: _Comments, rows: list[BusRow], lines: list[str]) -> tuple[_Layout, int]:
     """The layout and out-of-bounds count of a complete run; ParseError for a run with no table,
     no rows or no footer."""
     if said.layout is None:
@@ -298,7 +298,7 @@ def parse_json(text: str) -> Table:
         raise ParseError("truncated nccl-tests JSON: no 'out_of_bounds' summary after the results")
     try:
         rows = tuple(
-            Row(
+            BusRow(
                 size=int(r["size"]),
                 count=int(r["count"]),
                 dtype=str(r["type"]),

@@ -129,7 +129,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class AllReduceVerdict:
     healthy: bool  # no check failed
     reason: str  # one line
     instance_type: str
@@ -257,8 +257,8 @@ def judge(
     nodes: int,
     gpus_per_node: int | None = None,
     min_busbw: float | None = None,
-) -> Verdict:
-    """Verdict on one all_reduce_perf table for a run over ``nodes`` nodes of ``instance_type``.
+) -> AllReduceVerdict:
+    """The verdict on one all_reduce_perf table for a run over ``nodes`` nodes of ``instance_type``.
 
     ``min_busbw`` replaces the table's floor (GB/s) for this call.
     """
@@ -295,7 +295,7 @@ def judge(
     )
     failed = [c for c in checks if not c.ok]
     reason = failed[0].detail if failed else bandwidth.detail
-    return Verdict(
+    return AllReduceVerdict(
         healthy=not failed,
         reason=reason,
         instance_type=instance_type,

@@ -154,10 +154,14 @@ def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str, prelude: st
     import sys
 
     from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
-    from hpc_train.job.spec import JobSpec, Saves
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Saves, Training
 
-    spec = JobSpec("tiny", corpus, save, gpus_per_node=0, max_update=max_update,
-                   saves=Saves(keep_checkpoints=5))  # fmt: skip
+    spec = JobSpec(
+        Training("tiny", corpus, save, max_update=max_update),
+        sizing=Sizing(gpus_per_node=0),
+        saves=Saves(keep_checkpoints=5),
+    )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     worker = ["-m", TRAIN_MODULE]
     if prelude:

@@ -71,7 +71,7 @@ class MissingExtra(Exception):
 
 
 @dataclass(frozen=True)
-class Finding:
+class ConfigFinding:
     level: str  # ERROR, WARNING or INFO (ParallelCluster's FailureLevel names)
     path: str  # YAML path, e.g. Scheduling.SlurmQueues[0].ComputeResources[0].MinCount
     message: str
@@ -85,7 +85,7 @@ class Finding:
 
 @dataclass
 class Report:
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[ConfigFinding] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # validator -> why it did not run
     validators_run: int = 0
     ran: set[str] = field(default_factory=set)  # names of the validators that ran
@@ -97,7 +97,7 @@ class Report:
     slurm_replaced: list[str] = field(default_factory=list)  # its option lists given new values
 
     @property
-    def errors(self) -> list[Finding]:
+    def errors(self) -> list[ConfigFinding]:
         return [f for f in self.findings if f.level == "ERROR"]
 
 
@@ -180,13 +180,13 @@ def parse_suppressions(expressions: list[str]) -> set[str]:
     return names
 
 
-def no_effect_findings(data: Any, text: str, path: yaml_paths.Path = ()) -> Iterator[Finding]:
+def no_effect_findings(data: Any, text: str, path: yaml_paths.Path = ()) -> Iterator[ConfigFinding]:
     """A warning for each setting ParallelCluster accepts but ignores (NO_EFFECT), by YAML path."""
     if isinstance(data, Mapping):
         for key, value in data.items():
             here = (*path, key)
             if key in NO_EFFECT:
-                yield Finding(
+                yield ConfigFinding(
                     "WARNING",
                     yaml_paths.format_path(here),
                     NO_EFFECT[key],
@@ -199,11 +199,11 @@ def no_effect_findings(data: Any, text: str, path: yaml_paths.Path = ()) -> Iter
             yield from no_effect_findings(value, text, (*path, index))
 
 
-def dropped_slurm_findings(data: Mapping[str, Any], text: str) -> Iterator[Finding]:
+def dropped_slurm_findings(data: Mapping[str, Any], text: str) -> Iterator[ConfigFinding]:
     """A warning for each custom Slurm setting that would drop one ParallelCluster writes itself;
     a note for each of a deny-listed list (pcluster's own validator refuses it)."""
     for dropped in slurm_conf.dropped(data):
-        yield Finding(
+        yield ConfigFinding(
             dropped.level,
             yaml_paths.format_path(dropped.where),
             dropped.message,
@@ -300,7 +300,7 @@ def _record_results(
             continue
         line_path = (*where, *fields[0]) if fields else where
         report.findings.append(
-            Finding(
+            ConfigFinding(
                 level=str(result.level),
                 path=yaml_paths.describe(where, fields),
                 message=_one_line(result.message),
@@ -447,7 +447,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def schema_findings(
     messages: Any, text: str, path: yaml_paths.Path = (), schema: str = "ClusterSchema"
-) -> Iterator[Finding]:
+) -> Iterator[ConfigFinding]:
     """Flatten marshmallow's nested error messages into findings with YAML paths."""
     if isinstance(messages, Mapping):
         for key, value in messages.items():
@@ -455,7 +455,7 @@ def schema_findings(
             yield from schema_findings(value, text, child, schema)
     elif isinstance(messages, list) and all(isinstance(m, str) for m in messages):
         for message in messages:
-            yield Finding(
+            yield ConfigFinding(
                 "ERROR",
                 yaml_paths.format_path(path),
                 _one_line(message),
@@ -466,7 +466,7 @@ def schema_findings(
         for item in messages:
             yield from schema_findings(item, text, path, schema)
     else:
-        yield Finding("ERROR", yaml_paths.format_path(path), _one_line(messages), schema)
+        yield ConfigFinding("ERROR", yaml_paths.format_path(path), _one_line(messages), schema)
 
 
 class _Suppressor:

@@ -40,24 +40,24 @@ ABOUT_THE_NODE = frozenset({
 
 
 @dataclass(frozen=True)
-class Verdict:
+class DrainVerdict:
     """Drain the node (and keep it out of the restart and the requeue), or restart on it."""
 
     drain: bool
     why: str
 
 
-def decide(evidence: Evidence, earlier: int) -> Verdict:
+def drain_verdict(evidence: Evidence, earlier: int) -> DrainVerdict:
     """Drain or not, for a blame on ``evidence`` of a machine blamed ``earlier`` times before
     within the quarantine's window (``quarantine.earlier``)."""
     if evidence in ABOUT_THE_NODE:
-        return Verdict(True, f"drained: {evidence} is evidence about the node itself")
+        return DrainVerdict(True, f"drained: {evidence} is evidence about the node itself")
     window = f"{WINDOW_S / 3600:.0f} h"
     if earlier > 0:
-        return Verdict(
+        return DrainVerdict(
             True, f"drained: {evidence}, and this machine was blamed {earlier}x before in {window}"
         )
-    return Verdict(
+    return DrainVerdict(
         False,
         f"not drained: {evidence} is no evidence about the node itself and this machine's first "
         f"blame in {window}: the run restarts on it; a second blame drains it",

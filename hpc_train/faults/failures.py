@@ -8,9 +8,10 @@ the update it had reached, the exception's type and first line, and a class:
                      can help: task 0 requeues (with its restart budget).
     user error       anything else raised by the training code: a bug, a bad config, a NaN loss
                      (fairseq's FloatingPointError), an out-of-memory. A retry can only help if
-                     it does not happen again: the same error at the same update in two starts
-                     in a row stops the run (no requeue, the task fails), with the error in the
-                     log and the ledger, instead of spending the restart budget on it.
+                     it does not happen again: the same error at the same update in two rounds
+                     in a row (in-job rounds or starts) stops the run (no restart, the task
+                     fails), with the error in the log and the ledger, instead of spending the
+                     restart budget on it.
 
 A rank killed by a signal (the OOM killer, a node failure, a hang's kill) leaves no report: its
 start counts as a crash, retried. The rank's side (writing the report, a crash injected by
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpc_core.rundir import RunDir
-from hpc_train.contract import FailureRecord, StartFiles, write_failure
+from hpc_train.contract import Cause, FailureRecord, StartFiles, write_failure
 
 # an infrastructure error that only says a *peer* went away: the reporting rank is a witness
 PEER_MARKS = (
@@ -39,8 +40,6 @@ INFRASTRUCTURE_MARKS = (
     "nccl", "gloo", "c10d", "distbackenderror", "distnetworkerror", "cuda error",
     "unknown error", *HARDWARE_MARKS, *PEER_MARKS,
 )  # fmt: skip
-USER_ERROR = "user error"
-INFRASTRUCTURE = "infrastructure"
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class Failure(FailureRecord):
     """A rank's report (``contract.FailureRecord``), classified."""
 
     @property
-    def cause(self) -> str:
+    def cause(self) -> Cause:
         return classify(self.type, self.message)
 
     @property
@@ -76,21 +75,24 @@ def _mentions(exc_type: str, message: str, marks: tuple[str, ...]) -> bool:
     return any(m in text for m in marks)
 
 
-def classify(exc_type: str, message: str) -> str:
-    return INFRASTRUCTURE if _mentions(exc_type, message, INFRASTRUCTURE_MARKS) else USER_ERROR
+def classify(exc_type: str, message: str) -> Cause:
+    """``Cause.INFRASTRUCTURE`` or ``Cause.USER_ERROR`` (see the module docstring)."""
+    if _mentions(exc_type, message, INFRASTRUCTURE_MARKS):
+        return Cause.INFRASTRUCTURE
+    return Cause.USER_ERROR
 
 
 def first(failures: Sequence[Failure]) -> Failure | None:
     """The failure that explains a start: a user error before infrastructure ones (a rank that
     raised makes its peers fail in the collective after it), the lowest update, then rank."""
-    ranked = sorted(failures, key=lambda f: (f.cause != USER_ERROR, f.update, f.rank))
+    ranked = sorted(failures, key=lambda f: (f.cause != Cause.USER_ERROR, f.update, f.rank))
     return ranked[0] if ranked else None
 
 
 def repeated(now: Sequence[Failure], before: Sequence[Failure]) -> Failure | None:
     """The user error of this start if the previous start died of the same one; else None."""
     this, last = first(now), first(before)
-    if this is None or last is None or this.cause != USER_ERROR:
+    if this is None or last is None or this.cause != Cause.USER_ERROR:
         return None
     return this if this.signature == last.signature else None
 

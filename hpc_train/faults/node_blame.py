@@ -40,10 +40,9 @@ from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import SUSPECT, atomic_write, incident_reports
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import StartFiles, last_round, read_beats
+from hpc_train.contract import Cause, StartFiles, read_beats
 from hpc_train.faults import agent_exit, failures, quarantine
-from hpc_train.faults.evidence import Evidence, Verdict
-from hpc_train.faults.evidence import decide as weigh
+from hpc_train.faults.evidence import DrainVerdict, Evidence, drain_verdict
 from hpc_train.faults.failures import Failure
 from hpc_train.faults.suspects import RankReport, Suspect, crash_suspect, hang_suspect
 
@@ -69,19 +68,19 @@ class Blamer:
     note: Note
     log: Log
 
-    def blame(self, node: str, why: str, evidence: Evidence, **data: Any) -> Verdict:
+    def blame(self, node: str, why: str, evidence: Evidence, **data: Any) -> DrainVerdict:
         """``blame`` for this start."""
         return blame(self.files, node, why, self.drain, self.note, self.log, evidence, **data)
 
 
-def for_stop(by: Blamer, cause: str) -> tuple[Suspect | None, bool]:
+def for_stop(by: Blamer, cause: Cause) -> tuple[Suspect | None, bool]:
     """Task 0: the node to blame for this stop (a hang's suspect, the node of a crash),
     blamed, and whether the verdict leaves it out of what follows; (None, False) when no node
     can be named. A crash's signal kill whose node Slurm then finds lost is a lost node
     (``unless_lost``)."""
     files, hosts = by.files, by.hosts
     job = files.name  # as the log and the ledger have always said it (a round's: 41.1)
-    if cause == "hang":
+    if cause == Cause.HANG:
         found = name_hang_suspect(files, hosts, by.log)
         why = f"hang in job {job}: {found.why}" if found else ""
     else:
@@ -168,9 +167,9 @@ def name_hang_suspect(files: StartFiles, hosts: Sequence[str], log: Log) -> Susp
 def blame(
     files: StartFiles, node: str, why: str, drain: bool, note: Note, log: Log,
     evidence: Evidence, **data: Any,
-) -> Verdict:  # fmt: skip
+) -> DrainVerdict:  # fmt: skip
     """Record ``node``'s blame against its machine and update the quarantine list; drain it
-    where the verdict on ``evidence`` (``weigh``, with the machine's earlier blames) says so,
+    where the verdict on ``evidence`` (``drain_verdict``, with the machine's earlier blames) says so,
     unless ``drain`` is false (--no-drain). The verdict: whether the caller leaves it out."""
     try:
         machine = slurm.node_machine(node)
@@ -180,7 +179,7 @@ def blame(
     now = time.time()
     run = files.run
     earlier = quarantine.earlier(ledger.read(run.ledger), node, machine, now)
-    verdict = weigh(evidence, earlier)
+    verdict = drain_verdict(evidence, earlier)
     info = {"node": node, "why": why, "machine": machine}
     entries = quarantine.update(
         run, also=[ledger.Event(Kind.BLAMED, now, files.name, files.restart, info)]
@@ -238,10 +237,11 @@ def unrecorded_end(files: StartFiles) -> list[str]:
     job, restart = files.job, files.restart
     if restart == 0:
         return []
-    events = [e for e in ledger.read(files.run.ledger) if (e.job, e.restart) == (job, restart - 1)]
-    before = StartFiles(files.run, job, restart - 1, last_round(events, job, restart - 1))
-    if before.stop() is not None:
+    events = ledger.read(files.run.ledger)
+    before = files.previous_start(events)
+    if before is None or before.stop() is not None:
         return []
+    events = [e for e in events if (e.job, e.restart) == (job, restart - 1)]
     rounds = [i for i, e in enumerate(events) if e.kind == Kind.RESTARTED]
     events = events[rounds[-1] + 1 :] if rounds else events  # the last round's own
     if any(e.kind in (Kind.STOPPED, Kind.BLAMED) for e in events):

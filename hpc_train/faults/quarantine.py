@@ -57,13 +57,13 @@ def earlier(
     events: Sequence[ledger.Event], node: str, machine: str, now: float, window_s: float = WINDOW_S
 ) -> int:
     """How often ``node`` on ``machine`` was blamed within ``window_s`` before ``now``: counted
-    as ``decide`` counts (a name's other machine is another; "" with the name's other unknown
+    as ``quarantined`` counts (a name's other machine is another; "" with the name's other unknown
     ones), so the blame that finds one earlier is the one that quarantines it (pure)."""
     found = _blames(events).get((node, machine), [])
     return sum(1 for e in found if now - window_s <= e.time <= now)
 
 
-def decide(events: Sequence[ledger.Event], window_s: float = WINDOW_S) -> list[Entry]:
+def quarantined(events: Sequence[ledger.Event], window_s: float = WINDOW_S) -> list[Entry]:
     """The quarantined machines: blamed ``TIMES`` times within ``window_s`` (pure)."""
     blames = _blames(events)
     out = []
@@ -88,7 +88,7 @@ def holds(entries: Sequence[Entry], node: str, machine: str | None) -> bool:
 def update(run: RunDir, also: Sequence[ledger.Event] = ()) -> list[Entry]:
     """Rewrite the save dir's list from the ledger (and ``also``: a blame about to be
     recorded); the quarantined nodes."""
-    entries = decide([*ledger.read(run.ledger), *also])
+    entries = quarantined([*ledger.read(run.ledger), *also])
     listed = [
         {"node": e.node, "machine": e.machine, "since": e.since, "reasons": list(e.reasons)}
         for e in entries

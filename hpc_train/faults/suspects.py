@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from hpc_train.contract import Cause
 from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.evidence import Evidence, of_hang
-from hpc_train.faults.failures import INFRASTRUCTURE, Failure
+from hpc_train.faults.failures import Failure
 
 
 class Suspect(NamedTuple):
@@ -86,7 +87,7 @@ def crash_suspect(
     was killed by a signal we did not send (the OOM killer, ``kill -9``); the one node whose
     launcher wrote no exit record (it is gone: lost).
     """
-    if any(f.cause != INFRASTRUCTURE for f in failures):
+    if any(f.cause != Cause.INFRASTRUCTURE for f in failures):
         return None
     own = sorted((f for f in failures if not f.witness), key=lambda f: (f.update, f.rank))
     for f in own:

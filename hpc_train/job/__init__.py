@@ -1,11 +1,12 @@
-"""What a run is, decided in the user's CLI: the spec, its nested concerns and its options
-(``spec``; ``fields``: each option declared once, on its field; ``options``: the CLI), the
-presets, the devices' batch and precision (``devices``), the global-batch arithmetic (``batch``,
-each start's plan from ``JobSpec.batch_plan``), what the run asks of the cluster and how its batch
-divides (``sizing``: JobSpec's base), the watchers' settings (``limits``: ``JobSpec.watch``), the
-speed levers (``levers``: which a run uses, by the GPU's compute capability, and the rank's one
-argument), the command lines (``command_lines``: fairseq's argv, torchrun's) and the container flags
-(``container``).
+"""What a run is, decided in the user's CLI: the spec, its sections and their options (``spec``;
+``fields``: each option declared once, on its field; ``options``: the CLI), the presets, the
+devices' batch and precision (``devices``), the global-batch arithmetic (``batch``, each start's
+plan from ``JobSpec.batch_plan``), how wide a run is and how its batch divides (``sizing``:
+``JobSpec.sizing``), the watchers' settings (``limits``: ``JobSpec.watch``), the speed levers
+(``levers``: which a run uses, by the GPU's compute capability, the rank's one argument, and
+``JobSpec.speed``), the command lines (``command_lines``: fairseq's argv, torchrun's), the
+container flags (``container``), and the spec across versions (``upgrade``: what the launcher
+pickles, and a spec an earlier version pickled read back, or refused in one line).
 
 Imported by ``submit`` (the user's CLI) and by the launcher on each node, which builds the same
 command lines for the world task 0 decided. The spec, the arithmetic and the command lines are

@@ -26,7 +26,7 @@ class BatchPlan:
         )
 
 
-def plan(global_batch: int, batch_per_device: int, world_size: int) -> BatchPlan:
+def keep_global_batch(global_batch: int, batch_per_device: int, world_size: int) -> BatchPlan:
     """update_freq = ceil(global / (batch_per_device x world)); ValueError when it cannot fit.
 
     A global batch smaller than one step of the whole world cannot be honoured by gradient

@@ -59,14 +59,15 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
     per_device = plan.batch_per_device
     choices = spec.lever_choices(gpu)
     on = levers.on_names(choices)
-    save_dir = Path(spec.save_dir)
+    fused = levers.LeverName.FUSED_ADAMW in on
+    save_dir = Path(spec.training.save_dir)
     args = [
-        str(spec.data),
+        str(spec.training.data),
         *presets.RECIPE,
         "--arch", recipe.arch,
         *recipe.arch_args,
         "--tokens-per-sample", str(recipe.tokens_per_sample),
-        "--optimizer", presets.GPU_OPTIMIZER if "fused-adamw" in on else presets.CPU_OPTIMIZER,
+        "--optimizer", presets.GPU_OPTIMIZER if fused else presets.CPU_OPTIMIZER,
         "--batch-size", str(per_device),
         "--update-freq", str(plan.update_freq),
         "--lr", str(recipe.peak_lr),
@@ -83,17 +84,19 @@ def fairseq_argv(spec: JobSpec, plan: batch.BatchPlan, gpu: bool) -> list[str]:
         "--seed", "1",
     ]  # fmt: skip
     if gpu:
-        args += devices.precision_flags(spec.gpu_precision)
+        args += devices.precision_flags(spec.sizing.gpu_precision)
         args += ["--distributed-backend", "nccl", "--ddp-backend", "c10d"]
         args += ["--num-workers", str(devices.LOADER_WORKERS)]
     else:
         # fp16/bf16 need a GPU; gloo has no c10d-DDP bucket support in fairseq: legacy_ddp.
         args += ["--cpu", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
         args += ["--num-workers", "0"]
-    if "pack" in on:  # full blocks, no padding (job.levers); fairseq takes the last value
+    if (
+        levers.LeverName.PACK in on
+    ):  # full blocks, no padding (job.levers); fairseq takes the last value
         args += ["--sample-break-mode", "none"]
     args += levers.worker_args(choices)  # the rank takes it off before fairseq parses
-    args += list(spec.extra_args)
+    args += list(spec.training.extra_args)
     return args
 
 

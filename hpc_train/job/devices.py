@@ -2,7 +2,7 @@
 
 The global batch (sequences per update) is the training recipe and never changes. The batch per
 GPU only says how many of those sequences one GPU takes at a time, which is a matter of its
-memory; ``--update-freq`` makes up the rest (``hpc_train.job.batch.plan``), so the loss curve is the
+memory; ``--update-freq`` makes up the rest (``hpc_train.job.batch.keep_global_batch``), so the loss curve is the
 same in expectation on every instance type.
 
 How the numbers were found (``BATCH_TABLE``, one row per preset and instance type):
@@ -170,7 +170,7 @@ def fitted_batch(most: int, global_batch: int, world_size: int) -> int:
     then the batch the smallest that fills F steps. (2048 over 24 GPUs, at most 256: 43 x 24 x 2 =
     2064 per update, not 85 x 24 x 2 = 4080.)"""
     if world_size > global_batch:
-        return 1  # one sequence per device is already too many: batch.plan refuses it by name
+        return 1  # one sequence per device is already too many: batch.keep_global_batch refuses it by name
     steps = max(1, math.ceil(global_batch / (most * world_size)))
     while True:
         batch = math.ceil(global_batch / (steps * world_size))

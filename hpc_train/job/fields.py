@@ -1,10 +1,11 @@
 """How the job spec's fields are declared: each with its command-line option, written once.
 
 ``option()`` is a dataclass field with its flag, help and default (``seconds()``: one that takes
-seconds); ``nested()`` a field that holds
-one concern's frozen dataclass of them (``JobSpec.recovery``, ``JobSpec.watch.hang``, …), where
-its options appear in ``--help``. ``hpc_train.job.options`` walks the nesting and builds the
-submit command line from it. Pure: no imports from the rest of the toolkit.
+seconds); ``nested()`` a field that holds one section's frozen dataclass of them
+(``JobSpec.sizing``, ``JobSpec.watch.hang``, …), where its options appear in ``--help``.
+``hpc_train.job.options`` walks the nesting and builds the submit command line from it.
+``SpecError`` is what a field's parsing raises for bad input. Pure: no imports from the rest of
+the toolkit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
 from typing import Any
+
+
+class SpecError(ValueError):
+    """Bad input for a run; the message is one line meant for the user."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,10 @@ def seconds(flag: str, help: str, default: float) -> Any:
     return option(flag, help, default=default, type=float, metavar="S")
 
 
-def nested(concern: type) -> Any:
-    """A field that holds ``concern``, a frozen dataclass of options (its defaults by default):
-    its options are the spec's, in its place."""
-    return field(default_factory=concern, metadata={"nested": concern})
+def nested(section: type, required: bool = False) -> Any:
+    """A field that holds ``section``, a frozen dataclass of options: its options are the
+    spec's, in its place. By default it holds the section's defaults; ``required``: a section
+    with options that have none (the spec cannot be built without it)."""
+    if required:
+        return field(metadata={"nested": section})
+    return field(default_factory=section, metadata={"nested": section})

@@ -1,11 +1,12 @@
 """Speed levers: which GPU speed-ups a run uses, chosen from the GPU's compute capability
 (issue 29). Pure: no torch, no fairseq.
 
-Each lever is a submit option ``--NAME auto|on|off``. ``auto`` takes the lever's default for the
-GPU of ``--instance-type``; a lever is on by default only where it is known to help, and a lever
-not yet measured on a GPU is wired but off by default and says "unmeasured". ``--dry-run`` lists
-the choices with their reasons; the rank receives them as one worker argument (``worker_args``)
-and checks them again against the GPU it actually has (``hpc_train.worker.speed``).
+Each lever is a submit option ``--NAME auto|on|off``, a field of the spec's ``Speed`` section
+(``JobSpec.speed``), named by its ``LeverName``. ``auto`` takes the lever's default for the GPU
+of ``--instance-type``; a lever is on by default only where it is known to help, and a lever not
+yet measured on a GPU is wired but off by default and says "unmeasured". ``--dry-run`` lists the
+choices with their reasons; the rank receives them as one worker argument (``worker_args``) and
+checks them again against the GPU it actually has (``hpc_train.worker.speed``).
 
 What each compute capability can run (sm70 V100 on p3dn, sm80 A100 on p4d/p4de, sm90 H100 on p5):
 - ``compile``: Inductor accepts sm70+, but Triton's tensor-core matmuls are deprecated on Volta:
@@ -40,22 +41,41 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from hpc_core.instances import INSTANCE_TYPES
+from hpc_train.job.fields import option
 
 CC = tuple[int, int]  # CUDA compute capability (major, minor)
 SETTINGS = ("auto", "on", "off")
-WORKER_FLAG = "--hpc-levers"
-CPU_ONLY = "unmeasured on GPUs; host syncs and ops per update measured on CPU (docs/gpu.md)"  # the rank's argument: the levers on, comma-separated, or "none"
+WORKER_FLAG = "--hpc-levers"  # the rank's argument: the levers on, comma-separated, or "none"
+CPU_ONLY = "unmeasured on GPUs; host syncs and ops per update measured on CPU (docs/gpu.md)"
 
 # The GPU models of hpc_core.instances by compute capability (NVIDIA's CUDA GPUs table).
 COMPUTE_CAPABILITY: dict[str, CC] = {"V100": (7, 0), "A100": (8, 0), "H100": (9, 0)}
 FALLBACK_CC: CC = (7, 0)  # a GPU this table does not know: the oldest the pinned torch runs
 
 
+class LeverName(StrEnum):
+    """A speed lever's name: its submit option is ``--NAME``, and the rank's argument
+    (``WORKER_FLAG``) lists the names of those on. A member is the string it names: every
+    module names a lever by its member (tests/hpc_train/test_vocabulary.py reads the code)."""
+
+    COMPILE = "compile"
+    FLASH = "flash"
+    FUSED_ADAMW = "fused-adamw"
+    GELU = "gelu"
+    PAD_CHECK = "pad-check"
+    HOST_SIZES = "host-sizes"
+    LAZY_STATS = "lazy-stats"
+    FOREACH_GRADS = "foreach-grads"
+    PACK = "pack"
+
+
 @dataclass(frozen=True)
 class Lever:
-    name: str  # the submit option is --NAME
+    name: LeverName  # the submit option is --NAME
     what: str
     needs: CC  # the lowest compute capability that runs it
     cpu: bool  # CPU ranks can run it
@@ -68,7 +88,7 @@ class Lever:
 
 LEVERS: tuple[Lever, ...] = (
     Lever(
-        "compile",
+        LeverName.COMPILE,
         "torch.compile (Inductor) of each encoder layer: fused elementwise and norm work "
         "(on sm70 pointwise fusion only; matmuls stay on cuBLAS)",
         needs=(7, 0),
@@ -77,7 +97,7 @@ LEVERS: tuple[Lever, ...] = (
         evidence="unmeasured on GPUs; same losses as fairseq's path on CPU (fp32, dropout 0)",
     ),
     Lever(
-        "flash",
+        LeverName.FLASH,
         "SDPA may pick its FlashAttention backend (off: memory-efficient, then math)",
         needs=(8, 0),
         cpu=False,
@@ -85,7 +105,7 @@ LEVERS: tuple[Lever, ...] = (
         evidence="PyTorch's own default where the GPU has it; not measured alone here",
     ),
     Lever(
-        "fused-adamw",
+        LeverName.FUSED_ADAMW,
         "fairseq's Adam through torch's fused AdamW kernel (off: fairseq's adam)",
         needs=(7, 0),
         cpu=True,  # torch's fused AdamW has a CPU kernel too: off there unless asked for
@@ -95,16 +115,70 @@ LEVERS: tuple[Lever, ...] = (
     *(
         Lever(name, what, needs=(7, 0), cpu=True, on_from=None, evidence=CPU_ONLY)
         for name, what in (
-            ("gelu", "GELU in the compute dtype (off: fairseq's fp32 round trip)"),
-            ("pad-check", "padding read from the batch on the host, not once per layer on the GPU"),
-            ("host-sizes", "the loss's token count taken on the host, not read back from the GPU"),
-            ("lazy-stats", "fairseq's unread per-update stats left on the GPU, not rounded there"),
-            ("foreach-grads", "bf16 gradient/parameter copies and norm as multi-tensor ops"),
-            ("pack", "--sample-break-mode none: full 512-token blocks, no padding, no mask"),
+            (LeverName.GELU, "GELU in the compute dtype (off: fairseq's fp32 round trip)"),
+            (
+                LeverName.PAD_CHECK,
+                "padding read from the batch on the host, not once per layer on the GPU",
+            ),
+            (
+                LeverName.HOST_SIZES,
+                "the loss's token count taken on the host, not read back from the GPU",
+            ),
+            (
+                LeverName.LAZY_STATS,
+                "fairseq's unread per-update stats left on the GPU, not rounded there",
+            ),
+            (
+                LeverName.FOREACH_GRADS,
+                "bf16 gradient/parameter copies and norm as multi-tensor ops",
+            ),
+            (
+                LeverName.PACK,
+                "--sample-break-mode none: full 512-token blocks, no padding, no mask",
+            ),
         )
     ),
 )
-BY_NAME: dict[str, Lever] = {lever.name: lever for lever in LEVERS}
+BY_NAME: dict[LeverName, Lever] = {lever.name: lever for lever in LEVERS}
+
+
+def lever_option(name: LeverName) -> Any:
+    """The submit option of a lever: ``--NAME auto|on|off``, its help the lever's ``what``."""
+    return option(f"--{name}", BY_NAME[name].what, default="auto", choices=SETTINGS)
+
+
+def field_of(name: LeverName) -> str:
+    """The ``Speed`` field of a lever: its member's name (``FUSED_ADAMW``: ``fused_adamw``)."""
+    return name.name.lower()
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The speed levers as the user set them (``JobSpec.speed``): one field per lever, in the
+    table's order (``field_of``), ``auto`` unless asked."""
+
+    compile: str = lever_option(LeverName.COMPILE)
+    flash: str = lever_option(LeverName.FLASH)
+    fused_adamw: str = lever_option(LeverName.FUSED_ADAMW)
+    gelu: str = lever_option(LeverName.GELU)
+    pad_check: str = lever_option(LeverName.PAD_CHECK)
+    host_sizes: str = lever_option(LeverName.HOST_SIZES)
+    lazy_stats: str = lever_option(LeverName.LAZY_STATS)
+    foreach_grads: str = lever_option(LeverName.FOREACH_GRADS)
+    pack: str = lever_option(LeverName.PACK)
+
+    @classmethod
+    def of(cls, asked: Mapping[LeverName, str]) -> Speed:
+        """The levers ``asked`` (name -> auto/on/off), every other at ``auto``."""
+        return cls(**{field_of(name): setting for name, setting in asked.items()})
+
+    def settings(self) -> dict[LeverName, str]:
+        """Every lever's setting, by name (``choose`` and ``problem`` take it)."""
+        return {lever.name: getattr(self, field_of(lever.name)) for lever in LEVERS}
+
+    def asked(self) -> dict[LeverName, str]:
+        """The levers not left at ``auto``."""
+        return {name: setting for name, setting in self.settings().items() if setting != "auto"}
 
 
 @dataclass(frozen=True)
@@ -142,13 +216,13 @@ def choose_one(lever: Lever, cc: CC | None, asked: str = "auto") -> Choice:
     return Choice(lever, default, f"the default for {where(cc)}")
 
 
-def choose(cc: CC | None, asked: Mapping[str, str] | None = None) -> tuple[Choice, ...]:
+def choose(cc: CC | None, asked: Mapping[LeverName, str] | None = None) -> tuple[Choice, ...]:
     """Every lever's state on ``cc`` (None: CPU ranks); ``asked``: lever name -> auto/on/off."""
     asked = asked or {}
     return tuple(choose_one(lever, cc, asked.get(lever.name, "auto")) for lever in LEVERS)
 
 
-def problem(cc: CC | None, asked: Mapping[str, str], gpu_text: str) -> str | None:
+def problem(cc: CC | None, asked: Mapping[LeverName, str], gpu_text: str) -> str | None:
     """One line when a setting cannot be honoured: an unknown lever or setting, or ``on`` for a
     lever the device cannot run (``gpu_text`` names it for the user)."""
     for name, setting in asked.items():
@@ -162,7 +236,7 @@ def problem(cc: CC | None, asked: Mapping[str, str], gpu_text: str) -> str | Non
     return None
 
 
-def on_names(choices: Sequence[Choice]) -> list[str]:
+def on_names(choices: Sequence[Choice]) -> list[LeverName]:
     return [c.lever.name for c in choices if c.on]
 
 
@@ -171,13 +245,13 @@ def worker_args(choices: Sequence[Choice]) -> list[str]:
     return [WORKER_FLAG, ",".join(on_names(choices)) or "none"]
 
 
-def parse_worker_value(text: str) -> frozenset[str]:
+def parse_worker_value(text: str) -> frozenset[LeverName]:
     """The lever names in ``WORKER_FLAG``'s value; ValueError for an unknown one."""
     names = frozenset(n for n in text.split(",") if n and n != "none")
     unknown = sorted(names - BY_NAME.keys())
     if unknown:
         raise ValueError(f"{WORKER_FLAG}: unknown lever(s) {', '.join(unknown)}")
-    return names
+    return frozenset(LeverName(n) for n in names)
 
 
 def describe(choices: Sequence[Choice], cc: CC | None) -> list[str]:

@@ -1,7 +1,8 @@
 """The watchers' settings as the user sets them: values a job carries (``--no-watchdog``,
-``--hang-*``, ``--no-drain``, ``--straggler-*``, ``--evict-stragglers``), each field with its
-option (``job.fields``). The limits are judged by the pure verdicts in ``hpc_train.watch``
-(``hangs``, ``stragglers``), whose docstrings explain each figure."""
+``--hang-*``, ``--straggler-*``), each field with its option (``job.fields``). The limits are
+judged by the pure verdicts in ``hpc_train.watch`` (``hangs``, ``stragglers``), whose docstrings
+explain each figure. What follows a blame (``--no-drain``, ``--evict-stragglers``) is the
+recovery section's (``job.spec.Recovery``): the blame and the requeue read it, not the watch."""
 
 from __future__ import annotations
 
@@ -48,19 +49,11 @@ class StragglerLimits:
 @dataclass(frozen=True)
 class Watch:
     """The in-job watchers of a run (``JobSpec.watch``): the hang watchdog with its limits, the
-    straggler watch with its, and what follows a blame."""
+    straggler watch with its."""
 
     no_watchdog: bool = option(
         "--no-watchdog", "no hang detection (a stuck job then holds its nodes until --time)",
         default=False,
     )  # fmt: skip
     hang: HangLimits = nested(HangLimits)
-    no_drain: bool = option(
-        "--no-drain", "never drain the node blamed for a hang (it is still excluded)",
-        default=False,
-    )  # fmt: skip
     stragglers: StragglerLimits = nested(StragglerLimits)
-    evict_stragglers: bool = option(
-        "--evict-stragglers", "a straggler is a bad node: all ranks save at the next update, "
-        "it is drained (unless --no-drain), the job requeued without it", default=False,
-    )  # fmt: skip

@@ -1,12 +1,13 @@
 """The submit command line, generated from the job spec's fields.
 
-Each option's flag, help and parsing are written once, on its field (``fields.option``), in
-``JobSpec`` or in one of its concerns (``fields.nested``: ``JobSpec.recovery``,
-``JobSpec.watch.hang``, …), whose options sit where the concern sits; its default is the field's
+Each option's flag, help and parsing are written once, on its field (``fields.option``), in one
+of ``JobSpec``'s sections (``fields.nested``: ``JobSpec.sizing``, ``JobSpec.watch.hang``,
+``JobSpec.speed``, …), whose options sit where the section sits; its default is the field's
 default, shown in ``--help``. ``spec_options`` walks the nesting, ``add_options`` puts the
-options on a parser, ``spec_from_options`` turns what was parsed into a ``JobSpec``, each concern
-built with its own values. Values that need more than argparse's types (``--nodes 1-4``,
-``--time 2:00:00``) are parsed afterwards, so their one-line SpecError reaches the user unchanged.
+options on a parser, ``spec_from_options`` turns what was parsed into a ``JobSpec``, each section
+built with its own values; no section is a special case. Values that need more than argparse's
+types (``--nodes 1-4``, ``--time 2:00:00``) are parsed afterwards, so their one-line SpecError
+reaches the user unchanged.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from hpc_train.job import levers
 from hpc_train.job.fields import Option
 from hpc_train.job.spec import JobSpec
 
@@ -47,33 +47,10 @@ def _default_text(f: dataclasses.Field[Any], opt: Option) -> str | None:
     return str(f.default)
 
 
-LEVER_DEST = "lever:"  # argparse's dest of each --NAME of a speed lever: "lever:NAME"
-
-
-def lever_field() -> dataclasses.Field[Any]:
-    """The spec field that holds the speed levers' settings (one option per lever)."""
-    return next(f for f in dataclasses.fields(JobSpec) if "levers" in f.metadata)
-
-
-def add_lever_options(parser: argparse.ArgumentParser) -> None:
-    """``--NAME auto|on|off`` for each speed lever (``job.levers``), help from the lever."""
-    for lever in lever_field().metadata["levers"]:
-        parser.add_argument(
-            f"--{lever.name}",
-            dest=LEVER_DEST + lever.name,
-            help=f"{lever.what} (default: auto)".replace("%", "%%"),
-            choices=levers.SETTINGS,
-            default=argparse.SUPPRESS,
-        )
-
-
 def add_options(parser: argparse.ArgumentParser) -> None:
     """One option per spec field that has one (its dest: the field's path, dotted); an absent
-    option leaves the field's default. The speed levers' options sit where their field sits."""
-    lever = lever_field()
+    option leaves the field's default."""
     for path, f in leaves():
-        if f is lever:
-            add_lever_options(parser)
         if "option" not in f.metadata:
             continue
         opt = f.metadata["option"]
@@ -119,8 +96,6 @@ def spec_from_options(args: argparse.Namespace, extra: Sequence[str] = ()) -> Jo
             values.update({(*path[:-1], name): v for name, v in zip(opt.fills, value, strict=True)})
         else:
             values[path] = value
-    asked = tuple((k[len(LEVER_DEST) :], v) for k, v in given.items() if k.startswith(LEVER_DEST))
-    values[(lever_field().name,)] = asked
-    values[("extra_args",)] = tuple(extra)
+    values[("training", "extra_args")] = tuple(extra)
     spec: JobSpec = build(JobSpec, values)
     return spec

@@ -3,10 +3,15 @@
 The submit CLI builds it, ``--dry-run`` renders from it, submitit pickles it into the job, and the
 launcher reads it on every (re)start. Nothing here imports torch, fairseq or submitit.
 
-``JobSpec``'s own fields say what to train, where and how wide; the rest is nested by concern, each
-a frozen value whose fields carry their options (``job.fields``): ``recovery`` (``Recovery``),
-``saves`` (``Saves``), ``notify`` (``Notifications``), ``watch`` (``job.limits.Watch``: the
-watchers' ``HangLimits`` and ``StragglerLimits`` as they are) and ``container`` (``Container``).
+Every field of ``JobSpec`` is a section, a frozen value whose fields carry their options
+(``job.fields``), each read by the concern it names: ``training`` (``Training``: what is trained,
+on what, where it is saved), ``sizing`` (``job.sizing.Sizing``: how wide, on what, the batch),
+``slurm`` (``SlurmJob``: what the job asks of Slurm), ``recovery`` (``Recovery``: restarts,
+growing back, in-job rounds, spares, and what follows a blame), ``saves`` (``Saves``), ``notify``
+(``Notifications``), ``watch`` (``job.limits.Watch``: the watchers' ``HangLimits`` and
+``StragglerLimits`` as they are), ``container`` (``Container``) and ``speed``
+(``job.levers.Speed``: one setting per lever). ``JobSpec`` itself derives what needs more than
+one section (the recipe, the updates, the batch plan, the container's mounts).
 """
 
 from __future__ import annotations
@@ -16,31 +21,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpc_core.instances import DEFAULT_INSTANCE_TYPE, INSTANCE_TYPES
+from hpc_core.instances import INSTANCE_TYPES
 from hpc_core.rundir import RunDir
 from hpc_train.job import batch, container, devices, levers, presets
 from hpc_train.job.container import Mount
-from hpc_train.job.fields import nested, option, seconds
+from hpc_train.job.fields import SpecError, nested, option, seconds
+from hpc_train.job.levers import Speed
 from hpc_train.job.limits import Watch
 from hpc_train.job.sizing import Sizing
-
-
-class SpecError(ValueError):
-    """Bad input for a run; the message is one line meant for the user."""
-
-
-def parse_nodes(text: str) -> tuple[int, int]:
-    """``"2"`` → (2, 2); ``"1-4"`` → (1, 4). SpecError when malformed or below 1."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
-    if not m:
-        raise SpecError(f"--nodes {text!r}: expected N or MIN-MAX, e.g. 2 or 1-4")
-    low = int(m.group(1))
-    high = int(m.group(2)) if m.group(2) else low
-    if low < 1:
-        raise SpecError(f"--nodes {text}: at least 1 node is needed")
-    if high < low:
-        raise SpecError(f"--nodes {text}: MAX is smaller than MIN")
-    return low, high
 
 
 def parse_time(text: str) -> int:
@@ -89,10 +77,6 @@ def parse_save_interval(text: str) -> str:
     raise SpecError(f"--save-interval {text!r}: expected N >= 1, preset or auto")
 
 
-def _absolute(path: Path) -> Path:
-    return path.resolve()
-
-
 def parse_local_save_dir(path: Path) -> Path:
     """A node-local directory: absolute (it is resolved on each node, not here)."""
     if not path.is_absolute():
@@ -120,10 +104,76 @@ def parse_container_mounts(text: str) -> tuple[Mount, ...]:
         raise SpecError(str(err)) from None
 
 
+def _absolute_path(path: Path) -> Path:
+    return path.resolve()
+
+
+@dataclass(frozen=True)
+class Training:
+    """What is trained, on what and where it is saved (``JobSpec.training``): the preset's
+    recipe, the corpus, the save dir, the updates, the sample audit, fairseq's own arguments."""
+
+    preset: str = option(
+        "--preset", f"training recipe, one of: {', '.join(presets.PRESETS)}", metavar="NAME"
+    )
+    data: Path = option(
+        "--data", "binarized corpus (fairseq-preprocess output, e.g. from hpc_train.data)",
+        type=Path, parse=_absolute_path, metavar="DIR",
+    )  # fmt: skip
+    save_dir: Path = option(
+        "--save-dir", "checkpoints, train.log and task logs; shared storage (Lustre)",
+        type=Path, parse=_absolute_path, metavar="DIR",
+    )  # fmt: skip
+    max_update: int | None = option(
+        "--max-update", "training updates", default=None, type=int,
+        default_text="the preset's", metavar="N",
+    )  # fmt: skip
+    audit_samples: bool = option(
+        "--audit-samples", "each rank records the sample ids it trains, per epoch (under "
+        "<save-dir>/.hpc-train/audit/); `python -m hpc_train.runs.audit SAVE_DIR` checks that "
+        "every sample of an epoch was trained exactly once across restarts and width changes",
+        default=False,
+    )  # fmt: skip
+    extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What the job asks of Slurm beyond its nodes (``JobSpec.slurm``): the partition, the time
+    limit, the job's name, CPUs per task, and the all-reduce check before training."""
+
+    partition: str | None = option(
+        "--partition", "Slurm partition", default=None, default_text="the cluster's default",
+        metavar="PARTITION",
+    )  # fmt: skip
+    time_limit_min: int = option(
+        "--time", "time limit: minutes, H:MM:SS or D-HH:MM:SS", default=24 * 60,
+        parse=parse_time, default_text="24:00:00", metavar="LIMIT",
+    )  # fmt: skip
+    job_name: str = option("--job-name", "Slurm job name", default="hpc-train", metavar="NAME")
+    cpus_per_task: int | None = option(
+        "--cpus-per-task", "CPUs for each node's task", default=None, type=int, metavar="N",
+        default_text="all cores of the instance type on GPU nodes, Slurm's default on CPU nodes",
+    )  # fmt: skip
+    preflight: bool = option(
+        "--preflight", "all-reduce health check of the allocation before training", default=False
+    )
+    node_check: str = option(
+        "--node-check",
+        "each node's GPUs checked through NVML (nccl_checks gpu) at every start, before training; "
+        "a node that fails is blamed on that evidence, drained and left out",
+        default="auto", choices=("auto", "on", "off"),
+        default_text="auto: on where ParallelCluster's DCGM check in the prolog is off "
+        "(p3dn.24xlarge: docs/on-aws.md), off elsewhere",
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Recovery:
     """What follows a failure, a notice or a narrow start (``JobSpec.recovery``): the restart
-    budget, growing back, in-job restarts and hot spares (``launch.restart_policy``)."""
+    budget, growing back, in-job restarts and hot spares (``launch.restart_policy``), and what
+    follows a blame: drained or not, a straggler evicted (``faults.node_blame``,
+    ``launch.requeue``)."""
 
     max_restarts: int = option(
         "--max-restarts",
@@ -166,6 +216,16 @@ class Recovery:
         "stop the run (FAILED, with the reason) after N restarts in a row that resumed from the "
         "same checkpoint: none advanced it (0: never)",
         default=3, type=int, metavar="N",
+    )  # fmt: skip
+    no_drain: bool = option(
+        "--no-drain", "never drain a blamed node, whatever it is blamed for (a hang, a crash, a "
+        "lost node, a straggler, a failed health check); where its blame's verdict leaves it "
+        "out, it is still left out of the restart and excluded from the requeued job",
+        default=False,
+    )  # fmt: skip
+    evict_stragglers: bool = option(
+        "--evict-stragglers", "a straggler is a bad node: all ranks save at the next update, "
+        "it is drained (unless --no-drain), the job requeued without it", default=False,
     )  # fmt: skip
 
     @property
@@ -252,97 +312,27 @@ class Container:
 
 
 @dataclass(frozen=True)
-class JobSpec(Sizing):
-    """A run: what to train, where and on how many nodes at the top; each concern's options
-    in its own value, where its options appear in ``--help`` (``job.options`` walks them)."""
+class JobSpec:
+    """A run: one section per concern, each holding its options in the order ``--help`` shows
+    them (``job.options`` walks them); what needs more than one section is derived here."""
 
-    preset: str = option(
-        "--preset", f"training recipe, one of: {', '.join(presets.PRESETS)}", metavar="NAME"
-    )
-    data: Path = option(
-        "--data", "binarized corpus (fairseq-preprocess output, e.g. from hpc_train.data)",
-        type=Path, parse=_absolute, metavar="DIR",
-    )  # fmt: skip
-    save_dir: Path = option(
-        "--save-dir", "checkpoints, train.log and task logs; shared storage (Lustre)",
-        type=Path, parse=_absolute, metavar="DIR",
-    )  # fmt: skip
-    nodes_min: int = option(
-        "--nodes", "N, or MIN-MAX to start with as many as are free (elastic)", default=1,
-        parse=parse_nodes, fills=("nodes_min", "nodes_max"),
-        metavar="N|MIN-MAX",
-    )  # fmt: skip
-    nodes_max: int = 1
-    gpus_per_node: int = option(
-        "--gpus-per-node", "GPUs (ranks) per node; 0: one CPU rank per node (gloo)", default=8,
-        type=int, metavar="N",
-    )  # fmt: skip
-    partition: str | None = option(
-        "--partition", "Slurm partition", default=None, default_text="the cluster's default"
-    )
-    time_limit_min: int = option(
-        "--time", "time limit: minutes, H:MM:SS or D-HH:MM:SS", default=24 * 60,
-        parse=parse_time, default_text="24:00:00", metavar="LIMIT",
-    )  # fmt: skip
-    global_batch: int | None = option(
-        "--global-batch", "sequences per update, kept whatever the node count (via update_freq)",
-        default=None, type=int, default_text="the preset's", metavar="N",
-    )  # fmt: skip
-    max_update: int | None = option(
-        "--max-update", "training updates", default=None, type=int,
-        default_text="the preset's", metavar="N",
-    )  # fmt: skip
-    instance_type: str = option(
-        "--instance-type", "EC2 type: EFA/NCCL settings, cores, GPU batch and precision",
-        default=DEFAULT_INSTANCE_TYPE, metavar="TYPE",
-    )  # fmt: skip
-    job_name: str = option("--job-name", "Slurm job name", default="hpc-train", metavar="NAME")
+    training: Training = nested(Training, required=True)
+    sizing: Sizing = nested(Sizing)
+    slurm: SlurmJob = nested(SlurmJob)
     recovery: Recovery = nested(Recovery)
     saves: Saves = nested(Saves)
-    cpus_per_task: int | None = option(
-        "--cpus-per-task", "CPUs for each node's task", default=None, type=int, metavar="N",
-        default_text="all cores of the instance type on GPU nodes, Slurm's default on CPU nodes",
-    )  # fmt: skip
-    preflight: bool = option(
-        "--preflight", "all-reduce health check of the allocation before training", default=False
-    )
-    node_check: str = option(
-        "--node-check",
-        "each node's GPUs checked through NVML (nccl_checks gpu) at every start, before training; "
-        "a node that fails is blamed on that evidence, drained and left out",
-        default="auto", choices=("auto", "on", "off"),
-        default_text="auto: on where ParallelCluster's DCGM check in the prolog is off "
-        "(p3dn.24xlarge: docs/on-aws.md), off elsewhere",
-    )  # fmt: skip
     notify: Notifications = nested(Notifications)
-    precision: str | None = option(
-        "--precision", "GPU ranks' precision", default=None, choices=devices.PRECISIONS,
-        default_text="bf16 on A100/H100, fp16 on V100",
-    )  # fmt: skip
-    batch_per_device: int | None = option(
-        "--batch-per-device", "sequences per GPU", default=None, type=int, metavar="N",
-        default_text="by preset and GPU memory, see hpc_train/job/devices.py",
-    )  # fmt: skip
-    # speed levers (hpc_train.job.levers): one --NAME auto|on|off per lever (options.py), auto =
-    # the GPU's default, listed by --dry-run; held as (name, setting) for those not left at auto
-    speed: tuple[tuple[str, str], ...] = field(default=(), metadata={"levers": levers.LEVERS})
     watch: Watch = nested(Watch)
-    audit_samples: bool = option(
-        "--audit-samples", "each rank records the sample ids it trains, per epoch (under "
-        "<save-dir>/.hpc-train/audit/); `python -m hpc_train.runs.audit SAVE_DIR` checks that "
-        "every sample of an epoch was trained exactly once across restarts and width changes",
-        default=False,
-    )  # fmt: skip
     container: Container = nested(Container)
-    extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
+    speed: Speed = nested(Speed)
 
     @property
     def recipe(self) -> presets.Preset:
-        return presets.get(self.preset)
+        return presets.get(self.training.preset)
 
     @property
     def updates(self) -> int:
-        return self.recipe.updates(self.max_update)
+        return self.recipe.updates(self.training.max_update)
 
     @property
     def save_interval_updates(self) -> int:
@@ -354,33 +344,45 @@ class JobSpec(Sizing):
     @property
     def run_dir(self) -> RunDir:
         """The save dir's layout: logs, checkpoints, markers (``hpc_core.rundir``)."""
-        return RunDir(self.save_dir)
+        return RunDir(self.training.save_dir)
 
     @property
-    def gpu_precision(self) -> str:
-        return devices.precision(self.instance_type, self.precision)
+    def sequences_per_update(self) -> int:
+        return self.sizing.sequences_per_update(self.recipe)
 
     @property
     def checks_nodes(self) -> bool:
         """Each node's launcher checks its GPUs before training (``--node-check``; auto: where
         ParallelCluster's DCGM check in the prolog is unfit, ``InstanceType.dcgm_prolog``)."""
-        if self.gpus_per_node <= 0 or self.node_check == "off":
+        sizing, asked = self.sizing, self.slurm.node_check
+        if sizing.gpus_per_node <= 0 or asked == "off":
             return False
-        itype = INSTANCE_TYPES.get(self.instance_type)  # an unknown one is refused at submit
-        return self.node_check == "on" or (itype is not None and not itype.dcgm_prolog)
+        itype = INSTANCE_TYPES.get(sizing.instance_type)  # an unknown one is refused at submit
+        return asked == "on" or (itype is not None and not itype.dcgm_prolog)
 
     @property
-    def lever_settings(self) -> dict[str, str]:
-        """Every lever's setting (auto unless asked), and any unknown name asked (refused)."""
-        return {**dict.fromkeys(levers.BY_NAME, "auto"), **dict(self.speed)}
+    def allocation_arg(self) -> str:
+        """sbatch's --nodes, the hot spares included (``Sizing.allocation_arg``)."""
+        return self.sizing.allocation_arg(self.recovery.spares)
+
+    def spares_in(self, allocated: int) -> int:
+        """The hot spares in an allocation of ``allocated`` nodes (``Sizing.spares_in``)."""
+        return self.sizing.spares_in(allocated, self.recovery.spares)
+
+    def device_batch(self, gpu: bool, world_size: int) -> int:
+        return self.sizing.device_batch(self.recipe, gpu, world_size)
+
+    def batch_plan(self, world_size: int, gpu: bool) -> batch.BatchPlan:
+        """The batch plan on ``world_size`` ranks (``Sizing.batch_plan`` with the recipe)."""
+        return self.sizing.batch_plan(self.recipe, world_size, gpu)
 
     def lever_cc(self, gpu: bool) -> levers.CC | None:
         """The compute capability the levers are chosen for: the instance type's GPU; None for
         CPU ranks."""
-        return levers.compute_capability(self.instance_type) if gpu else None
+        return levers.compute_capability(self.sizing.instance_type) if gpu else None
 
     def lever_choices(self, gpu: bool) -> tuple[levers.Choice, ...]:
-        return levers.choose(self.lever_cc(gpu), self.lever_settings)
+        return levers.choose(self.lever_cc(gpu), self.speed.settings())
 
     @property
     def container_mount_list(self) -> tuple[Mount, ...]:
@@ -389,8 +391,8 @@ class JobSpec(Sizing):
         if image is None:
             return ()
         return container.job_mounts(
-            self.save_dir,
-            self.data,
+            self.training.save_dir,
+            self.training.data,
             self.saves.local_dir,
             self.container.mounts,
             container.client_mounts(image),
@@ -403,7 +405,10 @@ class JobSpec(Sizing):
         if self.container.image is None:
             return []
         return container.srun_args(
-            self.container.image, self.container_mount_list, self.save_dir, self.run_dir.oci_bundle
+            self.container.image,
+            self.container_mount_list,
+            self.training.save_dir,
+            self.run_dir.oci_bundle,
         )
 
 
@@ -441,7 +446,7 @@ def check_container(spec: JobSpec, check_paths: bool) -> None:
         if mounts:
             raise SpecError("--container-mounts needs --container IMAGE")
         return
-    if spec.preflight:
+    if spec.slurm.preflight:
         raise SpecError(
             "--preflight with --container: not yet (the check would run outside the image); "
             "run `python -m nccl_checks allreduce` with the image on its own"
@@ -461,8 +466,8 @@ def check_options(spec: JobSpec) -> None:
     hang, stragglers = spec.watch.hang, spec.watch.stragglers
     if recovery.spares < 0:
         raise SpecError(f"--spares {recovery.spares}: must be >= 0")
-    if recovery.spares and spec.nodes_min != spec.nodes_max:
-        raise SpecError(f"--spares needs a fixed --nodes N (got {spec.nodes_arg})")
+    if recovery.spares and spec.sizing.nodes_min != spec.sizing.nodes_max:
+        raise SpecError(f"--spares needs a fixed --nodes N (got {spec.sizing.nodes_arg})")
     if recovery.grow_after < 0:
         raise SpecError(f"--grow-after {recovery.grow_after:g}: must be >= 0 (0: never grow)")
     restarts = (recovery.max_restarts, recovery.max_no_progress_restarts)
@@ -487,37 +492,37 @@ def validate(spec: JobSpec, check_paths: bool = True) -> batch.BatchPlan:
     (``--dry-run`` on a machine without the data).
     """
     try:
-        presets.get(spec.preset)
+        presets.get(spec.training.preset)
     except ValueError as err:
         raise SpecError(str(err)) from None
-    if spec.nodes_min < 1 or spec.nodes_max < spec.nodes_min:
-        raise SpecError(f"--nodes {spec.nodes_arg}: need 1 <= MIN <= MAX")
-    if spec.gpus_per_node < 0:
+    sizing = spec.sizing
+    if sizing.nodes_min < 1 or sizing.nodes_max < sizing.nodes_min:
+        raise SpecError(f"--nodes {sizing.nodes_arg}: need 1 <= MIN <= MAX")
+    if sizing.gpus_per_node < 0:
         raise SpecError("--gpus-per-node must be >= 0 (0: CPU ranks, one per node)")
-    if spec.gpus_per_node and spec.instance_type not in INSTANCE_TYPES:
+    if sizing.gpus_per_node and sizing.instance_type not in INSTANCE_TYPES:
         known = ", ".join(sorted(INSTANCE_TYPES))
-        raise SpecError(f"--instance-type {spec.instance_type}: unknown (known: {known})")
+        raise SpecError(f"--instance-type {sizing.instance_type}: unknown (known: {known})")
     if spec.updates < 1:
         raise SpecError("--max-update must be >= 1")
     if spec.sequences_per_update < 1:
         raise SpecError("--global-batch must be >= 1")
     check_options(spec)
-    if spec.batch_per_device is not None and spec.batch_per_device < 1:
+    if sizing.batch_per_device is not None and sizing.batch_per_device < 1:
         raise SpecError("--batch-per-device must be >= 1")
-    problem = devices.precision_problem(spec.instance_type, spec.gpu_precision)
-    if spec.gpus_per_node and problem:
+    problem = devices.precision_problem(sizing.instance_type, sizing.gpu_precision)
+    if sizing.gpus_per_node and problem:
         raise SpecError(problem)
-    gpu_text = f"the GPU of {spec.instance_type}" if spec.gpus_per_node else "a CPU rank"
-    cc = spec.lever_cc(spec.gpus_per_node > 0)
-    if lever_problem := levers.problem(cc, spec.lever_settings, gpu_text):
+    gpu = sizing.gpus_per_node > 0
+    gpu_text = f"the GPU of {sizing.instance_type}" if gpu else "a CPU rank"
+    if lever_problem := levers.problem(spec.lever_cc(gpu), spec.speed.settings(), gpu_text):
         raise SpecError(lever_problem)
-    gpu = spec.gpus_per_node > 0
     try:
-        plan = spec.batch_plan(spec.largest_world(gpu), gpu)
+        plan = spec.batch_plan(sizing.largest_world(gpu), gpu)
     except ValueError as err:
         raise SpecError(f"--global-batch: {err}") from None
     check_container(spec, check_paths)
     if check_paths:
-        check_data(spec.data)
-        check_writable(spec.save_dir)
+        check_data(spec.training.data)
+        check_writable(spec.training.save_dir)
     return plan

@@ -64,7 +64,7 @@ class Here:
         stuck task 0 (``deputy``: its own ledger note)."""
         note = self.deputy_note if deputy else self.note
         return node_blame.Blamer(
-            self.files, self.start.hosts, not self.spec.watch.no_drain, note, log
+            self.files, self.start.hosts, not self.spec.recovery.no_drain, note, log
         )
 
     def done(self, **extra: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ class Geometry:
     bad_nodes: tuple[str, ...] = ()
 
 
-def decide(
+def from_reports(
     gpus_per_node: int, reports: Sequence[NodeReport], quarantined: Collection[str] = ()
 ) -> Geometry:
     """The world every node of this start uses (see the module docstring); a start on a

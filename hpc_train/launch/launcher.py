@@ -44,21 +44,20 @@ from hpc_core.ledger import Kind
 from hpc_core.slurm_env import SlurmEnv
 from hpc_core.wait import wait_until
 from hpc_train.contract import (
-    DONE,
     ENDED,
     ENDING,
-    REQUEUE,
-    STOP,
     WAITING,
+    Cause,
+    RoundAction,
     RoundVerdict,
     node_name,
 )
 from hpc_train.faults import agent_exit
-from hpc_train.job import command_lines
+from hpc_train.job import command_lines, upgrade
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import lifecycle, notify, recovery, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here, log
-from hpc_train.launch.recovery import Ended, Recovery
+from hpc_train.launch.recovery import Aftermath, Ended
 from hpc_train.launch.restart_policy import Action
 from hpc_train.launch.rounds import Next
 from hpc_train.launch.signals import SAVE_WAIT_ENV as SAVE_WAIT_ENV
@@ -72,30 +71,45 @@ class Launcher:
     """Run by submitit on each node of the allocation (``ntasks_per_node=1``)."""
 
     def __init__(self, spec: JobSpec) -> None:
-        self.spec = spec
-        self.__setstate__({"spec": spec})
+        self._ready(spec)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec}  # never pickle a live process (submitit pickles us on requeue)
+        """What submitit pickles (at submit, and on requeue): the spec as plain values, which a
+        later version of the toolkit can read (``job.upgrade``); never a live process."""
+        return {"spec": upgrade.plain(self.spec)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.spec = state["spec"]
+        """Unpickled on a node, maybe by a later version than the one that pickled it: a spec
+        it cannot read is one line at ``__call__`` (``upgrade.Unreadable``), never a traceback
+        in submitit's loader."""
+        try:
+            spec = upgrade.read(state["spec"])
+        except upgrade.Unreadable as err:
+            self._unreadable: str | None = upgrade.unreadable_line(str(err))
+            return
+        self._ready(spec)
+
+    def _ready(self, spec: JobSpec) -> None:
+        """This process's launcher for ``spec``: nothing started yet."""
+        self.spec = spec
+        self._unreadable = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._marker: Path | None = None  # this start's stop marker: the save on notice is durable
         self._pending: Path | None = None  # this start's record of a notice, for its ranks
         self._signals: list[str] = []  # SIGTERM / notice, in the order this start received them
-        self._here: Here | None = None  # the running start, as its parts see it
-        self._own_notice = ""  # the cause when task 0 sent the notice itself (grow, hang)
+        # the running start, as its parts see it (``_begin``); the hooks that run outside the
+        # start's own call read it: submitit's ``checkpoint()``, the pulse's ``_on_silent``
+        self._here: Here | None = None
+        # a notice task 0 sends itself (a grow, a stuck launcher): its cause, from the watcher
+        # thread that sends it to ``checkpoint()`` in the signal's handler (``OwnNotice``)
+        self._own_notice = signals.OwnNotice()
         self._training_over = False  # this start's torchrun ended well: only exits are awaited
 
-    @property
-    def _start(self) -> Start | None:
-        """The running start (``_here``'s)."""
-        return self._here.start if self._here is not None else None
-
-    @_start.setter
-    def _start(self, start: Start | None) -> None:
-        self._here = self.here(start) if start is not None else None
+    def _begin(self, start: Start) -> Here:
+        """This node's ``start`` begins: its ``Here``, built once and kept as the running
+        start (``_here``) for the hooks; training not over yet."""
+        self._here, self._training_over = self.here(start), False
+        return self._here
 
     def note(self, kind: Kind, **data: Any) -> None:
         """Task 0 records a stage of this start in the run's ledger (the others never do)."""
@@ -106,9 +120,9 @@ class Launcher:
         self._record(kind, data, deputy=True)
 
     def _record(self, kind: Kind, data: dict[str, Any], deputy: bool = False) -> None:
-        start = self._start
-        if start is None or (start.task != 0 and not deputy):
+        if self._here is None or (self._here.start.task != 0 and not deputy):
             return
+        start = self._here.start
         try:
             event = ledger.record(
                 self.spec.run_dir.ledger, kind, start.job_id, start.restart, **data
@@ -117,7 +131,7 @@ class Launcher:
             log(f"could not write the ledger ({err})")
             event = ledger.Event(kind, time.time(), start.job_id, start.restart, data)
         if self.spec.notify.command:
-            notify.notify(self.spec.notify.command, event, self.spec.save_dir, log)
+            notify.notify(self.spec.notify.command, event, self.spec.training.save_dir, log)
 
     def here(self, start: Start) -> Here:
         """This start as every part sees it (its key computed once)."""
@@ -128,6 +142,8 @@ class Launcher:
                                            start.first_host, start.job_id, args, start.round)  # fmt: skip
 
     def __call__(self) -> dict[str, Any]:
+        if self._unreadable is not None:
+            raise SystemExit(self._unreadable)  # one line, the task fails: no traceback
         import submitit
 
         job = submitit.JobEnvironment()
@@ -135,7 +151,7 @@ class Launcher:
         hosts = tuple(job.hostnames)
         spare_count = self.spec.spares_in(len(hosts))  # derived once: the spares of this job
         start = allocation_start(job.job_id, job.global_rank, hosts, restart, spare_count)
-        gpus = lifecycle.visible_gpus(self.spec.gpus_per_node)
+        gpus = lifecycle.visible_gpus(self.spec.sizing.gpus_per_node)
         if start is None:  # a hot spare: idle until task 0 swaps it in, or the run ends
             spare = Start(job.job_id, job.global_rank, len(hosts), hosts[0], restart, hosts)
             return self._stand_by(spare, gpus, len(hosts) - spare_count)
@@ -165,15 +181,13 @@ class Launcher:
         events = ledger.read(self.spec.run_dir.ledger)
         in_job = sum(1 for e in events if e.kind == Kind.RESTARTED and e.job == start.job_id)
         grows = {e.restart for e in events if e.kind == Kind.STOPPED and e.job == start.job_id
-                 and e.get("cause") == "grow" and e.restart < start.restart}  # fmt: skip
+                 and e.get("cause") == Cause.GROW and e.restart < start.restart}  # fmt: skip
         return restart_policy.restarts_spent(start.restart, max(in_job, start.round), len(grows))
 
     def _start_once(self, start: Start, gpus: int, came_from: str | None) -> Next:
         """One start on this node, its launcher beating and watching another's all along
         (``hpc_train.watch.launchers``); this node's result, or its next start in the allocation."""
-        self._start, self._training_over = start, False
-        here = self._here
-        assert here is not None
+        here = self._begin(start)
         spec = self.spec
         pulse = launchers.Pulse(here.files, start.task, start.hosts,
                                 launchers.allowance_s(spec.watch.hang.floor_s),
@@ -194,11 +208,11 @@ class Launcher:
         if decision.at_update >= self.spec.updates:
             log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
             here.note(Kind.FINISHED, why="max-update reached before this start")
-            rounds.release_spares(here, DONE, "max-update reached")
+            rounds.release_spares(here, RoundAction.DONE, "max-update reached")
             return here.done()
         ended = self._train(here, decision.use_gpu, decision.ranks_per_node, args, spent, pulse)
         cancelled = partial(signals.cancelled, self._signals, here.job_id)
-        return self._after(here, recovery.decide(here, ended, spent, cancelled), pulse)
+        return self._after(here, recovery.assess(here, ended, spent, cancelled), pulse)
 
     def _train(self, here: Here, use_gpu: bool, nproc: int, args: list[str], spent: int,
                pulse: launchers.Pulse) -> Ended:  # fmt: skip
@@ -218,7 +232,7 @@ class Launcher:
                 )
                 tee.start()
                 pulse.beat(WAITING)
-                watchers.start(here, nproc, self._proc.pid, spent, self._notice_of_own)
+                watchers.start(here, nproc, self._proc.pid, spent, self._own_notice)
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
                 root = tee.finish(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
@@ -230,37 +244,38 @@ class Launcher:
         saved = here.files.stop() is not None
         return Ended(returncode, saved, hang, evicted, stuck)
 
-    def _notice_of_own(self, cause: str) -> None:
-        self._own_notice = cause
-
-    def _after(self, here: Here, rec: Recovery, pulse: launchers.Pulse) -> Next:
-        """Act on the recovery decision: finish, stop, fail, requeue or restart in the job."""
+    def _after(self, here: Here, rec: Aftermath, pulse: launchers.Pulse) -> Next:
+        """Act on the recovery decision: finish, stop, fail, or restart: task 0 chooses a round
+        in the allocation or a requeue, and the log and the ledger say which."""
         outcome, start = rec.outcome, here.start
         progress = here.files.progress(start.hosts) if here.task0 else {}
         if outcome.action is Action.FINISHED:
             why = f"{outcome.why}; then {rec.stuck}: killed" if rec.stuck else outcome.why
             log(why)
             here.note(Kind.FINISHED, why=why, **progress)
-            rounds.release_spares(here, DONE, why)
+            rounds.release_spares(here, RoundAction.DONE, why)
             self._await_watched(here, pulse)
             return here.done()
+        restart = outcome.action is Action.RESTART
+        nxt = (
+            rounds.choose_round(here, rec) if restart else None
+        )  # a round in the allocation, or not
+        why = outcome.restarting(in_job=nxt is not None) if restart else outcome.why
         error = {"error": rec.crash[1]} if rec.crash else {}
-        here.note(Kind.STOPPED, cause=outcome.cause, why=outcome.why, returncode=rec.returncode,
+        here.note(Kind.STOPPED, cause=outcome.cause, why=why, returncode=rec.returncode,
                   **error, **progress)  # fmt: skip
-        if outcome.action in (Action.CANCELLED, Action.STOPPED):
-            log(outcome.why)
-            rounds.release_spares(here, DONE, outcome.why)
-            return here.done(**({"stopped": True} if outcome.action is Action.STOPPED else {}))
+        if outcome.action in (Action.CANCELLED, Action.SAVED_ON_NOTICE):
+            log(why)
+            rounds.release_spares(here, RoundAction.DONE, why)
+            saved = outcome.action is Action.SAVED_ON_NOTICE
+            return here.done(**({"stopped": True} if saved else {}))
         if outcome.action is Action.FAIL:
-            log(outcome.why)
-            if (
-                start.task != 0 and self.spec.recovery.in_job_restarts
-            ):  # task 0 decides: in the job, or not
-                return rounds.follow(here, outcome.why)
-            here.files.write_verdict(RoundVerdict(STOP, outcome.why))
-            raise RuntimeError(outcome.why)
-        log(f"job {start.job_id}: {outcome.why}")
-        nxt = rounds.plan(here, rec)  # task 0 chooses: a round in the allocation, or a requeue
+            log(why)
+            if start.task != 0 and self.spec.recovery.in_job_restarts:  # task 0 decides
+                return rounds.follow(here, why)
+            here.files.write_verdict(RoundVerdict(RoundAction.FAIL, why))
+            raise RuntimeError(why)
+        log(f"job {start.job_id}: {why}")
         if nxt is None:
             requeue.requeue(here, list(rec.leave_out))
         return rounds.restart(here, rec, nxt)
@@ -283,7 +298,7 @@ class Launcher:
     def _on_silent(self, start: Start, silence: launchers.Silence) -> None:
         """The pulse found a watched launcher stuck (``recovery.on_silent``)."""
         here = self._here if self._here is not None else self.here(start)
-        recovery.on_silent(here, silence, not self._training_over, self._notice_of_own)
+        recovery.on_silent(here, silence, not self._training_over, self._own_notice)
 
     def save_wait_s(self) -> float:
         """The longest checkpoint() waits for the save on notice (``signals.save_wait_s``)."""
@@ -298,10 +313,13 @@ class Launcher:
         """
         import submitit
 
+        if self._unreadable is not None:  # nothing runs: nothing to save, nothing to requeue
+            log(self._unreadable)
+            return None
         self._signals.append("notice")
         here = self._here
         done = here.files.verdict() if here else None
-        if done is not None and done.action == REQUEUE:  # task 1 acted for this (stuck) task
+        if done is not None and done.action == RoundAction.REQUEUE:  # task 1 acted for this task
             log(f"notice after the job was requeued ({done.why}): nothing to add")
             return submitit.helpers.DelayedSubmission(Launcher(self.spec))
         log("notice received: waiting for the workers to save checkpoint_last.pt")
@@ -311,7 +329,6 @@ class Launcher:
         saved = signals.wait_for_save(self._marker, self.save_wait_s(), exited)
         why = "saved on notice" if saved else "notice, but no save on notice in time"
         progress = here.files.progress(here.start.hosts) if here else {}
-        cause = self._own_notice or "notice"
-        self.note(Kind.STOPPED, cause=cause, why=why, saved=saved, **progress)
+        self.note(Kind.STOPPED, cause=self._own_notice.cause(), why=why, saved=saved, **progress)
         self.note(Kind.REQUEUED, by="submitit (notice)")
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))

@@ -7,7 +7,7 @@ goes to ``recovery.refuse``), ``announce`` (the fairseq arguments; ``started`` i
 spot notice (``watch.spot``), the hang monitor (``watch.hang_monitor``), task 0's straggler
 and grow-back threads (``watch.straggler_monitor``, ``watch.grow_monitor``). When torchrun
 exits, what it left running of this start is ended (``end_leftovers``: the ranks of a killed
-agent), and ``recovery.decide`` says what follows.
+agent), and ``recovery.assess`` says what follows.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -25,11 +24,19 @@ from pathlib import Path
 from hpc_core import instances, procs, slurm
 from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, process_exited, wait_until
-from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, node_name
+from hpc_train.contract import (
+    SAVE_DIR,
+    START,
+    Cause,
+    RoundAction,
+    StartDecision,
+    WorkerEnv,
+    node_name,
+)
 from hpc_train.faults import node_blame
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job import command_lines
-from hpc_train.launch import recovery, requeue, restart_policy, rounds
+from hpc_train.launch import recovery, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
 from hpc_train.planning import costs
@@ -81,7 +88,7 @@ def end_leftovers(here: Here, returncode: int) -> list[int]:
     and no node's torchrun ever ends: task 0 never decides and this node waits for its word in
     vain. Their end is the one their peers see (a lost connection): the start ends everywhere
     and task 0 weighs this node's exit record (``agent_exit.NodeExit.killed``)."""
-    pids = leftovers(here.spec.save_dir, here.files.ranks_start, node_name())
+    pids = leftovers(here.spec.training.save_dir, here.files.ranks_start, node_name())
     if not pids:
         return []
     log(f"torchrun exited with {returncode} and left {len(pids)} process(es) of this start "
@@ -112,14 +119,14 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
     budget = spec.recovery.max_restarts
     if not restart_policy.restart_allowed(spent, budget):
         raise RuntimeError(f"restart budget exhausted (--max-restarts {budget})")
-    spec.save_dir.mkdir(parents=True, exist_ok=True)
+    spec.training.save_dir.mkdir(parents=True, exist_ok=True)
     decision = decide_start(here.run, here.start, spec, gpus, log)
     if decision.refused:
         recovery.refuse(here, decision, spent)
     if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
         log(f"stopping the run: {decision.stop}")
-        here.note(Kind.STOPPED, cause="no progress", why=decision.stop)
-        rounds.release_spares(here, STOP, decision.stop)
+        here.note(Kind.STOPPED, cause=Cause.NO_PROGRESS, why=decision.stop)
+        rounds.release_spares(here, RoundAction.FAIL, decision.stop)
         raise RuntimeError(decision.stop)
     return decision, before
 
@@ -128,7 +135,7 @@ def announce(here: Here, decision: StartDecision, before: str) -> list[str]:
     """The plan task 0 decided, said (log, the ledger's ``started``); fairseq's arguments."""
     spec, start, use_gpu = here.spec, here.start, decision.use_gpu
     plan = batch_plan_of(spec, decision)  # task 0's, for every node
-    if spec.gpus_per_node > 0 and not use_gpu:
+    if spec.sizing.gpus_per_node > 0 and not use_gpu:
         log("no GPU visible: falling back to CPU ranks (gloo, legacy_ddp), "
             f"{decision.ranks_per_node} per node")  # fmt: skip
     log(f"node {start.task + 1}/{start.num_nodes}, {decision.ranks_per_node} rank(s) here; "
@@ -145,7 +152,7 @@ def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
     spec, files = here.spec, here.files
     beats = files.heartbeats(node_name())
     worker = WorkerEnv(
-        save_dir=spec.save_dir,
+        save_dir=spec.training.save_dir,
         start=files.ranks_start,
         stop_marker=files.stop_marker,
         notice_pending=files.notice_pending,
@@ -154,7 +161,7 @@ def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
         # tiered saves: this run's dir on node-local disk
         local_save_dir=here.run.local_tier(spec.saves.local_dir) if spec.saves.local_dir else None,
         auto_interval=plan_mod.auto_interval(spec, here.start.num_nodes, use_gpu),
-        audit_samples=spec.audit_samples,
+        audit_samples=spec.training.audit_samples,
     )
     env = {**os.environ, **worker.to_env()}
     if not use_gpu:
@@ -192,26 +199,26 @@ def watch_hangs(here: Here, nproc: int, pid: int) -> hang_monitor.Monitor | None
     ).start()  # fmt: skip
 
 
-def watch_stragglers(here: Here, spent: int) -> straggler_monitor.Watch | None:
+def watch_stragglers(here: Here, spent: int) -> straggler_monitor.StragglerWatch | None:
     """Task 0's straggler thread (``watch.straggler_monitor``), unless ``--no-watchdog`` (no
     heartbeats); it evicts only with a restart left (``spent``: the restarts the budget has
     counted, ``Launcher.restarts_spent``)."""
     spec, watch = here.spec, here.spec.watch
     if watch.no_watchdog:
         return None
-    evict = spec.watch.evict_stragglers and restart_policy.may_requeue(
+    evict = spec.recovery.evict_stragglers and restart_policy.may_requeue(
         spent, spec.recovery.max_restarts
     )
     return straggler_monitor.watch(here.files, here.start, spec.watch.stragglers, evict,
-                                   not spec.watch.no_drain, here.note, log)  # fmt: skip
+                                   not spec.recovery.no_drain, here.note, log)  # fmt: skip
 
 
-def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | None:
+def watch_growth(here: Here, own_notice: signals.OwnNotice) -> GrowWatch | None:
     """Task 0's grow-back thread while this start runs on fewer than ``--nodes`` MAX
     (``watch.grow_monitor``); none with ``--grow-after 0``. A grow is a notice of task 0's
-    own (``own_notice("grow")``): the save on notice, then submitit's requeue."""
+    own (``own_notice.send(Cause.GROW, ...)``): the save on notice, then submitit's requeue."""
     spec, start, grow_after = here.spec, here.start, here.spec.recovery.grow_after
-    if start.task != 0 or start.num_nodes >= spec.nodes_max or grow_after <= 0:
+    if start.task != 0 or start.num_nodes >= spec.sizing.nodes_max or grow_after <= 0:
         return None
     try:
         end = slurm.job_info(start.job_id) or {}
@@ -220,13 +227,12 @@ def watch_growth(here: Here, own_notice: Callable[[str], None]) -> GrowWatch | N
         end_time = None  # no limit known: grow whenever nodes come free
 
     def grow(target: int, why: str) -> None:
-        own_notice("grow")
         log(f"grow: from {start.num_nodes} to {target} node(s): {why}; saving on notice")
         here.note(Kind.GROWN, **{"from": start.num_nodes, "to": target, "why": why})
-        slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
+        own_notice.send(Cause.GROW, start.job_id)  # the save on notice, then submitit's requeue
 
     excluded = partial(requeue.excluded, spec, start.job_id)
-    return GrowWatch(spec.partition, start.hosts, spec.nodes_max, grow_after, excluded,
+    return GrowWatch(spec.slurm.partition, start.hosts, spec.sizing.nodes_max, grow_after, excluded,
                      end_time, grow, log).start()  # fmt: skip
 
 
@@ -237,11 +243,11 @@ class Watchers:
 
     spot: SpotWatcher | None = None
     hangs: hang_monitor.Monitor | None = None
-    stragglers: straggler_monitor.Watch | None = None
+    stragglers: straggler_monitor.StragglerWatch | None = None
     growth: GrowWatch | None = None
 
     def start(self, here: Here, nproc: int, pid: int, spent: int,
-              own_notice: Callable[[str], None]) -> None:  # fmt: skip
+              own_notice: signals.OwnNotice) -> None:  # fmt: skip
         self.spot = watch_spot(here.job_id)
         self.hangs = watch_hangs(here, nproc, pid)
         self.stragglers = watch_stragglers(here, spent)  # task 0 only

@@ -2,12 +2,12 @@
 
 "What happens when a rank crashes", in order: the rank's crash report (``worker.crash``) and its
 node's agent exit (``faults.agent_exit``) are read back here (``crash_report``);
-``restart_policy.after_exit`` (pure) says FINISHED, STOPPED, CANCELLED, REQUEUE or FAIL;
+``restart_policy.after_exit`` (pure) says FINISHED, SAVED_ON_NOTICE, CANCELLED, RESTART or FAIL;
 task 0 blames the node behind it (``faults.node_blame``), then (``Launcher._after`` chooses)
 requeues without it (``launch.requeue``) or restarts training in the allocation on the healthy
 nodes and the hot spares (``launch.rounds``, where the other tasks wait for task 0's word).
 
-- ``decide``: torchrun's exit and what the watchers saw -> ``Recovery`` (outcome, suspect, crash);
+- ``assess``: torchrun's exit and what the watchers saw -> ``Aftermath`` (outcome, suspect, crash);
 - ``refuse``: a start that could not run (a node short of GPUs): blame, requeue or fail;
   a node is left out where its blame's verdict drains it (``faults.evidence``), never on a blame
   alone: a first signal kill restarts on its node, in the job or by a requeue that may use it;
@@ -17,21 +17,17 @@ nodes and the hot spares (``launch.rounds``, where the other tasks wait for task
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from hpc_core import slurm
+from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
-from hpc_train.contract import (
-    StartDecision,
-    node_name,
-    read_beats,
-)
+from hpc_train.contract import Cause, StartDecision, node_name, read_beats
 from hpc_train.faults import failures, node_blame
 from hpc_train.faults.suspects import Suspect
 from hpc_train.launch import requeue, restart_policy
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.restart_policy import Action
-from hpc_train.launch.signals import save_wait_s, wait_for_save
+from hpc_train.launch.signals import OwnNotice, save_wait_s, wait_for_save
 from hpc_train.launch.starts import Start
 from hpc_train.watch.launchers import Silence
 
@@ -48,12 +44,12 @@ class Ended:
 
 
 @dataclass(frozen=True)
-class Recovery:
-    """What follows a start's end (``decide``)."""
+class Aftermath:
+    """What follows a start's end (``assess``)."""
 
     outcome: restart_policy.Decision
     returncode: int
-    crash: tuple[str, str] | None  # (class, description) of what ended the workers
+    crash: tuple[Cause, str] | None  # (class, description) of what ended the workers
     suspect: Suspect | None  # the node blamed (or evicted)
     stuck: str | None  # why torchrun was killed after its ranks ended, if it was
     hang: str | None  # the hang that stopped the ranks
@@ -67,7 +63,7 @@ class Recovery:
         return self.hang or f"torchrun exited with {self.returncode}"
 
 
-def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) -> Recovery:
+def assess(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) -> Aftermath:
     """The restart policy's outcome for this end, and (task 0) the node blamed for it."""
     spec, returncode, hang, stuck = here.spec, ended.returncode, ended.hang, ended.stuck
     if stuck is not None and hang is None:
@@ -91,10 +87,10 @@ def decide(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) 
         suspect, leave = node_blame.for_stop(here.blamer(), outcome.cause)
     else:  # a straggler evicted: blamed as it was (always drained: a measured straggler)
         suspect, leave = ended.evicted, ended.evicted is not None
-    if crash and crash[0] == "crash" and suspect is not None:  # the blamed node says why
-        crash = ("crash", f"{suspect.node}: {suspect.why}")
+    if crash and crash[0] == Cause.CRASH and suspect is not None:  # the blamed node says why
+        crash = (Cause.CRASH, f"{suspect.node}: {suspect.why}")
     left = (suspect.node,) if suspect is not None and leave else ()
-    return Recovery(outcome, returncode, crash, suspect, stuck, hang, left)
+    return Aftermath(outcome, returncode, crash, suspect, stuck, hang, left)
 
 
 def after_stuck_agent(
@@ -118,20 +114,22 @@ def ranks_finished(here: Here) -> bool:
     )
 
 
-def crash_report(here: Here) -> tuple[tuple[str, str] | None, bool]:
-    """(class, description) of the exception that ended this start's workers, if any said,
-    and whether the start before died of the same user error at the same update."""
+def crash_report(here: Here) -> tuple[tuple[Cause, str] | None, bool]:
+    """(class, description) of the exception that ended this round's workers, if any said,
+    and whether the round just before it (``StartFiles.round_before``: this start's last round,
+    else the last round of the Slurm start before) died of the same user error at the same
+    update: the same bad input in in-job rounds 0 and 1 of one start is the same failure
+    again, as it is across a requeue."""
     files, start = here.files, here.start
     # task 0 decides: every node's exit record and its ranks' reports
     now = node_blame.crash_evidence(files, start.hosts) if start.task == 0 else failures.read(files)
     cause = failures.first(now)
     if cause is None:
         return None, False
-    # the same round's name in the Slurm start before (an in-job round's is none there)
-    before = failures.read(replace(files, restart=files.restart - 1)) if files.restart else []
-    repeated = failures.repeated(now, before) is not None
+    before = files.round_before(ledger.read(files.run.ledger))
+    repeated = failures.repeated(now, failures.read(before) if before else []) is not None
     if all(f.witness for f in now):  # only peers saw a rank go away: the peers' symptom
-        return ("crash", f"a rank died without a word; its peers saw {cause.describe()}"), False
+        return (Cause.CRASH, f"a rank died without a word; its peers saw {cause.describe()}"), False
     return (cause.cause, cause.describe()), repeated
 
 
@@ -143,25 +141,23 @@ def refuse(here: Here, decision: StartDecision, spent: int) -> None:
     log(why)
     if here.start.task != 0:
         raise RuntimeError(f"{why}; task 0 requeues")
-    here.note(Kind.STOPPED, cause="bad node", why=decision.refused)
+    here.note(Kind.STOPPED, cause=Cause.BAD_NODE, why=decision.refused)
     left_out = node_blame.refused(here.blamer(), decision.bad_nodes, decision.refused)
     outcome = restart_policy.after_refusal(why, spent, here.spec.recovery.max_restarts)
     if outcome.action is Action.FAIL:
         raise RuntimeError(outcome.why)
+    log(outcome.restarting(in_job=False))
     left = ", ".join(left_out)
     requeue.requeue(here, left_out, f"{why}: requeued without {left}")
 
 
-def on_silent(
-    here: Here, silence: Silence, training: bool, own_notice: Callable[[str], None]
-) -> None:
+def on_silent(here: Here, silence: Silence, training: bool, own_notice: OwnNotice) -> None:
     """The pulse thread found a watched launcher stuck: blame its node (drained unless
     --no-drain), then requeue without it; while training, after a save on notice (the
     ranks are alive). Task 0 leaves the requeue to submitit's ``checkpoint()`` as for any
-    notice, the notice its own (``own_notice("hang")``, said before the USR2 that runs
-    ``checkpoint()`` in this very process: said after, a loaded machine recorded the stop as
-    a plain notice, run 13 of 2026-11-27); task 1, acting for a stuck task 0 (``deputy``),
-    waits for the save itself."""
+    notice, the notice its own (``own_notice.send(Cause.HANG, ...)``: the cause handed over
+    before the USR2 that runs ``checkpoint()`` in this very process); task 1, acting for a
+    stuck task 0 (``deputy``), waits for the save itself."""
     start, deputy = here.start, here.start.task != 0
     why = f"stuck launcher: {silence.describe()}"
     gone = start_over(start)
@@ -171,14 +167,14 @@ def on_silent(
     log(why)
     leave = node_blame.stuck_launcher(here.blamer(deputy), silence.node, why)
     if training and not deputy:
-        own_notice("hang")
-        slurm.signal(start.job_id, "USR2")  # the save on notice, then submitit's requeue
+        own_notice.send(Cause.HANG, start.job_id)  # the save on notice, then submitit's requeue
         return
     saved = False
     if training:  # the save on notice: rank 0's marker alone says it (this node's ranks do not)
         slurm.signal(start.job_id, "USR2")
         saved = wait_for_save(here.files.stop_marker, save_wait_s(here.spec))
-    (here.deputy_note if deputy else here.note)(Kind.STOPPED, cause="hang", why=why, saved=saved)
+    note = here.deputy_note if deputy else here.note
+    note(Kind.STOPPED, cause=Cause.HANG, why=why, saved=saved)
     if requeue.send(here, [silence.node] if leave else [], why, deputy) is not None:
         slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it
 

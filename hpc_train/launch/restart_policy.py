@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from hpc_core.slurm import node_usable
+from hpc_train.contract import Cause
 
 
 def restarts_spent(requeues: int, in_job: int, grows: int) -> int:
@@ -57,14 +58,14 @@ def submitit_max_num_timeout(max_restarts: int) -> int:
 
 
 # crashes a node may cause: no report at all (a rank killed), or an infrastructure error
-BLAMED_CRASHES = frozenset({"crash", "infrastructure"})
+BLAMED_CRASHES = frozenset({Cause.CRASH, Cause.INFRASTRUCTURE})
 
 
 class Action(Enum):
     FINISHED = "finished"  # training reached max-update: the task succeeds
-    STOPPED = "stopped"  # saved on notice; Slurm or task 0 requeues (this task succeeds)
+    SAVED_ON_NOTICE = "saved on notice"  # this task's part ends well; Slurm or task 0 requeues
     CANCELLED = "cancelled"  # the user cancelled the job: never requeued
-    REQUEUE = "requeue"  # task 0 asks Slurm to requeue the job
+    RESTART = "restart"  # task 0 restarts the run: a round in the allocation, or a requeue
     FAIL = "fail"  # the task fails: no restarts left, or a peer task decides
 
 
@@ -72,8 +73,17 @@ class Action(Enum):
 class Decision:
     action: Action
     why: str
-    cause: str = ""  # the class of the stop, for the ledger: notice, crash, cancelled, finished
+    cause: Cause  # the class of the stop, for the ledger's ``stopped`` (``finished``: none)
     blame: bool = False  # task 0 names a suspect node, drains it (unless --no-drain), excludes it
+    restart: int = 0  # RESTART: the restart it is, as --max-restarts counts them (1: the first)
+    max_restarts: int = 0  # RESTART: --max-restarts
+
+    def restarting(self, in_job: bool) -> str:
+        """What a RESTART is, said truthfully once task 0 has chosen (``Launcher._after``):
+        ``<why>: in-job round n/m`` or ``<why>: requeue n/m`` (restart n of --max-restarts m,
+        in-job rounds and requeues counted together)."""
+        how = "in-job round" if in_job else "requeue"
+        return f"{self.why}: {how} {self.restart}/{self.max_restarts}"
 
 
 def after_exit(
@@ -84,75 +94,79 @@ def after_exit(
     max_restarts: int,
     cancelled: bool = False,
     hang: str | None = None,
-    crash: tuple[str, str] | None = None,
+    crash: tuple[Cause, str] | None = None,
     repeated: bool = False,
 ) -> Decision:
     """The launcher's move once torchrun has exited on one node.
 
     ``saved_on_notice``: the workers left a stop marker for this start. ``cancelled``: Slurm says
     the job was cancelled (``scancel``): a cancel is final, whatever the exit looked like.
-    ``hang``: the watchdog stopped the workers (why): task 0 blames a node and requeues.
+    ``hang``: the watchdog stopped the workers (why): task 0 blames a node and restarts.
     ``crash``: (class, description) of the exception the workers reported (``hpc_train.faults.failures``);
-    ``repeated``: it is the same user error at the same update as in the start before, so the
+    ``repeated``: it is the same user error at the same update as in the round before, so the
     run stops instead of spending its restarts on it. ``blame``: a hang, or a crash that is not
-    the training code's: task 0 looks for the node at fault (``hpc_train.faults.node_blame``). Only task 0 requeues, so one job is
-    requeued once however many nodes saw the failure.
+    the training code's: task 0 looks for the node at fault (``hpc_train.faults.node_blame``).
+    Only task 0 restarts the run (``Action.RESTART``: ``Launcher._after`` chooses a round in
+    the allocation or a requeue), so one job restarts once however many nodes saw the failure.
     """
     if cancelled:
-        return Decision(
-            Action.CANCELLED, "the job was cancelled (scancel): not requeued", "cancelled"
-        )
+        why = "the job was cancelled (scancel): not requeued"
+        return Decision(Action.CANCELLED, why, Cause.CANCELLED)
     if hang is not None:
-        why = f"hang: {hang}"
-        if task != 0:
-            return Decision(Action.FAIL, f"{why}; task 0 blames a node and requeues", "hang")
-        if not may_requeue(restart, max_restarts):
-            budget = f"no restarts left (--max-restarts {max_restarts})"
-            return Decision(Action.FAIL, f"{why}; {budget}", "hang", blame=True)
-        again = (
-            "requeueing without the suspect node where its blame drains it "
-            f"(restart {restart + 1}/{max_restarts})"
-        )
-        return Decision(Action.REQUEUE, f"{why}: {again}", "hang", blame=True)
+        return after_hang(f"hang: {hang}", task, restart, max_restarts)
     if returncode == 0 and not saved_on_notice:
-        return Decision(Action.FINISHED, "training finished", "finished")
+        return Decision(Action.FINISHED, "training finished", Cause.FINISHED)
     why = "stopped on notice" if returncode == 0 else f"torchrun exited with {returncode}"
-    cause = "notice" if saved_on_notice else "crash"
+    cause = Cause.NOTICE if saved_on_notice else Cause.CRASH
     if crash is not None and not saved_on_notice and returncode != 0:
         cause, why = crash[0], f"{why} ({crash[0]}: {crash[1]})"
     if task != 0:
         if saved_on_notice:  # durable; the requeue that follows may kill torchrun here first
             return Decision(
-                Action.STOPPED, f"{why} after the save on notice: task 0 requeues", cause
+                Action.SAVED_ON_NOTICE, f"{why} after the save on notice: task 0 requeues", cause
             )
         return Decision(Action.FAIL, f"{why}; task 0 decides on a requeue", cause)
     if repeated:
-        again = "the same error at the same update as the start before: stopping, no requeue"
+        again = "the same error at the same update as the round before: stopping, no restart"
         return Decision(Action.FAIL, f"{why}; {again}", cause)
     blame = cause in BLAMED_CRASHES  # a node may be at fault: task 0 looks for one
+    return restart_or_fail(Decision(Action.RESTART, why, cause, blame), restart, max_restarts)
+
+
+def after_hang(why: str, task: int, restart: int, max_restarts: int) -> Decision:
+    """``after_exit`` for a hang the watchdog stopped (``why``): task 0 blames a node and
+    restarts without it where its blame drains it; the other tasks fail and wait."""
+    if task != 0:
+        return Decision(Action.FAIL, f"{why}; task 0 blames a node and requeues", Cause.HANG)
+    without = f"{why}: without the suspect node where its blame drains it"
+    return restart_or_fail(Decision(Action.RESTART, without, Cause.HANG, True), restart,
+                           max_restarts, failed=why)  # fmt: skip
+
+
+def restart_or_fail(
+    decision: Decision, restart: int, max_restarts: int, failed: str | None = None
+) -> Decision:
+    """``decision`` (a RESTART) as restart number ``restart + 1`` of ``max_restarts``, or a
+    FAIL when none is left (why: ``failed``, else the decision's own why)."""
     if not may_requeue(restart, max_restarts):
         budget = f"no restarts left (--max-restarts {max_restarts})"
-        return Decision(Action.FAIL, f"{why}; {budget}", cause, blame)
-    return Decision(
-        Action.REQUEUE, f"{why}: requeueing (restart {restart + 1}/{max_restarts})", cause, blame
-    )
+        return replace(decision, action=Action.FAIL, why=f"{failed or decision.why}; {budget}")
+    return replace(decision, restart=restart + 1, max_restarts=max_restarts)
 
 
 def evicting(outcome: Decision, node: str | None) -> Decision:
     """The decision once the workers stopped to evict a straggler ``node``: the stop's class is
     ``straggler`` (the save on notice was ours), the requeue excludes the node."""
-    if node is None or outcome.action is not Action.REQUEUE:
+    if node is None or outcome.action is not Action.RESTART:
         return outcome
-    return replace(outcome, cause="straggler", why=f"{outcome.why}; evicting {node}")
+    return replace(outcome, cause=Cause.STRAGGLER, why=f"{outcome.why}; evicting {node}")
 
 
 def after_refusal(why: str, restart: int, max_restarts: int) -> Decision:
     """Task 0's move when a start cannot run (a node short of GPUs, quarantined): requeue
     without the nodes, while the budget lasts."""
-    if not may_requeue(restart, max_restarts):
-        return Decision(Action.FAIL, f"{why}; no restarts left (--max-restarts {max_restarts})",
-                        "bad node")  # fmt: skip
-    return Decision(Action.REQUEUE, why, "bad node", blame=True)
+    return restart_or_fail(Decision(Action.RESTART, why, Cause.BAD_NODE, True), restart,
+                           max_restarts)  # fmt: skip
 
 
 def no_progress(resume_points: Sequence[int], limit: int) -> str:
@@ -223,4 +237,5 @@ def requeue_blocked(
     )
     if replaced:
         return None, f"{why}; waiting for the cluster to replace the drained nodes"
-    return Decision(Action.FAIL, f"{why}; nothing replaces them here: stopping", "no nodes"), why
+    stopping = Decision(Action.FAIL, f"{why}; nothing replaces them here: stopping", Cause.NO_NODES)
+    return stopping, why

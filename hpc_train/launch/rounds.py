@@ -3,7 +3,7 @@
 With ``--restart-in-job`` (or ``--spares K``) a bad end need not be a requeue: task 0 may restart
 training in the allocation on the healthy nodes, topped up from the hot spares (the last K nodes
 of the allocation, ``starts.allocation_start``) to the same width, so the recipe's batch stays N
-(``starts.refill``). The launcher chooses (``Launcher._after``): ``plan`` gives the next round,
+(``starts.refill``). The launcher chooses (``Launcher._after``): ``choose_round`` gives the next round,
 or None for a requeue (no in-job restarts, or fewer than ``--nodes`` MIN nodes left), and
 ``restart`` starts it: the round's verdict (``contract.RoundVerdict``), the nodes left out given
 back to Slurm once their task has ended (``launch.release``, a thread), ``restarted`` in the
@@ -12,7 +12,7 @@ ledger.
 Every other launcher of the round, and each hot spare, waits for task 0's word and follows it
 (``follow``: one loop). A node of the round joins the next round, or ends its task if the round
 left it out; a spare the round did not take in waits for the next round's word, until a round
-takes it in or task 0 releases it as the run ends here (``release_spares``: ``done``).
+takes it in or task 0 releases it as the run ends here (``release_spares``: ``DONE``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any
 
 from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import DONE, IN_JOB_RESTART, REQUEUE, RESTART_IN_JOB, RoundVerdict
+from hpc_train.contract import IN_JOB_RESTART, RoundAction, RoundVerdict
 from hpc_train.launch import release, requeue
 from hpc_train.launch.context import Here, log
-from hpc_train.launch.recovery import Recovery
+from hpc_train.launch.recovery import Aftermath
 from hpc_train.launch.starts import Start, refill
 
 SPARE_POLL = Backoff(1.0, 1.5, 5.0)  # a hot spare reads task 0's word: seconds matter, not ms
@@ -46,27 +46,29 @@ class Round:
     spare_in: list[str]
 
 
-def plan(here: Here, rec: Recovery) -> Round | None:
+def choose_round(here: Here, rec: Aftermath) -> Round | None:
     """Task 0 after a bad end: the next round in the allocation, without the nodes its blame's
-    verdict leaves out (``Recovery.leave_out``: a hot spare in each one's place; a node blamed
+    verdict leaves out (``Aftermath.leave_out``: a hot spare in each one's place; a node blamed
     but not drained, a first signal kill, trains on); None for a requeue instead: without
     in-job restarts, or when fewer than ``--nodes`` MIN nodes would be left."""
     start, spec = here.start, here.spec
     left_out = list(rec.leave_out)
     healthy = [h for h in start.hosts if h not in left_out]
     members, standby = refill(healthy, start.standby, start.num_nodes)  # a spare for each
-    if not spec.recovery.in_job_restarts or len(members) < spec.nodes_min:
+    if not spec.recovery.in_job_restarts or len(members) < spec.sizing.nodes_min:
         return None
     return Round(members, standby, left_out, members[len(healthy) :])
 
 
-def restart(here: Here, rec: Recovery, nxt: Round) -> Next:
+def restart(here: Here, rec: Aftermath, nxt: Round) -> Next:
     """Task 0 restarts training in the allocation on ``nxt``: the round's verdict for every
     other launcher, each node left out released once its task has ended (a watcher thread),
     ``restarted`` in the ledger; this node's next start (or its end, if left out itself)."""
     start = here.start
     why = f"{rec.outcome.cause}: {rec.detail}"
-    here.files.write_verdict(RoundVerdict(RESTART_IN_JOB, why, nxt.members, nxt.standby))
+    here.files.write_verdict(
+        RoundVerdict(RoundAction.RESTART_IN_JOB, why, nxt.members, nxt.standby)
+    )
     tasks = {start.hosts.index(n): n for n in nxt.left_out}
     release.start(release.LeftOut(here.files, tasks), log, here.note)
     spares = {"spare_in": nxt.spare_in, "spares": nxt.standby} if start.standby else {}
@@ -92,7 +94,7 @@ def next_round(
     return start.next_round(members, me, standby), f"{IN_JOB_RESTART} after {why}"
 
 
-def release_spares(here: Here, action: str, why: str) -> None:
+def release_spares(here: Here, action: RoundAction, why: str) -> None:
     """Task 0, as the run ends in this allocation: the hot spares standing by end too."""
     start = here.start
     if start.task == 0 and start.standby:
@@ -115,17 +117,17 @@ def follow(here: Here, why: str, spare: bool = False) -> Next:
     me, waiting = here.start.hosts[here.start.task], here.start
     while True:
         verdict = _word(here, waiting, why, spare)
-        if verdict.action == RESTART_IN_JOB and spare and me not in verdict.members:
+        if verdict.action == RoundAction.RESTART_IN_JOB and spare and me not in verdict.members:
             waiting = dataclasses.replace(waiting, round=waiting.round + 1)  # not taken in
             continue
-        if verdict.action == RESTART_IN_JOB:
+        if verdict.action == RoundAction.RESTART_IN_JOB:
             if spare:
                 log(f"hot spare taken in for round {waiting.round + 1}: {verdict.why}")
             return next_round(here, verdict.members, verdict.why, verdict.standby, waiting)
-        if verdict.action == DONE and spare:
+        if verdict.action == RoundAction.DONE and spare:
             log(f"hot spare released: {verdict.why}")
             return here.done(spare=True)
-        if verdict.action == REQUEUE:
+        if verdict.action == RoundAction.REQUEUE:
             requeue.await_end()  # task 0's requeue ends this task
         said = f"{verdict.action} ({verdict.why})"
         raise RuntimeError(f"hot spare: task 0 said {said}" if spare else f"{why}; task 0: {said}")

@@ -6,7 +6,9 @@
   for the save on notice (``wait_for_save``, the one wait for it, at most ``save_wait_s``) and
   requeues;
 - ``scancel`` sends SIGTERM with no notice before it: ``cancelled`` tells that from a crash;
-- torchrun ignores USR2 (``ignore_usr2``): only the ranks act on it.
+- torchrun ignores USR2 (``ignore_usr2``): only the ranks act on it;
+- task 0 may send the notice itself (a grow, a stuck launcher): ``OwnNotice`` hands its cause
+  from the thread that decided it to ``checkpoint()``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from hpc_core import ledger, slurm
 from hpc_core.wait import FAST, process_exited, wait_until
-from hpc_train.contract import record_notice
+from hpc_train.contract import Cause, record_notice
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
 from hpc_train.launch.context import log
 from hpc_train.planning import costs
@@ -32,6 +34,33 @@ from hpc_train.planning import costs
 # limit). The wait ends as soon as the save is durable.
 SAVE_WAIT_ENV = "HPC_TRAIN_SAVE_WAIT_S"
 NOTED = {signal.SIGTERM: "SIGTERM", signal.SIGUSR2: "notice"}
+
+
+class OwnNotice:
+    """A notice task 0 sends itself, and why (``Cause.GROW``, ``Cause.HANG``): handed from the
+    watcher thread that decides it (the grow watch, the pulse that found a stuck launcher) to
+    submitit's ``checkpoint()``, which runs in this process's main thread, inside the handler
+    of the USR2 that notice is, and records the stop with its cause (a plain ``Cause.NOTICE``
+    when no thread sent one).
+
+    The hand-over is ``send``: it records the cause, then signals the job. The handler can only
+    run once the signal is sent, so it always finds the cause recorded (said after the signal, a
+    loaded machine ran the handler first and recorded a plain notice: run 13 of 2026-11-27).
+    The record is one reference, written by one thread and read by the handler: no lock, which
+    a signal handler could not take while the thread it interrupted held it."""
+
+    def __init__(self) -> None:
+        self._cause: Cause | None = None
+
+    def send(self, cause: Cause, job_id: str) -> None:
+        """From a watcher thread: this notice is ``cause``, then USR2 to every task of the job
+        (the save on notice, then submitit's requeue)."""
+        self._cause = cause
+        slurm.signal(job_id, "USR2")
+
+    def cause(self) -> Cause:
+        """In ``checkpoint()``: why this notice came (``Cause.NOTICE``: not task 0's own)."""
+        return self._cause or Cause.NOTICE
 
 
 def ignore_usr2() -> None:
@@ -93,7 +122,7 @@ def save_wait_s(spec: JobSpec) -> float:
     if os.environ.get(SAVE_WAIT_ENV):
         return float(os.environ[SAVE_WAIT_ENV])
     measured = costs.measured_save_s(ledger.read(spec.run_dir.ledger))
-    return costs.notice_wait_s(spec.preset, spec.gpus_per_node > 0, SIGNAL_DELAY_S,
+    return costs.notice_wait_s(spec.training.preset, spec.sizing.gpus_per_node > 0, SIGNAL_DELAY_S,
                                measured_s=measured)  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from hpc_core import ledger
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
-from hpc_train.contract import NodeReport, StartDecision, StartFiles, last_round, node_name
+from hpc_train.contract import NodeReport, StartDecision, StartFiles, node_name
 from hpc_train.faults import quarantine
 from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import JobSpec
@@ -77,8 +77,8 @@ def previous_stop(files: StartFiles) -> str:
     if restart == 0:
         return "first start"
     events = ledger.read(files.run.ledger)
-    before = StartFiles(files.run, job_id, restart - 1, last_round(events, job_id, restart - 1))
-    marker = before.stop()
+    before = files.previous_start(events)
+    marker = before.stop() if before is not None else None
     grown = [
         e for e in events if e.kind == Kind.GROWN and (e.job, e.restart) == (job_id, restart - 1)
     ]
@@ -102,7 +102,7 @@ def node_health(spec: JobSpec, gpus: int, log: Callable[[str], None]) -> str:
         return ""
     from nccl_checks import preflight  # NVML, only on the nodes that check
 
-    check = preflight.node(spec.instance_type)
+    check = preflight.node(spec.sizing.instance_type)
     log(check.said)
     return check.failed
 
@@ -111,7 +111,7 @@ def decide_start(
     run: RunDir, start: Start, spec: JobSpec, gpus: int, log: Callable[[str], None]
 ) -> StartDecision:
     """Every node reports its GPUs (and its GPU check); task 0 decides for all, once: the geometry
-    (``geometry.decide``, a quarantined node or one that failed its check refused), the batch plan for that world and what to
+    (``geometry.from_reports``, a quarantined node or one that failed its check refused), the batch plan for that world and what to
     resume from (verifying the checkpoints); the other tasks wait for its decision."""
     files = start.files(run)
     files.write_node_report(NodeReport(start.task, node_name(), gpus, node_health(spec, gpus, log)))
@@ -125,7 +125,7 @@ def decide_start(
         lambda: files.node_reports(start.num_nodes),
         "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
     )  # fmt: skip
-    shape = geometry.decide(spec.gpus_per_node, reports, quarantine.nodes(run))
+    shape = geometry.from_reports(spec.sizing.gpus_per_node, reports, quarantine.nodes(run))
     if shape.refused:
         decision = StartDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
                                  refused=shape.refused, bad_nodes=list(shape.bad_nodes))  # fmt: skip

@@ -185,7 +185,7 @@ def save_seconds(nbytes: int, throughput_mbs: float, files: int = 1) -> float:
 
 
 @dataclass(frozen=True)
-class Window:
+class NoticeWindow:
     """Seconds between a notice and the kill, and where they come from."""
 
     name: str
@@ -204,8 +204,8 @@ class Margin:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    window: Window
+class WindowFit:
+    window: NoticeWindow
     needed_s: float
 
     @property
@@ -222,18 +222,18 @@ class Verdict:
 
 def windows(
     signal_delay_s: float | None, grace_time_s: float | None = None, spot: bool = False
-) -> list[Window]:
+) -> list[NoticeWindow]:
     """The windows that apply to a job: the time-limit signal (submitit's USR2, ``signal_delay_s``
     before the limit), the partition's GraceTime when it preempts, EC2's spot notice (less the
     watcher's poll interval) on spot capacity."""
-    found: list[Window] = []
+    found: list[NoticeWindow] = []
     if signal_delay_s is not None:
-        found.append(Window("time-limit signal (USR2 before the limit)", signal_delay_s))
+        found.append(NoticeWindow("time-limit signal (USR2 before the limit)", signal_delay_s))
     if grace_time_s is not None:
-        found.append(Window("partition GraceTime at preemption", grace_time_s))
+        found.append(NoticeWindow("partition GraceTime at preemption", grace_time_s))
     if spot:
         seconds = SPOT_NOTICE_S - SPOT_POLL_S
-        found.append(Window("EC2 spot notice, less the watcher's poll", seconds))
+        found.append(NoticeWindow("EC2 spot notice, less the watcher's poll", seconds))
     return found
 
 
@@ -243,18 +243,18 @@ def notice_save_needed_s(save_s: float, update_s: float = 0.0, margin: Margin = 
 
 def window_check(
     save_s: float,
-    applicable: Sequence[Window],
+    applicable: Sequence[NoticeWindow],
     update_s: float = 0.0,
     margin: Margin = Margin(),
-) -> list[Verdict]:
+) -> list[WindowFit]:
     """One verdict per window: does a notice-save of ``save_s`` seconds (plus the margin) fit?"""
     if save_s < 0 or update_s < 0:
         raise ValueError("save and update seconds must be >= 0")
     needed = notice_save_needed_s(save_s, update_s, margin)
-    return [Verdict(w, needed) for w in applicable]
+    return [WindowFit(w, needed) for w in applicable]
 
 
-def warnings(verdicts: Sequence[Verdict]) -> list[str]:
+def warnings(verdicts: Sequence[WindowFit]) -> list[str]:
     """The lines to print at submit: one per window the save does not fit."""
     return [f"warning: {v.line()}" for v in verdicts if not v.fits]
 

@@ -92,7 +92,9 @@ def auto_interval(spec: JobSpec, nodes: int, gpu: bool) -> tuple[float, float] |
     save s) for rank 0's chooser (``worker.save_interval``); None for a fixed interval."""
     if spec.saves.interval != "auto":
         return None
-    return job_mtbf_s(spec.saves.mtbf_hours, nodes), costs.estimated_save_s(spec.preset, gpu)
+    return job_mtbf_s(spec.saves.mtbf_hours, nodes), costs.estimated_save_s(
+        spec.training.preset, gpu
+    )
 
 
 def _check_positive(**values: float) -> None:
@@ -148,7 +150,7 @@ class Capacity:
 
 
 @dataclass(frozen=True)
-class Row:
+class PlanRow:
     nodes: int
     update_s: float
     on_demand: Capacity
@@ -188,7 +190,7 @@ def plan_rows(
     node_mtbf_h: float,
     spot_rate_per_h: float,
     price: Price,
-) -> list[Row]:
+) -> list[PlanRow]:
     if updates < 1:
         raise PlanError(f"--updates must be >= 1 (got {updates})")
     if len(update_seconds) not in (1, len(node_counts)):
@@ -203,7 +205,7 @@ def plan_rows(
         od = job_mtbf_s(node_mtbf_h, nodes)
         sp = job_mtbf_s(node_mtbf_h, nodes, spot_rate_per_h)
         rows.append(
-            Row(
+            PlanRow(
                 nodes,
                 update_s,
                 capacity(nodes, updates, update_s, save_s, restart_s, od, price.on_demand),
@@ -225,7 +227,7 @@ def _cells(c: Capacity) -> str:
     return f"{interval:>15} {c.ettr:6.3f} {c.wall_h:8.1f} {c.cost_usd:10,.0f}"
 
 
-def render(rows: Sequence[Row]) -> list[str]:
+def render(rows: Sequence[PlanRow]) -> list[str]:
     lines = [HEADER]
     for r in rows:
         lines.append(
@@ -335,8 +337,8 @@ class _Plan:
     save_s: float
     save_from: str
     nbytes: int
-    rows: list[Row]
-    verdicts: list[costs.Verdict]
+    rows: list[PlanRow]
+    verdicts: list[costs.WindowFit]
 
 
 def _price(parser: cli.Parser, args: argparse.Namespace, table: PriceTable) -> Price:

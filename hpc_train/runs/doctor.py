@@ -93,7 +93,7 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class Finding:
+class RunFinding:
     check: str
     job: str
     run: str
@@ -118,13 +118,13 @@ class Finding:
 
 def diagnose(
     view: RunView, limits: Limits = Limits(), node_states: dict[str, str] | None = None
-) -> list[Finding]:
+) -> list[RunFinding]:
     """What is wrong with one run whose job Slurm has not ended."""
     job, name, save = view.labels
-    out: list[Finding] = []
+    out: list[RunFinding] = []
 
     def found(check: str, what: str, fix: str, action: Sequence[str] = ()) -> None:
-        out.append(Finding(check, job, name, save, what, fix, bool(action), tuple(action)))
+        out.append(RunFinding(check, job, name, save, what, fix, bool(action), tuple(action)))
 
     for problem in view.problems:
         if view.missing:
@@ -230,7 +230,7 @@ def pending_forever(
     if "ReqNodeNotAvail" in reason:
         listed = UNAVAILABLE_RE.search(reason)
         names = listed.group(1).split(",") if listed else []
-        held = {n.node for n in quarantine.decide(view.events)}
+        held = {n.node for n in quarantine.quarantined(view.events)}
         gone = sorted(
             n for n in names
             if n in held or any(s in node_states.get(n, "") for s in GONE_NODE_STATES)
@@ -251,7 +251,7 @@ def pending_forever(
 # --- finding the runs, and acting ------------------------------------------------------------
 
 
-def notify(target: str, finding: Finding, log: Callable[[str], None]) -> bool:
+def notify(target: str, finding: RunFinding, log: Callable[[str], None]) -> bool:
     """Tell ``target`` (a URL: POST JSON; else ``sh -c`` with the JSON on stdin) of a finding."""
     body = json.dumps({"source": "hpc-train doctor", "time": time.time(), **finding.as_json(),
                        "text": finding.describe()})  # fmt: skip
@@ -280,7 +280,7 @@ def notified_path() -> Path:
     return (Path(systemd) if systemd else ledger.user_index().parent) / NOTIFIED
 
 
-def fingerprint(finding: Finding) -> str:
+def fingerprint(finding: RunFinding) -> str:
     """What makes a finding the same as last pass's: its check, whether it is sure, its fix, and
     its words without their numbers (the idle seconds grow every pass; a changed verdict or
     reason is news)."""
@@ -290,13 +290,13 @@ def fingerprint(finding: Finding) -> str:
 
 def notify_changed(
     target: str,
-    findings: Sequence[Finding],
+    findings: Sequence[RunFinding],
     checked: Sequence[str],
     log: Callable[[str], None],
     now: float | None = None,
     renotify_s: float = RENOTIFY_S,
     path: Path | None = None,
-) -> list[Finding]:
+) -> list[RunFinding]:
     """Notify ``target`` of the findings that are new or changed since they were last told,
     or were told ``renotify_s`` ago (0: every pass): the head node's timer runs every 5 minutes
     and would otherwise repeat a standing finding 12 times an hour. A finding that went away is
@@ -357,7 +357,7 @@ def told_at(entry: dict[str, Any]) -> float:
         return 0.0
 
 
-def act(finding: Finding, log: Callable[[str], None]) -> bool:
+def act(finding: RunFinding, log: Callable[[str], None]) -> bool:
     """Run a sure finding's fix through Slurm; True when Slurm took it."""
     if not finding.sure:
         return False
@@ -375,7 +375,7 @@ def check(
     states: dict[str, slurm.JobState],
     limits: Limits,
     now: float | None = None,
-) -> list[Finding]:
+) -> list[RunFinding]:
     """Findings for every run whose job Slurm has not ended (the node states asked only when a
     pending job waits for nodes)."""
     now = time.time() if now is None else now

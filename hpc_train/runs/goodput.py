@@ -33,10 +33,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from hpc_core.ledger import Event, Kind
-from hpc_train.contract import IN_JOB_RESTART
+from hpc_train.contract import IN_JOB_RESTART, Cause
 
 ENDS = (Kind.STOPPED, Kind.FINISHED)
-CANCELLED = "cancelled"
 REQUEUED = "requeued"
 REQUEUED_WHY = (
     "requeued (by Slurm, with no notice: the start ended on SIGTERM and the job started "
@@ -125,7 +124,11 @@ def segments(events: Sequence[Event], now: float) -> list[Segment]:
             cause = "unknown"
         else:
             ended, cause = now, "running"
-        if cause == CANCELLED and n + 1 < len(starts) and same_job(start, ordered[starts[n + 1]]):
+        if (
+            cause == Cause.CANCELLED
+            and n + 1 < len(starts)
+            and same_job(start, ordered[starts[n + 1]])
+        ):
             cause = REQUEUED
         saves = sum(float(e.get("seconds", 0.0)) for e in inside if e.kind == Kind.CHECKPOINT)
         said = end.data if end is not None else {}
@@ -217,7 +220,7 @@ def restarts(events: Sequence[Event]) -> list[tuple[int, str]]:
         why = str(start.get("previous", ""))
         end = ends.get((before.job, before.restart))
         said = end.get("cause", end.kind) if end is not None else None
-        if said == CANCELLED and same_job(before, start):
+        if said == Cause.CANCELLED and same_job(before, start):
             why = REQUEUED_WHY
         found.append((int(start.get("resume_at", 0)), why))
     return found

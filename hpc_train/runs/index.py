@@ -19,6 +19,7 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
+from hpc_train.contract import Cause
 from hpc_train.runs import follow, goodput
 from hpc_train.runs.named_nodes import NodeNote, node_notes
 
@@ -158,7 +159,8 @@ def ledger_state(events: list[ledger.Event]) -> str:
     if last.kind == Kind.FINISHED:
         return COMPLETED
     if last.kind == Kind.STOPPED:
-        return "CANCELLED" if last.get("cause") == "cancelled" else f"STOPPED ({last.get('cause')})"
+        cause = last.get("cause")
+        return "CANCELLED" if cause == Cause.CANCELLED else f"STOPPED ({cause})"
     return "ENDED?" if last.kind == Kind.STARTED else "SUBMITTED"
 
 

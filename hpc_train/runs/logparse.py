@@ -177,7 +177,7 @@ def line_time(line: str) -> float | None:
 
 
 @dataclass
-class Resume:
+class LoggedRestart:
     """One (re)start from a checkpoint: the update it resumed at, and how many updates above it
     the interrupted stretch had reached (trained again now)."""
 
@@ -199,7 +199,7 @@ class RunSummary:
     valid_losses: list[tuple[int, float]] = field(default_factory=list)
     epoch_losses: list[tuple[int, float]] = field(default_factory=list)  # end-of-epoch train_loss
     epoch_wps: list[float] = field(default_factory=list)
-    resumes: list[Resume] = field(default_factory=list)
+    resumes: list[LoggedRestart] = field(default_factory=list)
     # this stretch of training (since the last resume): updates logged, the highest reached
     _logged: set[int] = field(default_factory=set, repr=False)
     _validated: set[int] = field(default_factory=set, repr=False)
@@ -273,7 +273,9 @@ class RunSummary:
         if self._same_start(at, rank, t):
             self.resumes[-1].ranks.add(rank)
             return
-        self.resumes.append(Resume(at, max(0, self._reached - at), match.group(1), t, {rank}))
+        self.resumes.append(
+            LoggedRestart(at, max(0, self._reached - at), match.group(1), t, {rank})
+        )
         self.resumed_at.append(at)
         self._reached = at
         self._stretch = len(self.losses)

@@ -48,7 +48,7 @@ def node_notes(events: Sequence[ledger.Event]) -> list[NodeNote]:
         return e.kind == Kind.BLAMED and str(e.get("why", "")).startswith("straggler")
 
     evicted = {(e.job, e.restart, e.get("node")) for e in events if eviction(e)}
-    held = {(q.node, q.machine) for q in quarantine.decide(events)}
+    held = {(q.node, q.machine) for q in quarantine.quarantined(events)}
     out = []
     for e in events:
         node = str(e.get("node") or "")

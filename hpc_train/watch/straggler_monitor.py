@@ -36,7 +36,7 @@ POLL_S = 5.0  # how often task 0 reads every node's heartbeats
 KEEP_S = 3600.0  # samples kept beyond the window (the streak only needs the window)
 
 
-class Watch(Watcher[Suspect | None]):
+class StragglerWatch(Watcher[Suspect | None]):
     """Task 0's straggler thread for one start (see the module docstring)."""
 
     def __init__(
@@ -117,8 +117,8 @@ class Watch(Watcher[Suspect | None]):
         return self.evicted is not None
 
 
-class Start(Protocol):
-    """What this needs of the launcher's ``Start``."""
+class StartView(Protocol):
+    """What this needs of the launcher's ``Start`` (``hpc_train.launch.starts``)."""
 
     @property
     def task(self) -> int: ...
@@ -128,13 +128,13 @@ class Start(Protocol):
 
 def watch(
     files: StartFiles,
-    start: Start,
+    start: StartView,
     limits: StragglerLimits,
     evict: bool,
     drain: bool,
     note: Callable[..., Any],
     log: Callable[[str], None],
-) -> Watch | None:
+) -> StragglerWatch | None:
     """Task 0's straggler thread for this start; None on other tasks or on one node. ``evict``:
     ``--evict-stragglers`` with a restart left to resume without the node (the launcher asks
     ``restart_policy.may_requeue``); otherwise naming it is all. ``files``: the start's (an
@@ -142,4 +142,4 @@ def watch(
     found a straggler)."""
     if start.task != 0 or len(start.hosts) < 2:
         return None
-    return Watch(files, start.hosts, limits, evict, drain, note, log).start()
+    return StragglerWatch(files, start.hosts, limits, evict, drain, note, log).start()

@@ -6,7 +6,7 @@ says it is done (returns True) or ``stop()`` is called; the loop is the project'
 thread at once. ``stop()`` joins the thread (at most ``join_s()``) and returns ``result()``: what
 the watcher found (a hang, an evicted straggler, the width it grew to, a stuck launcher).
 
-The watchers: ``hang_monitor.Monitor``, ``straggler_monitor.Watch``, ``grow_monitor.GrowWatch``,
+The watchers: ``hang_monitor.Monitor``, ``straggler_monitor.StragglerWatch``, ``grow_monitor.GrowWatch``,
 ``launchers.Pulse``, ``spot.SpotWatcher`` and the launcher's ``launch.release.Release``; the
 launcher starts no thread but through this base (tests/hpc_train/watch/test_watcher.py).
 """

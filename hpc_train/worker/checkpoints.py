@@ -139,7 +139,7 @@ def remove_partial_writes(run: rundir.RunDir) -> list[Path]:
 
 
 @dataclass(frozen=True)
-class Resume:
+class ResumePoint:
     """What a (re)start resumes from."""
 
     continue_from: Path | None  # an interval checkpoint for --continue-once, or None
@@ -151,7 +151,7 @@ class Resume:
         return ["--continue-once", str(self.continue_from)] if self.continue_from else []
 
 
-def choose_resume(save_dir: Path) -> Resume:
+def choose_resume(save_dir: Path) -> ResumePoint:
     """Decide what to resume from; move a bad checkpoint_last.pt aside (never delete it)."""
     run = rundir.RunDir(save_dir)
     last = run.checkpoint_last
@@ -160,17 +160,19 @@ def choose_resume(save_dir: Path) -> Resume:
     problem: str | None
     if not last.exists():
         if not run.interval_checkpoints():
-            return Resume(None, None, "fresh start: no checkpoint yet")
+            return ResumePoint(None, None, "fresh start: no checkpoint yet")
         problem = "missing"
     else:
         problem, updates = inspect(last)
         if problem is None:
-            return Resume(None, None, f"resume from {last.name}", at_update=updates)
+            return ResumePoint(None, None, f"resume from {last.name}", at_update=updates)
         moved = run.bad_last()
         os.replace(last, moved)
     for candidate in run.interval_checkpoints():
         bad, updates = inspect(candidate)
         if bad is None:
             why = f"{LAST} {problem}: resume from {candidate.name}"
-            return Resume(candidate, moved, why, at_update=updates)
-    return Resume(None, moved, f"{LAST} {problem} and no valid interval checkpoint: fresh start")
+            return ResumePoint(candidate, moved, why, at_update=updates)
+    return ResumePoint(
+        None, moved, f"{LAST} {problem} and no valid interval checkpoint: fresh start"
+    )

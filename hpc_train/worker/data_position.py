@@ -50,7 +50,7 @@ FINGERPRINT_BATCHES = 16  # batches of the plan hashed into its fingerprint (che
 
 
 @dataclass(frozen=True)
-class Plan:
+class EpochPlan:
     """The world that consumed an epoch: how its batches were dealt."""
 
     num_shards: int  # the ranks (fairseq's shards)
@@ -59,7 +59,7 @@ class Plan:
     grouped: bool = False  # fairseq's --grouped-shuffling: the order depends on num_shards
 
     @classmethod
-    def from_state(cls, state: Any) -> Plan | None:
+    def from_state(cls, state: Any) -> EpochPlan | None:
         """The plan a save recorded; None for a checkpoint saved without this module."""
         if not isinstance(state, dict):
             return None
@@ -70,7 +70,7 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Resume:
+class EpochResume:
     """Where each shard of the new world starts in the epoch."""
 
     offset: int  # batches each new shard skips (fairseq's iterations_in_epoch)
@@ -88,7 +88,7 @@ def fingerprint(batches: Sequence[Sequence[int]]) -> int:
     return crc
 
 
-def convert(saved: Plan, iterations: int, now: Plan) -> Resume:
+def convert(saved: EpochPlan, iterations: int, now: EpochPlan) -> EpochResume:
     """The offset for ``now``'s shards of a position saved as ``iterations`` batches per shard of
     ``saved``'s: exact when the epoch's batch plan is the same (the same batch per device).
 
@@ -98,16 +98,16 @@ def convert(saved: Plan, iterations: int, now: Plan) -> Resume:
     they take as an empty batch (fairseq's dummy, no gradient) so that all stay in step."""
     if saved.num_shards == now.num_shards:
         if saved.fingerprint != now.fingerprint or saved.epoch_batches != now.epoch_batches:
-            return Resume(iterations, False, f"same width, but {_plan_changed(saved, now)}")
-        return Resume(iterations, True, "same width: fairseq's offset as saved")
+            return EpochResume(iterations, False, f"same width, but {_plan_changed(saved, now)}")
+        return EpochResume(iterations, True, "same width: fairseq's offset as saved")
     consumed = iterations * saved.num_shards
     if saved.fingerprint != now.fingerprint or saved.epoch_batches != now.epoch_batches:
         offset = consumed * now.epoch_batches // (saved.epoch_batches * now.num_shards)
-        return Resume(
+        return EpochResume(
             offset, False, f"{_plan_changed(saved, now)}: resumed at the same fraction of the epoch"
         )
     if saved.grouped or now.grouped:
-        return Resume(
+        return EpochResume(
             consumed // now.num_shards,
             False,
             "grouped shuffling orders the epoch by width: the position is not exact",
@@ -119,10 +119,10 @@ def convert(saved: Plan, iterations: int, now: Plan) -> Resume:
     )
     if left:
         said += f"; the first {left} shard(s) start with an empty batch (their next was trained)"
-    return Resume(offset, True, said, blank_below=left)
+    return EpochResume(offset, True, said, blank_below=left)
 
 
-def _plan_changed(saved: Plan, now: Plan) -> str:
+def _plan_changed(saved: EpochPlan, now: EpochPlan) -> str:
     return (
         f"the epoch's batch plan changed ({saved.epoch_batches} -> {now.epoch_batches} batches; "
         "batch per device or data changed): samples may repeat or be missed in this epoch"
@@ -157,10 +157,10 @@ def end_line(epoch: int, update: int, position: int) -> AuditLine:
 # --- fairseq ---------------------------------------------------------------------------------------
 
 
-def plan_of(itr: Any) -> Plan:
+def plan_of(itr: Any) -> EpochPlan:
     """The plan of a fairseq ``EpochBatchIterator`` for its current epoch."""
     batches = itr.frozen_batches
-    return Plan(
+    return EpochPlan(
         num_shards=int(itr.num_shards),
         epoch_batches=len(batches),
         fingerprint=fingerprint(batches),
@@ -183,7 +183,7 @@ def install_conversion() -> None:
         return state
 
     def converted(self: Any, state: dict[str, Any]) -> None:
-        saved = Plan.from_state(state.get(KEY))
+        saved = EpochPlan.from_state(state.get(KEY))
         iterations = int(state.get("iterations_in_epoch", 0))
         if iterations > 0 and type(self) is cls:
             if saved is None:

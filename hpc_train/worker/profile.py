@@ -63,10 +63,12 @@ def busy_s(events: Any, ops: list[profile_table.Op], gpu: bool) -> float:
     return profile_table.union_s([op.span_us for op in ops if op.top_level]) / 1e6
 
 
-class Window:
+class WindowProfiler:
     """Counts updates; profiles ``count`` of them after ``warmup``; then ``finish(window)``."""
 
-    def __init__(self, warmup: int, count: int, finish: Callable[[profile_table.Window], None]):
+    def __init__(
+        self, warmup: int, count: int, finish: Callable[[profile_table.ProfileWindow], None]
+    ):
         self.warmup, self.count, self.finish = warmup, count, finish
         self.gpu = False  # decided as the window opens: the rank binds its GPU after install
         self.seen = 0
@@ -121,7 +123,7 @@ class Window:
             self.caught.__exit__(None, None, None)
         events = self.prof.events()
         ops = ops_of(events, self.gpu)
-        window = profile_table.Window(
+        window = profile_table.ProfileWindow(
             self.count, self.warmup, wall, self.outside, busy_s(events, ops, self.gpu),
             "cuda" if self.gpu else "cpu", ops, dict(self.counter.sites), cuda_syncs,
         )  # fmt: skip
@@ -129,10 +131,10 @@ class Window:
         self.finish(window)
 
 
-def report(run: RunDir) -> Callable[[profile_table.Window], None]:
+def report(run: RunDir) -> Callable[[profile_table.ProfileWindow], None]:
     """Log the table and write ``RunDir.profile`` (rank 0)."""
 
-    def finish(window: profile_table.Window) -> None:
+    def finish(window: profile_table.ProfileWindow) -> None:
         for line in profile_table.table(window):
             logger.info(line)
         atomic_write(run.profile, json.dumps(window.to_json(), indent=1) + "\n")
@@ -147,7 +149,7 @@ def install(run: RunDir, rank: int, window: tuple[int, int] | None) -> None:
     from fairseq.tasks import FairseqTask
     from fairseq.trainer import Trainer
 
-    profiler = Window(*window, report(run))
+    profiler = WindowProfiler(*window, report(run))
     step, clip, optimizer_step = (
         Trainer.train_step,
         Trainer.clip_grad_norm,

@@ -65,7 +65,7 @@ class Op:
 
 
 @dataclass
-class Window:
+class ProfileWindow:
     updates: int
     warmup: int
     wall_s: float
@@ -116,7 +116,7 @@ class Window:
         }
 
 
-def table(window: Window) -> list[str]:
+def table(window: ProfileWindow) -> list[str]:
     """The profile as lines a person reads (train.log, docs/gpu.md)."""
     p = window.per_update()
     kinds: dict[str, float] = p["ms_by_kind"]  # type: ignore[assignment]

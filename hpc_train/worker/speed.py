@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hpc_train.job import levers
+from hpc_train.job.levers import LeverName
 from hpc_train.worker import batch_facts, grads_foreach, lazy_stats
 
 logger = logging.getLogger("hpc_train.worker.speed")
@@ -30,7 +31,7 @@ logger = logging.getLogger("hpc_train.worker.speed")
 LAYER_CLASSES = ("TransformerEncoderLayerBase", "TransformerEncoderLayer")
 
 
-def split_args(args: Sequence[str]) -> tuple[list[str], frozenset[str] | None]:
+def split_args(args: Sequence[str]) -> tuple[list[str], frozenset[LeverName] | None]:
     """(fairseq's arguments, the levers asked for). None: no ``WORKER_FLAG`` (a rank started by
     hand): fairseq's own path, nothing changed."""
     rest, asked = [], None
@@ -53,7 +54,7 @@ def device_cc() -> levers.CC | None:
     return (major, minor)
 
 
-def runnable(asked: frozenset[str], cc: levers.CC | None, cpu: bool) -> frozenset[str]:
+def runnable(asked: frozenset[LeverName], cc: levers.CC | None, cpu: bool) -> frozenset[LeverName]:
     """The asked levers this device runs; the others are logged and dropped."""
     here = None if cpu else cc
     kept = frozenset(n for n in asked if levers.BY_NAME[n].runs_on(here))
@@ -94,24 +95,24 @@ def native_gelu(model: Any) -> int:
     return len(changed)
 
 
-def install(asked: frozenset[str] | None, cpu: bool) -> frozenset[str]:
+def install(asked: frozenset[LeverName] | None, cpu: bool) -> frozenset[LeverName]:
     """Apply the levers (``split_args``'s) to this process and to the model fairseq will build;
     returns those in effect."""
     if asked is None:
         return frozenset()
     on = runnable(asked, None if cpu else device_cc(), cpu)
-    if not cpu and "flash" not in on:
+    if not cpu and LeverName.FLASH not in on:
         import torch
 
         torch.backends.cuda.enable_flash_sdp(False)
-    batch_facts.install(pad_check="pad-check" in on, host_sizes="host-sizes" in on)
-    if "foreach-grads" in on:
+    batch_facts.install(pad_check=LeverName.PAD_CHECK in on, host_sizes=LeverName.HOST_SIZES in on)
+    if LeverName.FOREACH_GRADS in on:
         grads_foreach.install()
-    if "lazy-stats" in on:
+    if LeverName.LAZY_STATS in on:
         lazy_stats.install()
     _on_built_models(
-        [("GELU in the compute dtype", native_gelu)] * ("gelu" in on)
-        + [("torch.compile", compile_layers)] * ("compile" in on)
+        [("GELU in the compute dtype", native_gelu)] * (LeverName.GELU in on)
+        + [("torch.compile", compile_layers)] * (LeverName.COMPILE in on)
     )
     logger.info(f"speed levers on: {', '.join(sorted(on)) or 'none'}")
     return on

@@ -17,6 +17,7 @@ from benchmarks import gpu_session_runs as runs
 from hpc_core import procs
 from hpc_core.wait import wait_until
 from hpc_train.job import levers
+from hpc_train.job.levers import LeverName
 
 
 def session(gpu_run: bool, tmp_path: Path) -> gpu_session.Session:
@@ -50,7 +51,9 @@ def test_each_runs_command_line(tmp_path):
     def arg(a: list[str], flag: str) -> str:
         return a[len(a) - 1 - a[::-1].index(flag) + 1]
 
-    pack = argv(runs.Run("p", "roberta-large", speed=runs.levers_on(*runs.EXACT_LEVERS, "pack")))
+    pack = argv(
+        runs.Run("p", "roberta-large", speed=runs.levers_on(*runs.EXACT_LEVERS, LeverName.PACK))
+    )
     assert arg(pack, "--sample-break-mode") == "none"
     assert set(arg(pack, levers.WORKER_FLAG).split(",")) >= {*runs.EXACT_LEVERS, "pack"}
     bare = argv(runs.Run("b", "roberta-large", kind="bare"))

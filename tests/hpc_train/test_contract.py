@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train import contract
 from hpc_train.contract import StartDecision, StopMarker, WorkerEnv
@@ -65,7 +66,7 @@ def test_a_starts_files_are_its_rounds_own_and_its_job_stays_the_jobs_id(tmp_pat
     assert files.incident == run.incident("41.2", 1)
     assert files.heartbeats("n2") == run.heartbeats("41.2", 1, "n2")
     assert contract.StartFiles(run, "41", 1).name == "41"  # an allocation's first round
-    verdict = contract.RoundVerdict(contract.RESTART_IN_JOB, "crash", ["n1"], ["n3"])
+    verdict = contract.RoundVerdict(contract.RoundAction.RESTART_IN_JOB, "crash", ["n1"], ["n3"])
     files.write_verdict(verdict)
     assert files.verdict() == verdict == contract.read_verdict(run, "41.2", 1)
     assert contract.StartFiles(run, "41", 1, round=1).verdict() is None  # another round's
@@ -76,3 +77,20 @@ def test_a_starts_files_are_its_rounds_own_and_its_job_stays_the_jobs_id(tmp_pat
     beat = contract.LauncherBeat(1, "n2", 7, 3.0)
     files.write_launcher_beat(beat)
     assert files.launcher_beat(1) == beat and files.launcher_beat(0) is None
+
+
+def test_the_round_before_is_this_starts_last_round_else_the_last_of_the_start_before(tmp_path):
+    """``StartFiles.round_before``: round 2's is round 1 of the same start; a requeued start's
+    first round's is the last round of the start before, as the ledger's ``restarted`` says."""
+    run = RunDir(tmp_path)
+    assert contract.StartFiles(run, "41", 0).round_before([]) is None  # the job's first round
+    assert contract.StartFiles(run, "41", 0, 2).round_before([]) == contract.StartFiles(
+        run, "41", 0, 1
+    )
+    ledger.record(run.ledger, ledger.Kind.RESTARTED, "41", 0, round=1)
+    ledger.record(run.ledger, ledger.Kind.RESTARTED, "41", 0, round=2)
+    events = ledger.read(run.ledger)
+    requeued = contract.StartFiles(run, "41", 1)
+    assert requeued.round_before(events) == contract.StartFiles(run, "41", 0, 2)
+    assert requeued.previous_start(events) == contract.StartFiles(run, "41", 0, 2)
+    assert contract.StartFiles(run, "41", 1, 1).round_before(events) == requeued

@@ -9,15 +9,15 @@ import ast
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from hpc_core.ledger import EVENTS, Kind
 from hpc_train import contract
+from tests import code_scan
+from tests.code_scan import callee_names, name_of
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("hpc_core", "hpc_train", "nccl_checks", "benchmarks")
+ROOT = code_scan.ROOT
 NAMES = {str(kind) for kind in Kind}
 # what writes an event: ``note(KIND, **data)`` (the launcher's, its parts', rank 0's),
 # ``ledger.record(path, KIND, ...)``, and ``Event(KIND, ...)`` (an event not yet written)
@@ -26,26 +26,7 @@ DATA_FREE = {"Event"}  # its data is one dict, not keywords: no field check
 
 
 def sources() -> Iterator[tuple[str, ast.Module]]:
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            yield str(path.relative_to(ROOT)), ast.parse(path.read_text(), str(path))
-
-
-def name_of(func: ast.expr) -> str | None:
-    """The called name: ``note``, ``here.note``, ``ledger.record`` -> note, note, record."""
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
-
-
-def callee_names(func: ast.expr) -> set[str]:
-    """Every name a call may call: ``(here.deputy_note if deputy else here.note)(...)`` both."""
-    if isinstance(func, ast.IfExp):
-        return callee_names(func.body) | callee_names(func.orelse)
-    name = name_of(func)
-    return {name} if name else set()
+    return code_scan.sources(ROOT)
 
 
 def member(node: ast.expr) -> str | None:
@@ -57,11 +38,7 @@ def member(node: ast.expr) -> str | None:
 
 def bare(node: ast.expr) -> list[str]:
     """The ledger kinds a node spells as strings: a constant, or a tuple/list/set of them."""
-    if isinstance(node, ast.Constant) and node.value in NAMES:
-        return [node.value]
-    if isinstance(node, ast.Tuple | ast.List | ast.Set):
-        return [str(e.value) for e in node.elts if isinstance(e, ast.Constant) and e.value in NAMES]
-    return []
+    return code_scan.constants(node, NAMES)
 
 
 def kindish(node: ast.expr) -> bool:
@@ -113,22 +90,6 @@ def writes() -> list[Write]:
     return found
 
 
-def kind_params(tree: ast.Module) -> dict[str, int]:
-    """Functions and classes of a module that take a ``kind`` (name -> its position)."""
-    out = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef):
-            names = [a.arg for a in node.args.args]
-        elif isinstance(node, ast.ClassDef):  # a dataclass's fields, in order
-            names = [s.target.id for s in node.body
-                     if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]  # fmt: skip
-        else:
-            continue
-        if "kind" in names:
-            out[node.name] = names.index("kind")
-    return out
-
-
 def bare_reads() -> list[str]:
     """Every place that asks for a kind by its string: compared with an event's kind, passed
     as a ``kind``, or kept in a tuple/set of kinds."""
@@ -136,7 +97,7 @@ def bare_reads() -> list[str]:
     for path, tree in sources():
         if path == "hpc_core/ledger.py":
             continue  # the vocabulary itself
-        takes = kind_params(tree)
+        takes = code_scan.params(tree, "kind")
         for node in ast.walk(tree):
             spelled: list[str] = []
             if isinstance(node, ast.Compare):

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from hpc_core import slurm
 from hpc_train import submit
 from hpc_train.job import presets
-from hpc_train.job.spec import JobSpec, Notifications, Recovery, validate
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Notifications, Recovery, SlurmJob, Training, validate
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 PYTHON = "/lustre/hpc-train/venv/bin/python"  # fixed so golden files do not depend on this machine
@@ -19,13 +21,9 @@ PYTHON = "/lustre/hpc-train/venv/bin/python"  # fixed so golden files do not dep
 def golden_spec(preset: str) -> JobSpec:
     gpus = 0 if preset == "tiny" else 8
     return JobSpec(
-        preset,
-        Path("/lustre/data-bin/wikitext-103"),
-        Path(f"/lustre/runs/{preset}"),
-        nodes_min=2,
-        nodes_max=2,
-        gpus_per_node=gpus,
-        partition="gpu",
+        Training(preset, Path("/lustre/data-bin/wikitext-103"), Path(f"/lustre/runs/{preset}")),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=gpus),
+        slurm=SlurmJob(partition="gpu"),
     )
 
 
@@ -48,7 +46,7 @@ def test_dry_run_renders_exactly_what_submitit_submits(tmp_path):
     import submitit
 
     spec = golden_spec("roberta-large")
-    spec = JobSpec(**{**spec.__dict__, "save_dir": tmp_path})
+    spec = replace(spec, training=replace(spec.training, save_dir=tmp_path))
     executor = submitit.SlurmExecutor(folder=spec.run_dir.slurm_logs)
     executor.update_parameters(**submit.sbatch_parameters(spec))
     real = executor._make_submission_file_text(executor._submitit_command_str, "uid")
@@ -139,7 +137,8 @@ def test_no_slurm_reachable_says_how_to_start_the_local_one(tmp_path, corpus):
 
 
 def test_preflight_adds_the_allreduce_check_before_training():
-    spec = JobSpec(**{**golden_spec("tiny").__dict__, "preflight": True})
+    tiny = golden_spec("tiny")
+    spec = replace(tiny, slurm=replace(tiny.slurm, preflight=True))
     setup = submit.setup_lines(spec)
     check = next(line for line in setup if "nccl_checks allreduce" in line)
     assert "--backend=gloo" in check and "--nodes=2" in check and "exit" in check
@@ -147,7 +146,10 @@ def test_preflight_adds_the_allreduce_check_before_training():
 
 
 def test_elastic_range_lets_slurm_allocate_as_many_nodes_as_are_free():
-    spec = JobSpec("tiny", Path("/d"), Path("/s"), nodes_min=1, nodes_max=4, gpus_per_node=0)
+    spec = JobSpec(
+        Training("tiny", Path("/d"), Path("/s")),
+        sizing=Sizing(nodes_min=1, nodes_max=4, gpus_per_node=0),
+    )
     script = submit.render_sbatch(spec)
     assert "#SBATCH --nodes=1-4" in script
     assert "--ntasks-per-node" not in script  # with it, Slurm allocates only MIN nodes
@@ -157,13 +159,19 @@ def test_hot_spares_are_allocated_beside_the_nodes_that_train_best_effort():
     """--nodes 2 --spares 1 asks Slurm for 2-3 nodes, without --ntasks-per-node (with it Slurm
     settles for MIN): a start takes the spare when it is free and never waits for it. The
     pre-flight checks the 2 nodes that train first."""
-    spec = JobSpec("tiny", Path("/d"), Path("/s"), nodes_min=2, nodes_max=2, gpus_per_node=0,
-                   recovery=Recovery(spares=1), preflight=True)  # fmt: skip
+    spec = JobSpec(
+        Training("tiny", Path("/d"), Path("/s")),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+        slurm=SlurmJob(preflight=True),
+        recovery=Recovery(spares=1),
+    )
     script = submit.render_sbatch(spec)
     assert "#SBATCH --nodes=2-3" in script and "--ntasks-per-node" not in script
     assert "#SBATCH --no-kill" in script  # a lost node no longer ends the allocation ...
     assert "_log.err --no-kill " in script  # srun: ... nor the other nodes' tasks
-    assert "--no-kill" not in submit.render_sbatch(JobSpec("tiny", Path("/d"), Path("/s")))
+    assert "--no-kill" not in submit.render_sbatch(
+        JobSpec(Training("tiny", Path("/d"), Path("/s")))
+    )
     check = next(line for line in submit.setup_lines(spec) if "nccl_checks allreduce" in line)
     assert "--nodes=2" in check
 
@@ -181,15 +189,13 @@ def test_a_partition_sbatch_refuses_is_one_line_and_exit_2(tmp_path, corpus, slu
 
 def test_mail_options_pass_through_to_sbatch():
     spec = JobSpec(
-        "tiny",
-        Path("/d"),
-        Path("/s"),
-        gpus_per_node=0,
+        Training("tiny", Path("/d"), Path("/s")),
+        sizing=Sizing(gpus_per_node=0),
         notify=Notifications(mail_user="me@lab.org", mail_type="END,FAIL"),
     )
     script = submit.render_sbatch(spec)
     assert "#SBATCH --mail-user=me@lab.org" in script and "#SBATCH --mail-type=END,FAIL" in script
-    assert "--mail" not in submit.render_sbatch(JobSpec("tiny", Path("/d"), Path("/s")))
+    assert "--mail" not in submit.render_sbatch(JobSpec(Training("tiny", Path("/d"), Path("/s"))))
 
 
 def test_an_unknown_mail_type_is_one_line_and_exit_2(tmp_path, capsys):
@@ -219,7 +225,7 @@ def test_a_resubmission_keeps_the_quarantined_nodes_out(tmp_path):
     from hpc_core import ledger
     from hpc_train.faults import quarantine
 
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    spec = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing=Sizing(gpus_per_node=0))
     assert "--exclude" not in submit.render_sbatch(spec)
     for restart in (0, 1):
         ledger.record(spec.run_dir.ledger, "blamed", "7", restart, node="n3", why="hang")
@@ -335,7 +341,8 @@ def test_the_job_never_overrides_the_nodes_efa_profile(tmp_path):
     FI_EFA_USE_DEVICE_RDMA=1 on p4d) over the node's profile; now the node's profile decides."""
     from hpc_core import instances
 
-    spec = JobSpec(**{**golden_spec("roberta-large").__dict__, "instance_type": "p4d.24xlarge"})
+    large = golden_spec("roberta-large")
+    spec = replace(large, sizing=replace(large.sizing, instance_type="p4d.24xlarge"))
     profile = tmp_path / "hpc-train-nccl.sh"
     profile.write_text("export FI_EFA_USE_HUGE_PAGE=0\nexport NCCL_DEBUG=WARN\n")  # new software
     script = "\n".join(

@@ -13,7 +13,8 @@ from hpc_core import slurm
 from hpc_train import submit
 from hpc_train.job import container, presets
 from hpc_train.job.container import Mount
-from hpc_train.job.spec import Container, JobSpec, Saves, validate
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import Container, JobSpec, Saves, SlurmJob, Training, validate
 from tests.hpc_train.conftest import oci_image
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -21,21 +22,16 @@ PYTHON = "/lustre/hpc-train/venv/bin/python"  # as in test_submit.py: the host's
 IMAGE = "/lustre/images/hpc-train.sqsh"
 
 
-def pyxis_spec(**changes: object) -> JobSpec:
-    spec = JobSpec(
-        "roberta-large",
-        Path("/lustre/data-bin/wikitext-103"),
-        Path("/lustre/runs/roberta-large"),
-        nodes_min=2,
-        nodes_max=2,
-        gpus_per_node=8,
-        partition="gpu",
+def pyxis_spec(save_dir: Path = Path("/lustre/runs/roberta-large")) -> JobSpec:
+    return JobSpec(
+        Training("roberta-large", Path("/lustre/data-bin/wikitext-103"), save_dir),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=8),
+        slurm=SlurmJob(partition="gpu"),
         saves=Saves(local_dir=Path("/scratch/hpc-train")),
         container=Container(
             IMAGE, mounts=(Mount(Path("/lustre/tokenizers"), Path("/tokenizers"), "ro"),)
         ),
     )
-    return JobSpec(**{**spec.__dict__, **changes})
 
 
 def test_pyxis_job_script_matches_golden_file():
@@ -63,7 +59,7 @@ def test_pyxis_job_script_matches_golden_file():
 
 @pytest.mark.parametrize("preset", list(presets.PRESETS))
 def test_the_plain_form_has_no_container_flags_and_runs_the_hosts_python(preset):
-    spec = JobSpec(preset, Path("/d"), Path("/s"), gpus_per_node=0)
+    spec = JobSpec(Training(preset, Path("/d"), Path("/s")), sizing=Sizing(gpus_per_node=0))
     script = submit.render_sbatch(spec, python=PYTHON)
     assert "container" not in script
     assert f"{PYTHON} -u -m submitit.core._submit /s/slurm" in script
@@ -160,9 +156,10 @@ def test_a_good_squashfs_and_mounts_pass_validation(tmp_path, corpus_dir):
     sqsh = tmp_path / "ok.sqsh"
     sqsh.write_bytes(b"hsqs" + bytes(92))
     spec = JobSpec(
-        "tiny", corpus_dir, tmp_path / "run", gpus_per_node=0,
+        Training("tiny", corpus_dir, tmp_path / "run"),
+        sizing=Sizing(gpus_per_node=0),
         container=Container(str(sqsh), mounts=(Mount(tmp_path, Path("/extra")),)),
-    )  # fmt: skip
+    )
     validate(spec)
 
 
@@ -194,7 +191,9 @@ def test_submit_writes_the_runs_bundle_before_sbatch(tmp_path, corpus_dir, slurm
     """submitit's executor is replaced (no Slurm here): what it would submit is recorded."""
     image = oci_image(tmp_path)
     spec = JobSpec(
-        "tiny", corpus_dir, tmp_path / "run", gpus_per_node=0, container=Container(str(image))
+        Training("tiny", corpus_dir, tmp_path / "run"),
+        sizing=Sizing(gpus_per_node=0),
+        container=Container(str(image)),
     )
     validate(spec)
     seen = {}
@@ -208,9 +207,11 @@ def test_submit_writes_the_runs_bundle_before_sbatch(tmp_path, corpus_dir, slurm
     assert submit.submit(spec) == "job"
     destinations = [m["destination"] for m in seen["bundle"]["mounts"]]
     assert destinations[-4:] == [
-        str(spec.save_dir), str(corpus_dir), str(slurm_with_oci.parent), str(tmp_path / "munge")
+        str(spec.training.save_dir), str(corpus_dir), str(slurm_with_oci.parent), str(tmp_path / "munge")
     ]  # fmt: skip
-    assert "/opt" in destinations and seen["bundle"]["process"]["cwd"] == str(spec.save_dir)
+    assert "/opt" in destinations and seen["bundle"]["process"]["cwd"] == str(
+        spec.training.save_dir
+    )
 
 
 @pytest.mark.usefixtures("never_submitted")

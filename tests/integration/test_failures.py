@@ -133,6 +133,12 @@ def test_a_killed_node_is_blamed_drained_excluded_and_the_run_completes(runs):
     assert "crash in job" in info["Reason"], info
     assert victim in slurm.hostnames(excluded) and victim not in restarted_on
     assert runs.summary(save).updates == max_update
+    # each stop said as what followed it: a requeue, restart n of --max-restarts (m)
+    whys = [str(e.get("why")) for e in events if e.kind == "stopped"]
+    assert [re.sub(r"/\d+$", "", w).rsplit(": ", 1)[-1] for w in whys] == [
+        "requeue 1",
+        "requeue 2",
+    ], whys
     seen = subprocess.run(
         [sys.executable, "-m", "hpc_train.command", "status", str(save)],
         capture_output=True, text=True, timeout=60,

@@ -7,6 +7,7 @@ on the node, recorded and not drained; the second drains it."""
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 
 import pytest
@@ -86,6 +87,11 @@ def _recovered_in_job(runs, name: str, interrupt, kills_first: bool = False) -> 
     assert restarted.get("left_out") == [victim] and restarted.get("members") == [nodes[0]]
     assert [e.get("drained") for e in events if e.kind == "blamed"][-1] is True
     assert not [e for e in events if e.kind == "requeued"]
+    # each stop said as what followed it: an in-job round, restart n of --max-restarts (m)
+    whys = [str(e.get("why")) for e in events if e.kind == "stopped"]
+    assert [re.sub(r"/\d+$", "", w).rsplit(": ", 1)[-1] for w in whys] == [
+        f"in-job round {n}" for n in range(1, len(whys) + 1)
+    ] and len(whys) == (2 if kills_first else 1), whys
     assert "DRAIN" in info["State"] and info["Reason"].startswith("hpc-train: "), info
     assert released < [e for e in events if e.kind == "finished"][-1].time
     starts = [e for e in events if e.kind == "started"]

@@ -20,7 +20,7 @@ from nccl_checks.verdict import judge, threshold_for
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def plan(backend: str = "gloo", **kw: object) -> allreduce.Plan:
+def plan(backend: str = "gloo", **kw: object) -> allreduce.CheckPlan:
     return allreduce.make_plan(backend, kw.pop("nodes", 2), Path("/tmp/x"), **kw)  # type: ignore[arg-type]
 
 

@@ -89,14 +89,17 @@ def test_each_gpu_queue_checks_its_nodes_once_dcgm_in_the_prolog_or_the_launcher
     instance type checks its nodes itself by default (submit --node-check auto), and only there.
     """
     from hpc_core.instances import instance_type
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Training
 
     for queue in load(name)["Scheduling"]["SlurmQueues"]:
         for cr in queue["ComputeResources"]:
             itype = instance_type(cr["InstanceType"])
             dcgm = queue["HealthChecks"]["Gpu"]["Enabled"]
             assert dcgm is itype.dcgm_prolog
-            spec = JobSpec("tiny", Path("/d"), Path("/s"), instance_type=itype.name)
+            spec = JobSpec(
+                Training("tiny", Path("/d"), Path("/s")), Sizing(instance_type=itype.name)
+            )
             assert spec.checks_nodes is not dcgm
     assert instance_type("p3dn.24xlarge").dcgm_prolog is False
 

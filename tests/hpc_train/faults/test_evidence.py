@@ -30,11 +30,11 @@ def test_the_table_names_every_kind_of_evidence():
 
 @pytest.mark.parametrize("found", list(Evidence))
 def test_each_row_first_blame_then_a_second_on_the_same_machine(found: Evidence):
-    first = evidence.decide(found, earlier=0)
+    first = evidence.drain_verdict(found, earlier=0)
     assert first.drain is TABLE[found]
     assert first.why.startswith("drained" if TABLE[found] else "not drained")
     assert str(found) in first.why  # the ledger and the log say on what
-    again = evidence.decide(found, earlier=1)
+    again = evidence.drain_verdict(found, earlier=1)
     assert again.drain  # whatever the evidence, a machine's second blame drains it
     assert again.why.startswith("drained")
 
@@ -42,8 +42,8 @@ def test_each_row_first_blame_then_a_second_on_the_same_machine(found: Evidence)
 def test_a_hangs_suspect_without_a_stack_is_evidence_about_its_node():
     assert evidence.of_hang(stack=True) is Evidence.HANG_WITH_STACKS
     assert evidence.of_hang(stack=False) is Evidence.HANG_NO_STACK
-    assert evidence.decide(evidence.of_hang(stack=False), 0).drain
-    assert not evidence.decide(evidence.of_hang(stack=True), 0).drain
+    assert evidence.drain_verdict(evidence.of_hang(stack=False), 0).drain
+    assert not evidence.drain_verdict(evidence.of_hang(stack=True), 0).drain
 
 
 @pytest.mark.parametrize(
@@ -97,6 +97,8 @@ def test_the_blame_that_finds_an_earlier_one_is_the_one_that_quarantines():
     """Drained at the second blame and quarantined at the second blame: one count."""
     past = [blamed("n2", 0, "10.0.1.5")]
     now = blamed("n2", 5, "10.0.1.5")
-    assert quarantine.decide(past) == []
+    assert quarantine.quarantined(past) == []
     assert quarantine.earlier(past, "n2", "10.0.1.5", now.time) == 1
-    assert [(e.node, e.machine) for e in quarantine.decide([*past, now])] == [("n2", "10.0.1.5")]
+    assert [(e.node, e.machine) for e in quarantine.quarantined([*past, now])] == [
+        ("n2", "10.0.1.5")
+    ]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hpc_core.rundir import RunDir
-from hpc_train.contract import StartFiles
+from hpc_train.contract import Cause, StartFiles
 from hpc_train.faults import failures
-from hpc_train.faults.failures import INFRASTRUCTURE, USER_ERROR, Failure
+from hpc_train.faults.failures import Failure
 from hpc_train.launch import restart_policy
 from hpc_train.launch.restart_policy import Action
 
@@ -15,13 +15,13 @@ from hpc_train.launch.restart_policy import Action
 @pytest.mark.parametrize(
     ("exc_type", "message", "cause"),
     [
-        ("DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", INFRASTRUCTURE),
-        ("RuntimeError", "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer", INFRASTRUCTURE),
-        ("RuntimeError", "CUDA error: an illegal memory access was encountered", INFRASTRUCTURE),
-        ("FloatingPointError", "Minimum loss scale reached (0.0001).", USER_ERROR),
-        ("KeyError", "'encoder.layers.12.weight'", USER_ERROR),
-        ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB", USER_ERROR),
-        ("InjectedCrash", "chaos: crash injected at update 30 on rank 0", USER_ERROR),
+        ("DistBackendError", "NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", Cause.INFRASTRUCTURE),
+        ("RuntimeError", "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer", Cause.INFRASTRUCTURE),
+        ("RuntimeError", "CUDA error: an illegal memory access was encountered", Cause.INFRASTRUCTURE),
+        ("FloatingPointError", "Minimum loss scale reached (0.0001).", Cause.USER_ERROR),
+        ("KeyError", "'encoder.layers.12.weight'", Cause.USER_ERROR),
+        ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB", Cause.USER_ERROR),
+        ("InjectedCrash", "chaos: crash injected at update 30 on rank 0", Cause.USER_ERROR),
     ],
 )  # fmt: skip
 def test_classify(exc_type, message, cause):
@@ -53,11 +53,13 @@ def test_reports_round_trip_and_a_cut_report_is_no_evidence(tmp_path):
 
 
 def test_a_repeated_user_error_stops_the_run_an_infrastructure_crash_requeues():
-    bug = (USER_ERROR, "ValueError: bad batch (rank 0, update 30)")
+    bug = (Cause.USER_ERROR, "ValueError: bad batch (rank 0, update 30)")
     stop = restart_policy.after_exit(1, False, 0, 1, 20, crash=bug, repeated=True)
-    assert stop.action is Action.FAIL and stop.cause == USER_ERROR
+    assert stop.action is Action.FAIL and stop.cause == Cause.USER_ERROR
     assert "same error at the same update" in stop.why and "bad batch" in stop.why
     once = restart_policy.after_exit(1, False, 0, 0, 20, crash=bug)
-    assert once.action is Action.REQUEUE and once.cause == USER_ERROR
-    infra = restart_policy.after_exit(1, False, 0, 1, 20, crash=(INFRASTRUCTURE, "NCCL timeout"))
-    assert infra.action is Action.REQUEUE and infra.cause == INFRASTRUCTURE
+    assert once.action is Action.RESTART and once.cause == Cause.USER_ERROR
+    infra = restart_policy.after_exit(
+        1, False, 0, 1, 20, crash=(Cause.INFRASTRUCTURE, "NCCL timeout")
+    )
+    assert infra.action is Action.RESTART and infra.cause == Cause.INFRASTRUCTURE

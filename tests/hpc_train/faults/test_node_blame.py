@@ -18,7 +18,8 @@ from hpc_train.faults.agent_exit import NodeExit
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.failures import Failure
 from hpc_train.job.limits import Watch
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 from hpc_train.launch import launcher
 
 GLOO_PEER = ("DistBackendError", "[gloo] Connection closed by peer [10.0.0.2]:5")
@@ -249,7 +250,7 @@ class CrashingRank(launcher.Launcher):
             "import os; from pathlib import Path; from hpc_train.worker.heartbeat import Heartbeat\n"
             "from hpc_core.rundir import RunDir; from hpc_train.faults import failures\n"
             "hb = Heartbeat(Path(os.environ['HPC_TRAIN_HEARTBEAT_DIR']), 0); hb.completed(7)\n"
-            f"run = RunDir(Path({str(self.spec.save_dir)!r}))\n"
+            f"run = RunDir(Path({str(self.spec.training.save_dir)!r}))\n"
             "failures.write(run, '41', 0, failures.Failure(0, 7, 'RuntimeError', "
             "'CUDA error: uncorrectable ECC error encountered'))\n"
             "raise SystemExit(1)\n"
@@ -261,7 +262,7 @@ def test_task_0_blames_the_node_of_a_machine_error_drains_and_excludes_it(
     tmp_path, fake_slurm, monkeypatch
 ):
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    spec = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing=Sizing(gpus_per_node=0))
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         CrashingRank(spec).run(launcher.Start("41", 0, 1, "n1", 0, ("n1",)), gpus=0)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n1"])]
@@ -283,7 +284,11 @@ def test_after_slurm_requeued_by_itself_task_0_blames_the_node_it_lost(tmp_path,
     run = RunDir(tmp_path)
     ledger.record(run.ledger, "started", "41", 0, nodes=["n1", "n2"])
     fake_slurm.nodes["n2"] = {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"}
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, watch=Watch(no_watchdog=True))
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(gpus_per_node=0),
+        watch=Watch(no_watchdog=True),
+    )
     done = Trains(spec).run(launcher.Start("41", 0, 1, "n1", 1, ("n1",)), gpus=0)
     assert done["restarts"] == 1
     assert fake_slurm.drained == [
@@ -324,7 +329,7 @@ class PeerWitness(launcher.Launcher):
             "import os; from pathlib import Path; from hpc_train.worker.heartbeat import Heartbeat\n"
             "from hpc_core.rundir import RunDir; from hpc_train.faults import failures\n"
             "hb = Heartbeat(Path(os.environ['HPC_TRAIN_HEARTBEAT_DIR']), 0); hb.completed(7)\n"
-            f"run = RunDir(Path({str(self.spec.save_dir)!r}))\n"
+            f"run = RunDir(Path({str(self.spec.training.save_dir)!r}))\n"
             f"failures.write(run, '41', 0, failures.Failure(0, 7, *{GLOO_PEER!r}))\n"
             "raise SystemExit(1)\n"
         )
@@ -344,7 +349,7 @@ def test_a_killed_rank_is_the_restarts_cause_not_its_peers_lost_connection(
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))  # task 1 is up
     # its rank 2 got SIGKILL
     agent_exit.write(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    spec = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing=Sizing(gpus_per_node=0))
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)
     (stopped,) = [e for e in ledger.read(run.ledger) if e.kind == "stopped"]
@@ -365,7 +370,7 @@ def test_task_0_requeues_a_first_signal_kill_without_draining_or_excluding_its_n
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
     agent_exit.write(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0)
+    spec = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing=Sizing(gpus_per_node=0))
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)
     assert fake_slurm.requeued == ["41"]

@@ -4,7 +4,8 @@ import pytest
 
 from hpc_core import slurm
 from hpc_train.job import command_lines
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 
 
 def arg(argv, flag):
@@ -26,7 +27,10 @@ def test_an_in_job_restart_round_has_its_own_rendezvous_id_and_port():
 
 
 def test_gpu_args_use_fp16_nccl_and_the_computed_update_freq():
-    spec = JobSpec("roberta-large", Path("/d"), Path("/s"), 2, 2, 8)  # p3dn: V100, fp16
+    spec = JobSpec(
+        Training("roberta-large", Path("/d"), Path("/s")),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=8),
+    )  # p3dn: V100, fp16
     argv, plan = command_lines.fairseq_args(spec, world_size=16, gpu=True)
     assert argv[0] == "/d"
     assert "--fp16" in argv and arg(argv, "--distributed-backend") == "nccl"
@@ -36,7 +40,10 @@ def test_gpu_args_use_fp16_nccl_and_the_computed_update_freq():
 
 
 def test_cpu_args_fall_back_to_gloo_and_legacy_ddp():
-    spec = JobSpec("tiny", Path("/d"), Path("/s"), 2, 2, 0, max_update=20)
+    spec = JobSpec(
+        Training("tiny", Path("/d"), Path("/s"), max_update=20),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+    )
     argv, _ = command_lines.fairseq_args(spec, world_size=2, gpu=False)
     assert "--cpu" in argv and "--fp16" not in argv
     assert arg(argv, "--distributed-backend") == "gloo"
@@ -46,12 +53,17 @@ def test_cpu_args_fall_back_to_gloo_and_legacy_ddp():
 
 
 def test_extra_args_come_last_so_they_override():
-    spec = JobSpec("tiny", Path("/d"), Path("/s"), gpus_per_node=0, extra_args=("--lr", "0.1"))
+    spec = JobSpec(
+        Training("tiny", Path("/d"), Path("/s"), extra_args=("--lr", "0.1")),
+        sizing=Sizing(gpus_per_node=0),
+    )
     argv, _ = command_lines.fairseq_args(spec, 1, gpu=False)
     assert argv[-2:] == ["--lr", "0.1"]
 
 
 def test_too_small_global_batch_for_this_world_raises():
-    spec = JobSpec("tiny", Path("/d"), Path("/s"), gpus_per_node=0, global_batch=8)
+    spec = JobSpec(
+        Training("tiny", Path("/d"), Path("/s")), sizing=Sizing(gpus_per_node=0, global_batch=8)
+    )
     with pytest.raises(ValueError):
         command_lines.fairseq_args(spec, world_size=4, gpu=False)

@@ -8,7 +8,8 @@ import pytest
 
 from hpc_core.instances import INSTANCE_TYPES
 from hpc_train.job import batch, command_lines, devices, presets
-from hpc_train.job.spec import JobSpec, SpecError, validate
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, SpecError, Training, validate
 
 GPU_PRESETS = ("roberta-base", "roberta-large")
 
@@ -81,16 +82,22 @@ def test_every_row_agrees_with_its_derivation(preset: str, itype: str) -> None:
 def test_global_batch_is_kept_on_every_instance_type_and_node_count(
     preset: str, itype: str, nodes: int
 ) -> None:
-    spec = JobSpec(preset, Path("/d"), Path("/s"), nodes, nodes, 8, instance_type=itype)
+    spec = JobSpec(
+        Training(preset, Path("/d"), Path("/s")),
+        sizing=Sizing(nodes_min=nodes, nodes_max=nodes, gpus_per_node=8, instance_type=itype),
+    )
     world = nodes * 8
-    plan = batch.plan(spec.sequences_per_update, spec.device_batch(True, world), world)
+    plan = batch.keep_global_batch(spec.sequences_per_update, spec.device_batch(True, world), world)
     assert plan.effective >= 2048 and plan.effective - 2048 < plan.batch_per_device * world
     if 2048 % world == 0:
         assert plan.effective == 2048  # exact on power-of-two worlds
 
 
 def test_many_nodes_take_fewer_sequences_per_gpu_instead_of_refusing() -> None:
-    spec = JobSpec("roberta-base", Path("/d"), Path("/s"), 4, 4, 8, instance_type="p5.48xlarge")
+    spec = JobSpec(
+        Training("roberta-base", Path("/d"), Path("/s")),
+        sizing=Sizing(nodes_min=4, nodes_max=4, gpus_per_node=8, instance_type="p5.48xlarge"),
+    )
     argv, plan = command_lines.fairseq_args(spec, world_size=32, gpu=True)
     assert arg(argv, "--batch-size") == "64" and plan.update_freq == 1  # 64 x 32 = 2048
 
@@ -118,42 +125,63 @@ def test_precision_by_gpu(itype: str | None, expected: str) -> None:
 
 
 def test_gpu_args_carry_precision_optimizer_and_loader_workers() -> None:
-    p5 = JobSpec("roberta-large", Path("/d"), Path("/s"), 1, 1, 8, instance_type="p5.48xlarge")
+    p5 = JobSpec(
+        Training("roberta-large", Path("/d"), Path("/s")),
+        sizing=Sizing(nodes_min=1, nodes_max=1, gpus_per_node=8, instance_type="p5.48xlarge"),
+    )
     argv, plan = command_lines.fairseq_args(p5, world_size=8, gpu=True)
     assert "--bf16" in argv and "--fp16" not in argv
     assert arg(argv, "--optimizer") == presets.GPU_OPTIMIZER
     assert arg(argv, "--batch-size") == "64" and plan.update_freq == 4
     assert arg(argv, "--num-workers") == str(devices.LOADER_WORKERS)
-    fp32 = JobSpec("roberta-base", Path("/d"), Path("/s"), precision="fp32", batch_per_device=8)
+    fp32 = JobSpec(
+        Training("roberta-base", Path("/d"), Path("/s")),
+        sizing=Sizing(precision="fp32", batch_per_device=8),
+    )
     argv, _ = command_lines.fairseq_args(fp32, world_size=8, gpu=True)
     assert not {"--bf16", "--fp16"} & set(argv) and arg(argv, "--batch-size") == "8"
-    cpu, _ = command_lines.fairseq_args(JobSpec("tiny", Path("/d"), Path("/s")), 1, gpu=False)
+    cpu, _ = command_lines.fairseq_args(
+        JobSpec(Training("tiny", Path("/d"), Path("/s"))), 1, gpu=False
+    )
     assert arg(cpu, "--optimizer") == presets.CPU_OPTIMIZER and "--bf16" not in cpu
 
 
 def test_validate_refuses_bf16_on_v100_and_a_zero_batch() -> None:
-    v100 = JobSpec("roberta-base", Path("/d"), Path("/s"), precision="bf16")
+    v100 = JobSpec(
+        Training("roberta-base", Path("/d"), Path("/s")), sizing=Sizing(precision="bf16")
+    )
     with pytest.raises(SpecError, match=r"V100 of p3dn\.24xlarge has no bf16"):
         validate(v100, check_paths=False)
     with pytest.raises(SpecError, match="--batch-per-device"):
-        validate(JobSpec("roberta-base", Path("/d"), Path("/s"), batch_per_device=0), False)
-    assert validate(JobSpec("roberta-base", Path("/d"), Path("/s"), precision="fp16"), False)
+        validate(
+            JobSpec(
+                Training("roberta-base", Path("/d"), Path("/s")), sizing=Sizing(batch_per_device=0)
+            ),
+            False,
+        )
+    assert validate(
+        JobSpec(Training("roberta-base", Path("/d"), Path("/s")), sizing=Sizing(precision="fp16")),
+        False,
+    )
 
 
 def test_a_world_that_does_not_divide_the_global_batch_is_not_doubled():
     """2048 sequences over 24 H100s (3 p5 nodes): 43 x 24 x 2 = 2064 per update (before: 85
     per GPU, a step of 2040, so 2 steps: 4080, twice the recipe's batch)."""
     per = devices.batch_per_device("roberta-base", "p5.48xlarge", 16, 2048, 24)
-    plan = batch.plan(2048, per, 24)
+    plan = batch.keep_global_batch(2048, per, 24)
     assert (per, plan.update_freq, plan.effective) == (43, 2, 2064)
     for world in range(1, 257):  # never more than one sequence per device over the recipe's
         per = devices.fitted_batch(256, 2048, world)
         if world <= 2048:
-            assert batch.plan(2048, per, world).effective < 2048 + world * 2, world
+            assert batch.keep_global_batch(2048, per, world).effective < 2048 + world * 2, world
 
 
 def test_an_elastic_run_keeps_one_batch_per_device_at_every_width(tmp_path):
     """--nodes 1-3 on p5: the batch per GPU is the widest world's at every width (so a resume at
     another width is sample-exact), the narrower ones take more steps per update."""
-    spec = JobSpec("roberta-base", tmp_path, tmp_path, 1, 3, 8, instance_type="p5.48xlarge")
+    spec = JobSpec(
+        Training("roberta-base", tmp_path, tmp_path),
+        sizing=Sizing(nodes_min=1, nodes_max=3, gpus_per_node=8, instance_type="p5.48xlarge"),
+    )
     assert {spec.device_batch(True, 8 * n) for n in (1, 2, 3)} == {43}

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from hpc_train.job import command_lines, levers
-from hpc_train.job.spec import JobSpec, SpecError, validate
+from hpc_train.job.levers import Speed
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, SpecError, Training, validate
 
 
 def states(cc, asked=None) -> dict[str, bool]:
@@ -80,15 +82,17 @@ def test_the_rank_gets_the_levers_that_are_on_in_one_argument():
         levers.parse_worker_value("compile,warp-speed")
 
 
-def spec(instance_type: str, gpus: int = 8, **kw) -> JobSpec:
-    return JobSpec("roberta-large", Path("/d"), Path("/s"), gpus_per_node=gpus,
-                   instance_type=instance_type, **kw)  # fmt: skip
+def spec(instance_type: str, gpus: int = 8, **asked: str) -> JobSpec:
+    """roberta-large on ``instance_type``, the levers ``asked`` (by their fields' names)."""
+    return JobSpec(Training("roberta-large", Path("/d"), Path("/s")),
+                   Sizing(gpus_per_node=gpus, instance_type=instance_type),
+                   speed=Speed(**asked))  # fmt: skip
 
 
 def test_submit_refuses_a_lever_the_instance_types_gpu_cannot_run():
     with pytest.raises(SpecError, match=r"--flash on: the GPU of p3dn\.24xlarge"):
-        validate(spec("p3dn.24xlarge", speed=(("flash", "on"),)), check_paths=False)
-    validate(spec("p5.48xlarge", speed=(("flash", "on"),)), check_paths=False)
+        validate(spec("p3dn.24xlarge", flash="on"), check_paths=False)
+    validate(spec("p5.48xlarge", flash="on"), check_paths=False)
 
 
 def test_the_command_line_carries_the_choices():
@@ -98,8 +102,8 @@ def test_the_command_line_carries_the_choices():
     p3dn, _ = command_lines.fairseq_args(spec("p3dn.24xlarge"), world_size=8, gpu=True)
     assert arg(p3dn, levers.WORKER_FLAG) == "fused-adamw"  # no flash on a V100
     assert arg(p3dn, "--optimizer") == "fused_adamw" and "--fp16" in p3dn
-    asked = (("compile", "on"), ("fused-adamw", "off"))
-    p5, _ = command_lines.fairseq_args(spec("p5.48xlarge", speed=asked), world_size=8, gpu=True)
+    asked = spec("p5.48xlarge", compile="on", fused_adamw="off")
+    p5, _ = command_lines.fairseq_args(asked, world_size=8, gpu=True)
     assert arg(p5, levers.WORKER_FLAG) == "compile,flash"
     assert arg(p5, "--optimizer") == "adam"  # fused-adamw off: fairseq's own
 
@@ -111,3 +115,16 @@ def test_dry_run_lists_every_lever_with_its_reason_and_evidence():
     flash = next(line for line in lines if "flash" in line)
     assert "off" in flash and "sm70 cannot run it" in flash
     assert "unmeasured" in next(line for line in lines if "compile" in line)
+
+
+def test_the_speed_section_has_one_option_per_lever_in_the_tables_order():
+    """``JobSpec.speed`` is a section like the others (no special case in ``job.options``): one
+    field per lever, named by its member, its option ``--NAME`` with the lever's help."""
+    import dataclasses
+
+    fields = dataclasses.fields(levers.Speed)
+    assert [f.name for f in fields] == [levers.field_of(lever.name) for lever in levers.LEVERS]
+    assert [f.metadata["option"].flag for f in fields] == [f"--{x.name}" for x in levers.LEVERS]
+    assert [f.metadata["option"].help for f in fields] == [x.what for x in levers.LEVERS]
+    asked = levers.Speed.of({levers.LeverName.FUSED_ADAMW: "off"})
+    assert asked.fused_adamw == "off" and asked.asked() == {levers.LeverName.FUSED_ADAMW: "off"}

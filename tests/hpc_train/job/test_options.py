@@ -9,7 +9,7 @@ import pytest
 
 from hpc_train import submit
 from hpc_train.job import options
-from hpc_train.job.spec import JobSpec, SpecError
+from hpc_train.job.spec import JobSpec, SpecError, Training
 
 
 def parse(*argv: str) -> JobSpec:
@@ -20,8 +20,8 @@ def parse(*argv: str) -> JobSpec:
 def test_every_field_but_the_derived_ones_has_an_option():
     with_option = {path for path, _f, _opt in options.spec_options()}
     all_fields = {path for path, _f in options.leaves()}
-    # filled by --nodes, by --, and by one --NAME per speed lever
-    assert all_fields - with_option == {("nodes_max",), ("extra_args",), ("speed",)}
+    # filled by --nodes, and by --
+    assert all_fields - with_option == {("sizing", "nodes_max"), ("training", "extra_args")}
 
 
 def test_each_speed_lever_is_an_option_and_lands_in_the_spec():
@@ -30,14 +30,16 @@ def test_each_speed_lever_is_an_option_and_lands_in_the_spec():
     text = submit.build_parser().format_help()
     assert all(f"--{lever.name} {{auto,on,off}}" in text for lever in levers.LEVERS)
     spec = parse("--preset", "tiny", "--gelu", "on", "--flash", "off")
-    assert spec.speed == (("gelu", "on"), ("flash", "off"))
-    assert spec.lever_settings["gelu"] == "on" and spec.lever_settings["pack"] == "auto"
-    assert parse("--preset", "tiny").speed == ()
+    assert spec.speed == levers.Speed(gelu="on", flash="off")
+    settings = spec.speed.settings()
+    assert settings[levers.LeverName.GELU] == "on" and settings[levers.LeverName.PACK] == "auto"
+    assert spec.speed.asked() == {levers.LeverName.GELU: "on", levers.LeverName.FLASH: "off"}
+    assert parse("--preset", "tiny").speed == levers.Speed()
 
 
 def test_absent_options_keep_the_fields_defaults():
     spec = parse("--preset", "tiny")
-    bare = JobSpec("tiny", Path("d").resolve(), Path("s").resolve())
+    bare = JobSpec(Training("tiny", Path("d").resolve(), Path("s").resolve()))
     assert spec == bare
 
 
@@ -54,8 +56,10 @@ def test_help_shows_each_default_from_the_field():
 
 def test_values_are_parsed_by_the_fields_parsers():
     spec = parse("--preset", "tiny", "--nodes", "1-4", "--time", "1:30:00", "--max-update", "9")
-    assert (spec.nodes_min, spec.nodes_max, spec.time_limit_min, spec.max_update) == (1, 4, 90, 9)
-    assert spec.data.is_absolute() and spec.save_dir.is_absolute()
+    sizing, training = spec.sizing, spec.training
+    assert (sizing.nodes_min, sizing.nodes_max, spec.slurm.time_limit_min) == (1, 4, 90)
+    assert training.max_update == 9
+    assert training.data.is_absolute() and training.save_dir.is_absolute()
 
 
 def test_a_value_that_does_not_parse_is_a_spec_error():
@@ -78,11 +82,11 @@ def test_each_concerns_options_land_in_its_nested_value():
     assert (spec.notify.mail_user, spec.notify.command, spec.notify.mail_type) == (
         "me@lab.org", "cat", None)  # fmt: skip
     watch = spec.watch
-    assert watch.no_watchdog and watch.no_drain and watch.evict_stragglers
+    assert watch.no_watchdog and spec.recovery.no_drain and spec.recovery.evict_stragglers
     assert watch.hang == HangLimits(factor=4.0, startup_s=60.0)  # the watchdog's own value
     assert watch.stragglers == StragglerLimits(window_s=90.0)
     assert (spec.container.image, spec.container.mounts) == ("docker://img", ())
-    assert (spec.nodes_min, spec.nodes_max) == (2, 2)  # --nodes fills its siblings
+    assert (spec.sizing.nodes_min, spec.sizing.nodes_max) == (2, 2)  # --nodes fills its siblings
 
 
 def test_each_flag_is_declared_once_and_its_dest_is_the_fields_path():
@@ -91,13 +95,17 @@ def test_each_flag_is_declared_once_and_its_dest_is_the_fields_path():
     parser = submit.build_parser()
     dests = {a.option_strings[0]: a.dest for a in parser._actions if a.option_strings}
     assert dests["--hang-factor"] == "watch.hang.factor"
-    assert dests["--spares"] == "recovery.spares" and dests["--preset"] == "preset"
-    nested = [path for path, _f, _opt in options.spec_options() if len(path) > 1]
-    assert {path[0] for path in nested} == {"recovery", "saves", "notify", "watch", "container"}
+    assert dests["--spares"] == "recovery.spares" and dests["--preset"] == "training.preset"
+    assert dests["--no-drain"] == "recovery.no_drain" and dests["--pack"] == "speed.pack"
+    paths = [path for path, _f, _opt in options.spec_options()]
+    assert all(len(path) > 1 for path in paths)  # every option in a section: none at the top
+    assert {path[0] for path in paths} == {
+        "training", "sizing", "slurm", "recovery", "saves", "notify", "watch", "container", "speed",
+    }  # fmt: skip
 
 
 def test_a_nested_concern_defaults_to_its_own_defaults():
-    spec = JobSpec("tiny", Path("d"), Path("s"))
+    spec = JobSpec(Training("tiny", Path("d"), Path("s")))
     for f in dataclasses.fields(JobSpec):
-        if "nested" in f.metadata:
+        if f.name != "training":  # the one section without defaults: what to train, where
             assert getattr(spec, f.name) == f.metadata["nested"](), f.name

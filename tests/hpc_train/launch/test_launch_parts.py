@@ -14,30 +14,35 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import (
-    DONE,
-    REQUEUE,
-    RESTART_IN_JOB,
-    STOP,
+    Cause,
+    FailureRecord,
+    RoundAction,
     RoundVerdict,
     StartFiles,
     StopMarker,
     read_verdict,
+    write_failure,
     write_stop,
     write_verdict,
 )
 from hpc_train.faults import agent_exit, node_blame
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.suspects import Suspect
-from hpc_train.job.spec import JobSpec, Recovery
-from hpc_train.launch import lifecycle, recovery, release, requeue, rounds
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Recovery, Training
+from hpc_train.launch import lifecycle, recovery, release, requeue, rounds, signals
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.launch.starts import Start
 
 
-def here_of(tmp_path: Path, start: Start, **spec: Any) -> tuple[Here, list[tuple[str, dict]]]:
+def here_of(
+    tmp_path: Path, start: Start, nodes: tuple[int, int] = (1, 1), **sections: Any
+) -> tuple[Here, list[tuple[str, dict]]]:
+    """``start`` of a tiny CPU run on ``nodes`` (MIN, MAX), its ``sections`` as given."""
     notes: list[tuple[str, dict]] = []
-    job = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, **spec)
+    sizing = Sizing(nodes_min=nodes[0], nodes_max=nodes[1], gpus_per_node=0)
+    job = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing, **sections)
     return Here.of(job, start, lambda kind, **data: notes.append((kind, data))), notes
 
 
@@ -56,16 +61,16 @@ def test_the_requeue_excludes_the_blamed_node_and_tells_the_others(tmp_path, fak
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         requeue.requeue(here, ["n2"])
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
-    assert read_verdict(here.run, "41", 0).action == REQUEUE
+    assert read_verdict(here.run, "41", 0).action == RoundAction.REQUEUE
     assert [k for k, _ in notes] == ["requeued"]
 
 
 def test_a_requeue_that_could_not_start_stops_the_run_and_requeues_nothing(tmp_path, fake_slurm):
     fake_slurm.partition = {"n1": "idle", "n2": "idle"}
-    here, notes = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2)
+    here, notes = here_of(tmp_path, TWO, nodes=(2, 2))
     blocked = requeue.send(here, ["n2"], "crash")
     assert blocked is not None and "n2" in blocked.why
-    assert fake_slurm.requeued == [] and read_verdict(here.run, "41", 0).action == STOP
+    assert fake_slurm.requeued == [] and read_verdict(here.run, "41", 0).action == RoundAction.FAIL
     assert notes[0][0] == "requeue_blocked"
 
 
@@ -79,17 +84,17 @@ def test_a_clean_exit_finishes_with_no_blame_and_a_crash_is_blamed_on_task_0(
     tmp_path, fake_slurm, monkeypatch
 ):
     here, _ = here_of(tmp_path, TWO)
-    rec = recovery.decide(here, recovery.Ended(0, saved=False), 0, lambda: False)
+    rec = recovery.assess(here, recovery.Ended(0, saved=False), 0, lambda: False)
     assert rec.outcome.action is Action.FINISHED and rec.suspect is None
     suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))
     monkeypatch.setattr(recovery, "crash_report", lambda here: (None, False))
-    rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
-    assert rec.outcome.action is Action.REQUEUE and rec.suspect == suspect
+    rec = recovery.assess(here, recovery.Ended(1, saved=False), 0, lambda: False)
+    assert rec.outcome.action is Action.RESTART and rec.suspect == suspect
     assert rec.detail == "torchrun exited with 1" and rec.leave_out == ("n2",)
     # blamed, but the verdict keeps it (a first signal kill): nothing is left out
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, False))
-    rec = recovery.decide(here, recovery.Ended(1, saved=False), 0, lambda: False)
+    rec = recovery.assess(here, recovery.Ended(1, saved=False), 0, lambda: False)
     assert rec.suspect == suspect and rec.leave_out == ()
 
 
@@ -100,13 +105,56 @@ def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
     notice (the kill was ours: exit 0), no hang, nobody blamed."""
     here, _ = here_of(tmp_path, TWO)
     ended = recovery.Ended(-9, saved=True, stuck="torchrun still there")
-    rec = recovery.decide(here, ended, 0, lambda: False)
+    rec = recovery.assess(here, ended, 0, lambda: False)
     assert rec.returncode == 0 and rec.hang is None
     assert rec.outcome.cause == "notice" and not rec.outcome.blame and rec.suspect is None
     assert rec.stuck == "torchrun still there"
     monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (None, False))  # no hang reports
-    unsaved = recovery.decide(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
+    unsaved = recovery.assess(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
     assert unsaved.hang == "torchrun stuck: torchrun still there" and unsaved.returncode == -9
+
+
+def crashed(here: Here, files: StartFiles, message: str = "bad batch") -> None:
+    """Rank 0 of ``files``' round raised at update 30 (its report), its torchrun exited 1."""
+    write_failure(here.run, files.name, files.restart, FailureRecord(0, 30, "ValueError", message))
+    agent_exit.write(files, agent_exit.NodeExit(0, "n1", 1))
+
+
+def test_the_same_user_error_in_two_in_job_rounds_of_one_start_is_the_same_failure_again(
+    tmp_path, fake_slurm
+):
+    """A bad input at update 30 ends round 0; round 1 resumes before it and dies of it again:
+    the same failure again, compared with the round just before (before, with the same round's
+    name in the Slurm start before, none: the run spent every restart on it)."""
+    one = Start("41", 0, 1, "n1", 0, ("n1",))
+    round0, _ = here_of(tmp_path, one)
+    crashed(round0, round0.files)
+    assert recovery.crash_report(round0) == (
+        (Cause.USER_ERROR, "ValueError: bad batch (rank 0, update 30)"), False
+    )  # fmt: skip
+    for n in (1, 2):  # rounds 1 and 2: each the same error again
+        here, _ = here_of(tmp_path, dataclasses.replace(one, round=n))
+        crashed(here, here.files)
+        assert recovery.crash_report(here)[1] is True
+    other, _ = here_of(tmp_path, dataclasses.replace(one, round=3))
+    crashed(other, other.files, "another batch")
+    assert recovery.crash_report(other)[1] is False
+
+
+def test_after_a_requeue_a_crash_is_compared_with_the_last_round_of_the_start_before(
+    tmp_path, fake_slurm
+):
+    """Start 0 went through rounds 0 and 1 (the ledger's ``restarted``), then was requeued;
+    start 1's round 0 compares with start 0's round 1, its last, not with its round 0."""
+    first, _ = here_of(tmp_path, Start("41", 0, 1, "n1", 0, ("n1",)))
+    crashed(first, first.files, "first batch")
+    last = StartFiles(first.run, "41", 0, round=1)
+    ledger.record(first.run.ledger, "restarted", "41", 0, round=1, members=["n1"])
+    crashed(first, last)
+    again, _ = here_of(tmp_path, Start("41", 0, 1, "n1", 1, ("n1",)))
+    assert again.files.round_before(ledger.read(again.run.ledger)) == last
+    crashed(again, again.files)
+    assert recovery.crash_report(again)[1] is True
 
 
 def test_the_next_round_is_start_next_round_or_the_end_of_a_left_out_task(tmp_path):
@@ -124,18 +172,18 @@ def test_a_launcher_of_an_earlier_start_is_over(fake_slurm):
     assert "belongs to restart 0" in recovery.start_over(TWO)
 
 
-def in_the_job(here: Here, rec: recovery.Recovery) -> rounds.Round:
-    """Task 0's next round (``rounds.plan``), which these tests expect there to be."""
-    nxt = rounds.plan(here, rec)
+def in_the_job(here: Here, rec: recovery.Aftermath) -> rounds.Round:
+    """Task 0's next round (``rounds.choose_round``), which these tests expect there to be."""
+    nxt = rounds.choose_round(here, rec)
     assert nxt is not None
     return nxt
 
 
 def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm):
     start = dataclasses.replace(TWO, standby=("n3",))
-    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(
+    here, notes = here_of(tmp_path, start, nodes=(1, 2), recovery=IN_JOB)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
+    rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
     nxt = rounds.restart(here, rec, in_the_job(here, rec))
@@ -144,7 +192,11 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
         "in-job restart after crash: torchrun exited with 1",
     )
     verdict = read_verdict(here.run, "41", 0)
-    assert (verdict.action, verdict.members, verdict.standby) == (RESTART_IN_JOB, ["n1", "n3"], [])
+    assert (verdict.action, verdict.members, verdict.standby) == (
+        RoundAction.RESTART_IN_JOB,
+        ["n1", "n3"],
+        [],
+    )
     assert notes[-1][0] == "restarted" and notes[-1][1]["spare_in"] == ["n3"]
 
 
@@ -152,9 +204,9 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     """The restart's watcher waits on the left-out node's task; once the job is no longer
     running it returns without releasing anything (a test's watcher must not outlive it: one
     that polled the next test's fake released a node there, CI stop 33)."""
-    here, _ = here_of(tmp_path, TWO, nodes_min=1, nodes_max=2, recovery=IN_JOB)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(
+    here, _ = here_of(tmp_path, TWO, nodes=(1, 2), recovery=IN_JOB)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
+    rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
     rounds.restart(here, rec, in_the_job(here, rec))
@@ -166,12 +218,12 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
 
 
 def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
-    here, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=2, recovery=IN_JOB)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(
+    here, _ = here_of(tmp_path, TWO, nodes=(2, 2), recovery=IN_JOB)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
+    rec = recovery.Aftermath(
         outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
     )
-    assert rounds.plan(here, rec) is None  # the launcher requeues instead
+    assert rounds.choose_round(here, rec) is None  # the launcher requeues instead
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         requeue.requeue(here, list(rec.leave_out))
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -181,9 +233,9 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
     """Blamed but not drained (a first signal kill): the in-job restart keeps it, no spare
     comes in for it, nothing goes back to Slurm."""
     start = dataclasses.replace(TWO, standby=("n3",))
-    here, notes = here_of(tmp_path, start, nodes_min=1, nodes_max=2, recovery=IN_JOB)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
+    here, notes = here_of(tmp_path, start, nodes=(1, 2), recovery=IN_JOB)
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
+    rec = recovery.Aftermath(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
     nxt = rounds.restart(here, rec, in_the_job(here, rec))
     assert nxt[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
     verdict = read_verdict(here.run, "41", 0)
@@ -195,9 +247,9 @@ def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path
 def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
     """Without --restart-in-job a crash is a requeue: it excludes no node the verdict kept."""
     here, _ = here_of(tmp_path, TWO)
-    outcome = Decision(Action.REQUEUE, "crash", cause="crash", blame=True)
-    rec = recovery.Recovery(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
-    assert rounds.plan(here, rec) is None  # no --restart-in-job: the launcher requeues
+    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
+    rec = recovery.Aftermath(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
+    assert rounds.choose_round(here, rec) is None  # no --restart-in-job: the launcher requeues
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         requeue.requeue(here, list(rec.leave_out))
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
@@ -206,8 +258,12 @@ def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
 def test_a_spare_joins_the_round_that_takes_it_as_start_next_round_says(tmp_path, fake_slurm):
     run = RunDir(tmp_path)
     spare = Start("41", 2, 3, "n1", 0, ("n1", "n2", "n3"))
-    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"]))
-    write_verdict(run, "41.1", 0, RoundVerdict(RESTART_IN_JOB, "hang", ["n1", "n3"], []))
+    write_verdict(
+        run, "41", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"])
+    )
+    write_verdict(
+        run, "41.1", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "hang", ["n1", "n3"], [])
+    )
     here, _ = here_of(tmp_path, spare)
     start, why = rounds.stand_by(here, trains=2)
     assert start == dataclasses.replace(spare, round=1).next_round(["n1", "n3"], "n3")
@@ -223,8 +279,10 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
     run = RunDir(tmp_path)
     hosts = ("n1", "n2", "n3")
     start = Start("41", 0, 3, "n1", 0, hosts, 0, ("n4", "n5"))
-    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n3", "n4"], ["n5"]))
-    write_verdict(run, "41.1", 0, RoundVerdict(DONE, "max-update reached", [], ["n5"]))
+    write_verdict(
+        run, "41", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "crash", ["n1", "n3", "n4"], ["n5"])
+    )
+    write_verdict(run, "41.1", 0, RoundVerdict(RoundAction.DONE, "max-update reached", [], ["n5"]))
     n2, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
     assert rounds.follow(n2, "crash")["left_out"] is True
     n3, _ = here_of(tmp_path, dataclasses.replace(start, task=2))
@@ -239,7 +297,7 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
     assert why == "in-job restart after crash"
     n5, _ = here_of(tmp_path, dataclasses.replace(spare, task=4))
     assert rounds.follow(n5, "hot spare", spare=True)["spare"] is True
-    write_verdict(run, "41", 0, RoundVerdict(STOP, "no restart left"))
+    write_verdict(run, "41", 0, RoundVerdict(RoundAction.FAIL, "no restart left"))
     with pytest.raises(RuntimeError, match="crash; task 0: stop"):
         rounds.follow(n3, "crash")
     with pytest.raises(RuntimeError, match="hot spare: task 0 said stop"):
@@ -253,10 +311,10 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
 def test_only_task_0_releases_the_spares(tmp_path):
     start = dataclasses.replace(TWO, standby=("n3",))
     other, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
-    rounds.release_spares(other, DONE, "done")
+    rounds.release_spares(other, RoundAction.DONE, "done")
     assert read_verdict(other.run, "41", 0) is None
     here, _ = here_of(tmp_path, start)
-    rounds.release_spares(here, DONE, "done")
+    rounds.release_spares(here, RoundAction.DONE, "done")
     assert read_verdict(here.run, "41", 0).standby == ["n3"]
 
 
@@ -335,7 +393,7 @@ def test_lifecycle_builds_the_ranks_env_from_the_start_key(tmp_path):
 
 
 def test_only_task_0_of_a_narrow_run_watches_for_growth(tmp_path, fake_slurm):
-    narrow, _ = here_of(tmp_path, TWO, nodes_min=2, nodes_max=3, recovery=Recovery(grow_after=60))
+    narrow, _ = here_of(tmp_path, TWO, nodes=(2, 3), recovery=Recovery(grow_after=60))
     task1 = Here.of(narrow.spec, dataclasses.replace(TWO, task=1), narrow.note)
     assert lifecycle.watch_growth(task1, lambda cause: None) is None
     watch = lifecycle.watch_growth(narrow, lambda cause: None)
@@ -361,7 +419,7 @@ def test_the_threads_beside_torchrun_start_in_watchers_the_spot_watch_too(tmp_pa
     monkeypatch.setattr(lifecycle, "watch_growth", lambda here, own_notice: None)
     here, _ = here_of(tmp_path, TWO)
     watchers = lifecycle.Watchers()
-    watchers.start(here, 1, 123, 0, lambda cause: None)
+    watchers.start(here, 1, 123, 0, signals.OwnNotice())
     assert started == ["spot 41"] and watchers.spot is not None
     assert watchers.stop() == (None, None, None) and watchers.spot.stopped
 

@@ -5,7 +5,8 @@ import pytest
 
 from hpc_train.contract import StartFiles
 from hpc_train.job import command_lines
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 
 
 def decided(tmp_path, spec: JobSpec, gpus: list[int]):
@@ -16,7 +17,7 @@ def decided(tmp_path, spec: JobSpec, gpus: list[int]):
     from hpc_train.launch import starts
 
     # the node check reads this machine's NVML, whose GPUs are no p3dn's (test_geometry has it)
-    spec = dataclasses.replace(spec, node_check="off")
+    spec = dataclasses.replace(spec, slurm=dataclasses.replace(spec.slurm, node_check="off"))
     run = RunDir(tmp_path)
     for task, n in enumerate(gpus[1:], start=1):
         write_node_report(run, "5", 0, NodeReport(task, f"n{task + 1}", n))
@@ -28,7 +29,10 @@ def decided(tmp_path, spec: JobSpec, gpus: list[int]):
 
 
 def test_gpu_nodes_run_one_rank_per_gpu_with_task_0s_batch_plan(tmp_path):
-    spec = JobSpec("roberta-base", tmp_path / "d", tmp_path, 2, 2, 8)
+    spec = JobSpec(
+        Training("roberta-base", tmp_path / "d", tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=8),
+    )
     decision, plan = decided(tmp_path, spec, [8, 8])
     assert decision.use_gpu and decision.ranks_per_node == 8 and decision.world_size == 16
     args = command_lines.fairseq_argv(spec, plan, decision.use_gpu)
@@ -37,7 +41,10 @@ def test_gpu_nodes_run_one_rank_per_gpu_with_task_0s_batch_plan(tmp_path):
 
 
 def test_no_gpu_falls_back_to_one_cpu_rank_per_node_and_keeps_the_global_batch(tmp_path):
-    spec = JobSpec("roberta-base", tmp_path / "d", tmp_path, 2, 2, 8)
+    spec = JobSpec(
+        Training("roberta-base", tmp_path / "d", tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=8),
+    )
     decision, plan = decided(tmp_path, spec, [0, 0])
     assert not decision.use_gpu and decision.ranks_per_node == 1
     args = command_lines.fairseq_argv(spec, plan, decision.use_gpu)
@@ -46,7 +53,10 @@ def test_no_gpu_falls_back_to_one_cpu_rank_per_node_and_keeps_the_global_batch(t
 
 
 def test_a_restart_on_fewer_nodes_raises_update_freq():
-    spec = JobSpec("tiny", Path("/d"), Path("/s"), 1, 4, 0, global_batch=32)
+    spec = JobSpec(
+        Training("tiny", Path("/d"), Path("/s")),
+        sizing=Sizing(nodes_min=1, nodes_max=4, gpus_per_node=0, global_batch=32),
+    )
     freqs = [spec.batch_plan(n, gpu=False).update_freq for n in (1, 2, 4)]
     assert freqs == [4, 2, 1]
 
@@ -82,7 +92,10 @@ def test_other_tasks_follow_task_0s_resume_decision(tmp_path):
     from hpc_train.launch import starts
 
     run = RunDir(tmp_path)
-    spec = JobSpec("tiny", tmp_path / "d", tmp_path, 1, 1, 0)
+    spec = JobSpec(
+        Training("tiny", tmp_path / "d", tmp_path),
+        sizing=Sizing(nodes_min=1, nodes_max=1, gpus_per_node=0),
+    )
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # bad, and no interval checkpoint
     decided = starts.decide_start(run, starts.Start("9", 0, 1, "n1", 0), spec, gpus=0, log=print)
     assert (decided.args, decided.at_update) == ([], 0)
@@ -102,5 +115,8 @@ def test_a_run_already_at_max_update_is_not_trained_further(trained_save_dir, tm
     save = tmp_path / "run"
     shutil.copytree(trained_save_dir, save)
     start = starts.Start("5", 0, 1, "n1", 1)
-    spec = JobSpec("tiny", tmp_path / "d", save, 1, 1, 0)
+    spec = JobSpec(
+        Training("tiny", tmp_path / "d", save),
+        sizing=Sizing(nodes_min=1, nodes_max=1, gpus_per_node=0),
+    )
     assert starts.decide_start(RunDir(save), start, spec, gpus=0, log=print).at_update == 12

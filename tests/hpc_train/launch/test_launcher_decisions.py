@@ -21,6 +21,7 @@ from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import (
     ENDED,
+    Cause,
     LauncherBeat,
     StartDecision,
     StartFiles,
@@ -34,7 +35,8 @@ from hpc_train.faults import agent_exit, failures, node_blame, quarantine
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import Watch
-from hpc_train.job.spec import JobSpec, Notifications, Recovery
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Notifications, Recovery, Training
 from hpc_train.launch import launcher as launcher_module
 from hpc_train.launch import lifecycle, restart_policy, starts
 from hpc_train.launch.restart_policy import Action
@@ -82,7 +84,9 @@ class FakeTorchrun(launcher_module.Launcher):
 
 def spec_in(tmp_path: Path, max_restarts: int = 3) -> JobSpec:
     return JobSpec(
-        "tiny", Path("/d"), tmp_path, gpus_per_node=0, recovery=Recovery(max_restarts=max_restarts)
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(gpus_per_node=0),
+        recovery=Recovery(max_restarts=max_restarts),
     )
 
 
@@ -225,10 +229,10 @@ def test_the_resume_decision_reaches_the_workers(tmp_path, fake_slurm):
     [
         (0, False, 0, 0, Action.FINISHED),
         (0, False, 1, 5, Action.FINISHED),
-        (0, True, 1, 0, Action.STOPPED),
-        (-15, True, 1, 0, Action.STOPPED),
-        (0, True, 0, 0, Action.REQUEUE),
-        (1, False, 0, 2, Action.REQUEUE),
+        (0, True, 1, 0, Action.SAVED_ON_NOTICE),
+        (-15, True, 1, 0, Action.SAVED_ON_NOTICE),
+        (0, True, 0, 0, Action.RESTART),
+        (1, False, 0, 2, Action.RESTART),
         (1, False, 0, 3, Action.FAIL),
         (1, False, 1, 0, Action.FAIL),
     ],
@@ -421,7 +425,10 @@ def test_a_requeue_that_could_not_start_stops_the_run_with_the_nodes(tmp_path, f
     could never start on the local cluster (nothing replaces drained nodes): task 0 says so in
     the log and the ledger and fails the run instead of leaving it PENDING forever."""
     fake_slurm.partition = {"n1": "idle", "n2": "drained"}
-    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0)
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+    )
     with pytest.raises(RuntimeError, match="cannot start: 1 usable node"):
         FakeTorchrun(spec, 1).run(start(), gpus=0)
     assert fake_slurm.requeued == []
@@ -435,8 +442,11 @@ def test_where_nodes_are_replaced_a_short_requeue_waits_and_excludes_no_name(tmp
     so), and the blamed node, drained, is not excluded by name: its replacement may be used.
     A quarantined node (blamed twice) is, replaced or not."""
     fake_slurm.partition = {"n1": "idle", "n2": "drained", "n3": "idle"}
-    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
-                   recovery=Recovery(nodes_replaced="yes"))  # fmt: skip
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+        recovery=Recovery(nodes_replaced="yes"),
+    )
     for restart in (7, 8):  # an earlier job of the run blamed n3 twice
         ledger.record(RunDir(tmp_path).ledger, "blamed", "40", restart, node="n3", why="hang")
     quarantine.update(RunDir(tmp_path))  # what a blame does
@@ -456,8 +466,11 @@ def test_a_quarantined_node_drained_where_nodes_are_replaced_is_not_excluded_by_
     (``faults.quarantine``), so the requeue names no node: by name it would be out of the
     job for good (the 2026-11-26 soak's extra requeue came from a name held so)."""
     fake_slurm.partition = {"n1": "idle", "n2": "idle", "n3": "drained"}
-    spec = JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0,
-                   recovery=Recovery(nodes_replaced="yes"))  # fmt: skip
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+        recovery=Recovery(nodes_replaced="yes"),
+    )
     for restart in (7, 8):
         ledger.record(RunDir(tmp_path).ledger, "blamed", "40", restart, node="n3", why="hang")
     quarantine.update(RunDir(tmp_path))
@@ -481,9 +494,12 @@ class FailsOnce(FakeTorchrun):
 
 
 def in_job_spec(tmp_path: Path, nodes_min: int = 1) -> JobSpec:
-    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=nodes_min, nodes_max=2,
-                   gpus_per_node=0, recovery=Recovery(restart_in_job=True),
-                   watch=Watch(no_watchdog=True))  # fmt: skip
+    return JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=nodes_min, nodes_max=2, gpus_per_node=0),
+        recovery=Recovery(restart_in_job=True),
+        watch=Watch(no_watchdog=True),
+    )
 
 
 def two_nodes(task: int) -> launcher_module.Start:
@@ -520,14 +536,18 @@ def test_a_crash_restarts_in_the_allocation_on_the_same_nodes_without_a_requeue(
 def test_the_other_nodes_follow_task_0s_verdict(tmp_path, fake_slurm):
     """Task 1's torchrun failed: it waits for task 0's word. Left out (blamed): its task ends
     well; a requeue: it waits for Slurm to end it."""
-    from hpc_train.contract import REQUEUE, RESTART_IN_JOB, RoundVerdict, write_verdict
+    from hpc_train.contract import RoundAction, RoundVerdict, write_verdict
 
     write_decision(RunDir(tmp_path), "41", 0, StartDecision([], 0, world_size=2,
                                                             batch_per_device=1, update_freq=1))  # fmt: skip
-    write_verdict(RunDir(tmp_path), "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1"]))
+    write_verdict(
+        RunDir(tmp_path), "41", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "crash", ["n1"])
+    )
     done = FakeTorchrun(in_job_spec(tmp_path), 1).run(two_nodes(1), gpus=0)
     assert done["left_out"] is True
-    write_verdict(RunDir(tmp_path), "41", 0, RoundVerdict(REQUEUE, "requeue did not take effect"))
+    write_verdict(
+        RunDir(tmp_path), "41", 0, RoundVerdict(RoundAction.REQUEUE, "requeue did not take effect")
+    )
     with pytest.raises(RuntimeError, match="task 0: requeue"):
         FakeTorchrun(in_job_spec(tmp_path), 1).run(two_nodes(1), gpus=0)
 
@@ -535,7 +555,7 @@ def test_the_other_nodes_follow_task_0s_verdict(tmp_path, fake_slurm):
 def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, monkeypatch):
     """With --nodes 2-2 a node its blame drains leaves one: below MIN, so task 0 requeues
     without it (and tells the others so)."""
-    from hpc_train.contract import REQUEUE, read_verdict
+    from hpc_train.contract import RoundAction, read_verdict
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     run = RunDir(tmp_path)
@@ -550,7 +570,37 @@ def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, mon
         fake.run(two_nodes(0), gpus=0)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
     verdict = read_verdict(run, "41", 0)
-    assert verdict is not None and verdict.action == REQUEUE
+    assert verdict is not None and verdict.action == RoundAction.REQUEUE
+
+
+def test_the_log_and_the_ledger_say_an_in_job_round_or_a_requeue_truthfully(
+    tmp_path, fake_slurm, monkeypatch, capsys
+):
+    """What follows a crash is said as what it is, restart n of --max-restarts m: "in-job round
+    1/20" when task 0 restarts in the allocation, "requeue 1/20" when it requeues (before, an
+    in-job round was announced as "requeueing (restart 1/20)")."""
+    from hpc_train.contract import NodeReport, write_node_report
+
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    for spec, requeues in ((in_job_spec(tmp_path / "in"), False),
+                           (in_job_spec(tmp_path / "rq", nodes_min=2), True)):  # fmt: skip
+        run = spec.run_dir
+        for key in ("41", "41.1"):
+            write_node_report(run, key, 0, NodeReport(1, "n2", 0))
+        agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", 1))
+        suspect = Suspect("n2", "its torchrun failed", Evidence.SIGNAL)
+        monkeypatch.setattr(
+            node_blame, "for_stop", lambda by, cause, s=suspect, out=requeues: (s, out)
+        )
+        if requeues:  # n2 left out: below --nodes MIN 2
+            with pytest.raises(RuntimeError, match="requeue did not take effect"):
+                FailsOnce(spec).run(two_nodes(0), gpus=0)
+        else:
+            FailsOnce(spec).run(two_nodes(0), gpus=0)
+        (stopped,) = [e for e in ledger.read(run.ledger) if e.kind == "stopped"]
+        said = "requeue 1/20" if requeues else "in-job round 1/20"
+        assert stopped.get("why").endswith(f": {said}") and "requeueing" not in stopped.get("why")
+        assert f"job 41: torchrun exited with 1: {said}" in (capsys.readouterr().out)
 
 
 class AgentKilled(FakeTorchrun):
@@ -621,9 +671,12 @@ def test_only_this_starts_processes_on_this_node_are_its_leftovers(tmp_path):
 
 
 def spares_spec(tmp_path: Path) -> JobSpec:
-    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2,
-                   recovery=Recovery(spares=1), gpus_per_node=0,
-                   watch=Watch(no_watchdog=True))  # fmt: skip
+    return JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+        recovery=Recovery(spares=1),
+        watch=Watch(no_watchdog=True),
+    )
 
 
 def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
@@ -632,7 +685,7 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     """--nodes 2 --spares 1 on n1-n3: n1, n2 train, n3 stands by. n2's torchrun is killed and
     n2 blamed and drained (the verdict: say, its machine's second blame): task 0 restarts in the job on n1 and n3 (two nodes again, no requeue), records
     the swap, and gives n2 back to Slurm once its task has ended."""
-    from hpc_train.contract import RESTART_IN_JOB, NodeReport, read_verdict, write_node_report
+    from hpc_train.contract import NodeReport, RoundAction, read_verdict, write_node_report
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     run = RunDir(tmp_path)
@@ -648,7 +701,7 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     assert done["restarts"] == 0 and fake_slurm.requeued == []
     assert fake.rounds == [("n1", "n2"), ("n1", "n3")]
     verdict = read_verdict(run, "41", 0)
-    assert verdict is not None and verdict.action == RESTART_IN_JOB
+    assert verdict is not None and verdict.action == RoundAction.RESTART_IN_JOB
     assert (verdict.members, verdict.standby) == (["n1", "n3"], [])
     events = ledger.read(run.ledger)
     (restarted,) = [e for e in events if e.kind == "restarted"]
@@ -667,11 +720,15 @@ def test_a_hot_spare_waits_joins_the_round_that_takes_it_and_ends_when_the_run_d
 ):
     """n3 stands by: round 0 restarts without it (it waits on), round 1 takes it in (it trains
     as task 1 of round 2); another spare is released by task 0's ``done``."""
-    from hpc_train.contract import DONE, RESTART_IN_JOB, RoundVerdict, write_verdict
+    from hpc_train.contract import RoundAction, RoundVerdict, write_verdict
 
     run = RunDir(tmp_path)
-    write_verdict(run, "41", 0, RoundVerdict(RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"]))
-    write_verdict(run, "41.1", 0, RoundVerdict(RESTART_IN_JOB, "hang: n2", ["n1", "n3"], []))
+    write_verdict(
+        run, "41", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "crash", ["n1", "n2"], ["n3"])
+    )
+    write_verdict(
+        run, "41.1", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "hang: n2", ["n1", "n3"], [])
+    )
     write_decision(run, "41.2", 0, StartDecision([], 0, world_size=2, batch_per_device=1,
                                                  update_freq=1))  # fmt: skip
     spare = launcher_module.Start("41", 2, 3, "n1", 0, ("n1", "n2", "n3"))
@@ -680,7 +737,7 @@ def test_a_hot_spare_waits_joins_the_round_that_takes_it_and_ends_when_the_run_d
     done = fake._stand_by(spare, gpus=0, trains=2)
     assert done["restarts"] == 0 and "spare" not in done
     assert fake.rounds[1:] == [("n1", "n3")]
-    write_verdict(run, "42", 0, RoundVerdict(DONE, "max-update reached", [], ["n3"]))
+    write_verdict(run, "42", 0, RoundVerdict(RoundAction.DONE, "max-update reached", [], ["n3"]))
     other = launcher_module.Start("42", 2, 3, "n1", 0, ("n1", "n2", "n3"))
     assert (
         FakeTorchrun(spares_spec(tmp_path), 1)._stand_by(other, gpus=0, trains=2)["spare"] is True
@@ -688,14 +745,14 @@ def test_a_hot_spare_waits_joins_the_round_that_takes_it_and_ends_when_the_run_d
 
 
 def test_task_0_releases_its_spares_when_the_run_finishes(tmp_path, fake_slurm, monkeypatch):
-    from hpc_train.contract import DONE, NodeReport, read_verdict, write_node_report
+    from hpc_train.contract import NodeReport, RoundAction, read_verdict, write_node_report
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     write_node_report(RunDir(tmp_path), "41", 0, NodeReport(1, "n2", 0))
     first = starts.allocation_start("41", 0, ("n1", "n2", "n3"), 0, spares=1)
     FakeTorchrun(spares_spec(tmp_path), 0).run(first, gpus=0)
     verdict = read_verdict(RunDir(tmp_path), "41", 0)
-    assert verdict is not None and verdict.action == DONE and verdict.standby == ["n3"]
+    assert verdict is not None and verdict.action == RoundAction.DONE and verdict.standby == ["n3"]
 
 
 def test_the_last_nodes_of_the_allocation_are_the_spares_and_refill_tops_up_to_the_width():
@@ -713,7 +770,8 @@ def grew_at(tmp_path: Path, restart: int) -> None:
     """Task 0 of start ``restart`` grew: its grow watch sent the notice (``_own_notice``) and
     submitit called ``checkpoint()``, which records the stop and the requeue."""
     launcher = launcher_module.Launcher(spec_in(tmp_path))
-    launcher._start, launcher._own_notice = start(restart=restart), "grow"
+    launcher._begin(start(restart=restart))
+    launcher._own_notice.send(Cause.GROW, "41")  # the fake Slurm records the USR2
     launcher.checkpoint()  # no workers: they have exited
 
 
@@ -733,7 +791,7 @@ def test_a_grow_on_the_last_allowed_restart_spends_no_restart(tmp_path, fake_slu
         FakeTorchrun(spec, 0).run(start(restart=4), gpus=0)  # a failure's restart: counted
 
 
-def test_only_grows_before_this_start_are_left_out_of_the_budget(tmp_path):
+def test_only_grows_before_this_start_are_left_out_of_the_budget(tmp_path, fake_slurm):
     """A grow recorded at this start or later (another job's ledger lines too) is not one of
     the requeues Slurm counted before it."""
     grew_at(tmp_path, restart=1)
@@ -749,8 +807,9 @@ def test_straggler_eviction_asks_the_one_budget_with_in_job_restarts_in_it(
     """--max-restarts 1, spent by an in-job restart (Slurm's count still 0): the straggler
     thread may name a node but not evict it, as no restart is left to resume without it."""
     ledger.record(RunDir(tmp_path).ledger, "restarted", "41", 0, round=1)
+    spec = spec_in(tmp_path, max_restarts=1)
     spec = dataclasses.replace(
-        spec_in(tmp_path, max_restarts=1), watch=Watch(evict_stragglers=True)
+        spec, recovery=dataclasses.replace(spec.recovery, evict_stragglers=True)
     )
     asked: list[bool] = []
     monkeypatch.setattr(lifecycle.straggler_monitor, "watch",

@@ -16,7 +16,8 @@ from hpc_core.rundir import SUSPECT, RunDir, incident_report
 from hpc_train.contract import StartDecision, write_decision
 from hpc_train.faults import node_blame
 from hpc_train.job.limits import HangLimits, Watch
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Recovery, Training
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action
 from hpc_train.watch import hang_monitor
@@ -44,11 +45,11 @@ def quick_incidents(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
 
 
-def spec_in(tmp_path: Path, no_drain: bool = False, **more: object) -> JobSpec:
+def spec_in(tmp_path: Path, no_drain: bool = False, max_update: int | None = None) -> JobSpec:
     hang = HangLimits(factor=1.0, floor_s=1.0, startup_s=30.0)
     return JobSpec(
-        "tiny", Path("/d"), tmp_path, gpus_per_node=0, watch=Watch(hang=hang, no_drain=no_drain),
-        **more,  # type: ignore[arg-type]
+        Training("tiny", Path("/d"), tmp_path, max_update=max_update), Sizing(gpus_per_node=0),
+        recovery=Recovery(no_drain=no_drain), watch=Watch(hang=hang),
     )  # fmt: skip
 
 
@@ -92,7 +93,7 @@ def test_no_drain_still_excludes_and_other_tasks_leave_the_blame_to_task_0(tmp_p
 def test_the_hang_decision_is_pure():
     hang = "rank 1 on n2: no update for 301 s"
     requeue = restart_policy.after_exit(-9, False, task=0, restart=0, max_restarts=3, hang=hang)
-    assert (requeue.action, requeue.cause, requeue.blame) == (Action.REQUEUE, "hang", True)
+    assert (requeue.action, requeue.cause, requeue.blame) == (Action.RESTART, "hang", True)
     assert "without the suspect node" in requeue.why
     last = restart_policy.after_exit(-9, False, task=0, restart=3, max_restarts=3, hang=hang)
     assert last.action is Action.FAIL and last.blame  # drained all the same
@@ -101,9 +102,9 @@ def test_the_hang_decision_is_pure():
     cancel = restart_policy.after_exit(-9, False, 0, 0, 3, cancelled=True, hang=hang)
     assert cancel.action is Action.CANCELLED and not cancel.blame
     crash = restart_policy.after_exit(1, False, task=0, restart=0, max_restarts=3)
-    assert crash.action is Action.REQUEUE and crash.blame  # task 0 looks for a node at fault
+    assert crash.action is Action.RESTART and crash.blame  # task 0 looks for a node at fault
     bug = restart_policy.after_exit(1, False, 0, 0, 3, crash=("user error", "ValueError: x"))
-    assert bug.action is Action.REQUEUE and not bug.blame  # the code's fault, no node's
+    assert bug.action is Action.RESTART and not bug.blame  # the code's fault, no node's
 
 
 class StuckAgent(launcher.Launcher):

@@ -18,15 +18,15 @@ def test_the_budget_counts_restarts_not_starts():
 
 def test_a_refused_start_requeues_without_its_nodes_while_the_budget_lasts():
     again = restart_policy.after_refusal("node n2 short of GPUs", restart=0, max_restarts=1)
-    assert (again.action, again.cause, again.blame) == (Action.REQUEUE, "bad node", True)
+    assert (again.action, again.cause, again.blame) == (Action.RESTART, "bad node", True)
     spent = restart_policy.after_refusal("node n2 short of GPUs", restart=1, max_restarts=1)
     assert spent.action is Action.FAIL and "no restarts left (--max-restarts 1)" in spent.why
 
 
 def test_an_eviction_renames_a_requeue_only():
-    requeue = Decision(Action.REQUEUE, "stopped on notice: requeueing", "notice")
+    requeue = Decision(Action.RESTART, "stopped on notice: requeueing", "notice")
     got = restart_policy.evicting(requeue, "n2")
-    assert (got.action, got.cause) == (Action.REQUEUE, "straggler")
+    assert (got.action, got.cause) == (Action.RESTART, "straggler")
     assert got.why.endswith("evicting n2")
     finished = Decision(Action.FINISHED, "training finished", "finished")
     assert restart_policy.evicting(finished, "n2") is finished

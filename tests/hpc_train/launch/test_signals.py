@@ -12,6 +12,7 @@ import threading
 import time
 
 from hpc_core import slurm
+from hpc_train.contract import Cause
 from hpc_train.launch import signals
 
 
@@ -71,3 +72,19 @@ def test_the_save_wait_on_the_marker_alone_waits_for_rank_0s_marker(tmp_path):
     assert 0.2 < time.monotonic() - began < 5
     assert signals.wait_for_save(tmp_path / "none", 0.2) is False  # the deadline
     assert signals.workers_exited(None)() is True  # no torchrun yet: no save can come
+
+
+def test_task_0s_own_notice_hands_its_cause_over_before_the_signal_goes_out(fake_slurm):
+    """``OwnNotice.send`` from a watcher thread: the cause is recorded before the USR2 is sent,
+    so the handler that signal runs (``checkpoint()``) finds it; a notice no thread sent is a
+    plain notice."""
+    own = signals.OwnNotice()
+    assert own.cause() == Cause.NOTICE
+    seen = []  # what a handler run at the moment the USR2 goes out would read
+    sent = fake_slurm.signal
+    fake_slurm.signal = lambda job, name="USR2": (seen.append(own.cause()), sent(job, name))
+    thread = threading.Thread(target=own.send, args=(Cause.GROW, "41"))
+    thread.start()
+    thread.join()
+    assert seen == [Cause.GROW] and fake_slurm.signals == [("41", "USR2")]
+    assert own.cause() == Cause.GROW

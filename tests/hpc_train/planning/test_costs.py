@@ -107,7 +107,7 @@ def test_window_check_large_model_on_default_lustre() -> None:
 
 
 def test_window_check_edges_and_margin() -> None:
-    w = [costs.Window("w", 30.0)]
+    w = [costs.NoticeWindow("w", 30.0)]
     assert costs.window_check(10.0, w)[0].fits  # 1.5 x 10 + 15 = 30: exactly fits
     assert not costs.window_check(10.1, w)[0].fits
     no_margin = costs.Margin(factor=1.0, fixed_s=0.0)
@@ -163,13 +163,14 @@ def test_bytes_of_a_real_roberta_base_checkpoint(corpus: Path, tmp_path: Path) -
     """roberta-base at full size, one update on this CPU through the training worker (~20 s,
     1.1 GB written); roberta-large from its parameter count at the bytes per parameter seen."""
     from hpc_train.job.command_lines import fairseq_args
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Training
 
     save = tmp_path / "base"
     spec = JobSpec(
-        "roberta-base", corpus, save, gpus_per_node=0, max_update=1, global_batch=1,
-        batch_per_device=1,
-    )  # fmt: skip
+        Training("roberta-base", corpus, save, max_update=1),
+        sizing=Sizing(gpus_per_node=0, global_batch=1, batch_per_device=1),
+    )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     proc = subprocess.run(
         [sys.executable, "-m", "hpc_train.worker.train", *args, "--disable-validation"],
@@ -197,10 +198,13 @@ def test_the_launchers_wait_for_a_notice_save_follows_the_estimate_within_the_wi
 
 
 def test_the_launcher_asks_the_estimate_unless_told(monkeypatch, tmp_path):
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Training
     from hpc_train.launch.launcher import SAVE_WAIT_ENV, Launcher
 
-    launcher = Launcher(JobSpec("roberta-large", tmp_path, tmp_path, gpus_per_node=8))
+    launcher = Launcher(
+        JobSpec(Training("roberta-large", tmp_path, tmp_path), sizing=Sizing(gpus_per_node=8))
+    )
     monkeypatch.delenv(SAVE_WAIT_ENV, raising=False)
     assert launcher.save_wait_s() == costs.notice_wait_s("roberta-large", True, 90)
     monkeypatch.setenv(SAVE_WAIT_ENV, "12")
@@ -210,11 +214,14 @@ def test_the_launcher_asks_the_estimate_unless_told(monkeypatch, tmp_path):
 def test_once_the_run_has_saved_the_launcher_waits_for_its_measured_save(monkeypatch, tmp_path):
     from hpc_core import ledger
     from hpc_core.rundir import RunDir
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Training
     from hpc_train.launch.launcher import SAVE_WAIT_ENV, Launcher
 
     monkeypatch.delenv(SAVE_WAIT_ENV, raising=False)
-    launcher = Launcher(JobSpec("tiny", tmp_path, tmp_path, gpus_per_node=0))
+    launcher = Launcher(
+        JobSpec(Training("tiny", tmp_path, tmp_path), sizing=Sizing(gpus_per_node=0))
+    )
     assert launcher.save_wait_s() == 25.0  # the estimate of a tiny save: the floor
     path = RunDir(tmp_path).ledger
     ledger.record(path, "checkpoint", "5", 0, update=10, seconds=3.0)  # a sync save

@@ -15,7 +15,8 @@ from hpc_core.rundir import RunDir
 from hpc_train import contract, submit
 from hpc_train.contract import AuditLine, WorkerEnv
 from hpc_train.job import options
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 from hpc_train.launch import launcher
 from hpc_train.runs import audit
 
@@ -83,8 +84,10 @@ def test_the_flag_reaches_the_ranks():
     assert not WorkerEnv.from_env(WorkerEnv().to_env()).audit_samples
     parser = submit.build_parser()
     argv = ["--data", "d", "--save-dir", "s", "--preset", "tiny"]
-    assert options.spec_from_options(parser.parse_args([*argv, "--audit-samples"])).audit_samples
-    assert not options.spec_from_options(parser.parse_args(argv)).audit_samples
+    assert options.spec_from_options(
+        parser.parse_args([*argv, "--audit-samples"])
+    ).training.audit_samples
+    assert not options.spec_from_options(parser.parse_args(argv)).training.audit_samples
 
 
 class EnvTorchrun(launcher.Launcher):
@@ -92,7 +95,7 @@ class EnvTorchrun(launcher.Launcher):
     under test) that writes the audit flag it was given to a file."""
 
     def torchrun_command(self, start: launcher.Start, nproc: int, args: list[str]) -> list[str]:
-        out = self.spec.save_dir / "env.txt"
+        out = self.spec.training.save_dir / "env.txt"
         name = contract.AUDIT_SAMPLES
         body = f"import os; open({str(out)!r}, 'w').write(os.environ.get({name!r}, ''))"
         return [sys.executable, "-c", body]
@@ -100,6 +103,8 @@ class EnvTorchrun(launcher.Launcher):
 
 @pytest.mark.parametrize("asked", [False, True])
 def test_the_launcher_passes_the_flag(tmp_path, fake_slurm, asked):
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, audit_samples=asked)
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path, audit_samples=asked), sizing=Sizing(gpus_per_node=0)
+    )
     EnvTorchrun(spec).run(launcher.Start("41", 0, 1, "n1", 0), gpus=0)
     assert (tmp_path / "env.txt").read_text() == ("1" if asked else "")

@@ -44,7 +44,7 @@ def state(job: str = "7", st: str = "RUNNING", restarts: int = 0, reason: str = 
 
 def find(
     run: index.Run, st: slurm.JobState, nodes: dict[str, str] | None = None
-) -> list[doctor.Finding]:
+) -> list[doctor.RunFinding]:
     return doctor.diagnose(metrics.observe(run, st, NOW), doctor.Limits(), nodes)
 
 
@@ -243,20 +243,20 @@ def test_act_runs_the_sure_fix_through_slurm_and_notifies(tmp_path, monkeypatch,
 def test_a_standing_finding_is_notified_once_until_it_changes_or_the_interval_passes(
     tmp_path, monkeypatch
 ):
-    told: list[doctor.Finding] = []
+    told: list[doctor.RunFinding] = []
 
-    def notify(target: str, f: doctor.Finding, log: object) -> bool:
+    def notify(target: str, f: doctor.RunFinding, log: object) -> bool:
         told.append(f)
         return True
 
     monkeypatch.setattr(doctor, "notify", notify)
     record = tmp_path / "state" / doctor.NOTIFIED
 
-    def stall(idle: int, sure: bool = False) -> doctor.Finding:
-        return doctor.Finding(doctor.STALL, "7", "r", "/s", f"no update for {idle} s",
+    def stall(idle: int, sure: bool = False) -> doctor.RunFinding:
+        return doctor.RunFinding(doctor.STALL, "7", "r", "/s", f"no update for {idle} s",
                               "scontrol requeue 7", sure)  # fmt: skip
 
-    def rounds(at: float, *found: doctor.Finding, checked: tuple[str, ...] = ("/s",)) -> int:
+    def rounds(at: float, *found: doctor.RunFinding, checked: tuple[str, ...] = ("/s",)) -> int:
         told.clear()
         doctor.notify_changed("hook", found, checked, print, at, 3600, record)
         return len(told)
@@ -298,7 +298,7 @@ def test_the_doctor_command_does_not_repeat_a_standing_finding(tmp_path, monkeyp
 
 
 def test_a_notify_command_gets_the_finding_on_stdin(tmp_path):
-    f = doctor.Finding(doctor.STALL, "7", "r", "/s", "no update", "scontrol requeue 7", True)
+    f = doctor.RunFinding(doctor.STALL, "7", "r", "/s", "no update", "scontrol requeue 7", True)
     out = tmp_path / "said.json"
     assert doctor.notify(f"cat > {out}", f, print)
     assert json.loads(out.read_text())["what"] == "no update"

@@ -188,18 +188,25 @@ def test_the_hang_allowance_is_the_runs_own_as_submit_recorded_it(tmp_path, monk
     labelled watchdog="off"."""
     from hpc_train import submit
     from hpc_train.job.limits import HangLimits, Watch
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Training
 
     monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
     lab = ("42", "demo", str(tmp_path / "run"))
     run = write_run(tmp_path / "run")
-    spec = JobSpec("tiny", tmp_path / "d", tmp_path / "run", gpus_per_node=0,
-                   watch=Watch(hang=HangLimits(factor=10, floor_s=10.0)))  # fmt: skip
+    spec = JobSpec(
+        Training("tiny", tmp_path / "d", tmp_path / "run"),
+        sizing=Sizing(gpus_per_node=0),
+        watch=Watch(hang=HangLimits(factor=10, floor_s=10.0)),
+    )
     submit.record_submission(spec, "42", NOW - 10)
     got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
     assert got[("run_hang_allowance_seconds", (*lab, "on"))] == 20  # max(floor 10, 10 x 2 s)
-    quiet = JobSpec("tiny", tmp_path / "d", tmp_path / "run", gpus_per_node=0,
-                    watch=Watch(no_watchdog=True))  # fmt: skip
+    quiet = JobSpec(
+        Training("tiny", tmp_path / "d", tmp_path / "run"),
+        sizing=Sizing(gpus_per_node=0),
+        watch=Watch(no_watchdog=True),
+    )
     submit.record_submission(quiet, "42", NOW - 5)
     got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
     # --no-watchdog: the default limits' allowance, marked, so HpcTrainNoProgress still fires
@@ -207,8 +214,11 @@ def test_the_hang_allowance_is_the_runs_own_as_submit_recorded_it(tmp_path, monk
     assert ("run_hang_allowance_seconds", (*lab, "on")) not in got
     # --no-watchdog with its own --hang-* limits: judged by those (the doctor's test run uses it)
     limits = HangLimits(floor_s=10.0, factor=3)
-    own = JobSpec("tiny", tmp_path / "d", tmp_path / "run", gpus_per_node=0,
-                  watch=Watch(no_watchdog=True, hang=limits))  # fmt: skip
+    own = JobSpec(
+        Training("tiny", tmp_path / "d", tmp_path / "run"),
+        sizing=Sizing(gpus_per_node=0),
+        watch=Watch(no_watchdog=True, hang=limits),
+    )
     submit.record_submission(own, "42", NOW - 1)
     got = samples(metrics.families([metrics.observe(run, running(), NOW)], slurm_up=True))
     assert got[("run_hang_allowance_seconds", (*lab, "off"))] == 10  # max(floor 10, 3 x 2 s)

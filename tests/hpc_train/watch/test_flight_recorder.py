@@ -17,7 +17,8 @@ from pathlib import Path
 
 from hpc_core import instances
 from hpc_core.rundir import RunDir, nccl_pipe, nccl_trace_prefix, nccl_traces
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, SlurmJob, Training
 from hpc_train.launch import launcher
 from hpc_train.watch import hang_monitor
 
@@ -49,8 +50,11 @@ class EnvTorchrun(launcher.Launcher):
 
 def launched_env(tmp_path: Path, gpus_per_node: int, gpus: int) -> dict[str, str | None]:
     out = tmp_path / "env.json"
-    spec = JobSpec("tiny", Path("/d"), tmp_path / "save", gpus_per_node=gpus_per_node,
-                   node_check="off")  # fmt: skip  # this machine's NVML: no p3dn's GPUs
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path / "save"),
+        sizing=Sizing(gpus_per_node=gpus_per_node),
+        slurm=SlurmJob(node_check="off"),  # this machine's NVML: no p3dn's GPUs
+    )
     EnvTorchrun(spec, out).run(launcher.Start("41", 0, 1, "n1", 0), gpus=gpus)
     return json.loads(out.read_text())
 

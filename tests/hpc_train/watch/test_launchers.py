@@ -19,7 +19,8 @@ from hpc_train.contract import (
     write_launcher_beat,
     write_stop,
 )
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 from hpc_train.launch import launcher as launcher_module
 from hpc_train.watch import launchers
 
@@ -78,7 +79,10 @@ def test_the_pulse_thread_beats_until_stopped_and_then_says_its_part_is_over(tmp
 
 
 def spec_in(tmp_path: Path) -> JobSpec:
-    return JobSpec("tiny", Path("/d"), tmp_path, nodes_min=2, nodes_max=2, gpus_per_node=0)
+    return JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(nodes_min=2, nodes_max=2, gpus_per_node=0),
+    )
 
 
 def test_task_0_blames_a_stuck_launchers_node_and_saves_on_notice(tmp_path, fake_slurm):
@@ -86,11 +90,11 @@ def test_task_0_blames_a_stuck_launchers_node_and_saves_on_notice(tmp_path, fake
     save), and the notice is task 0's own (its requeue is submitit's, as for any notice)."""
     launcher = launcher_module.Launcher(spec_in(tmp_path))
     start = launcher_module.Start("41", 0, 2, "n1", 0, ("n1", "n2"))
-    launcher._start = start
+    launcher._begin(start)
     said = []  # the notice's cause as checkpoint() would read it, when the USR2 goes out
     sent = fake_slurm.signal
     fake_slurm.signal = lambda job, name="USR2": (
-        said.append(launcher._own_notice),
+        said.append(launcher._own_notice.cause()),
         sent(job, name),
     )
     launcher._on_silent(start, launchers.Silence(1, "n2", 40, WAITING))
@@ -108,7 +112,7 @@ def test_a_launcher_left_over_from_an_earlier_start_acts_no_more(tmp_path, fake_
     start a notice)."""
     launcher = launcher_module.Launcher(spec_in(tmp_path))
     start = launcher_module.Start("41", 1, 2, "n1", 0, ("n1", "n2"))
-    launcher._start = start
+    launcher._begin(start)
     fake_slurm.restarts = 1
     launcher._on_silent(start, launchers.Silence(0, "n1", 40, "ending"))
     assert fake_slurm.drained == [] and fake_slurm.signals == [] and fake_slurm.requeued == []
@@ -123,7 +127,7 @@ def test_task_1_acts_for_a_stuck_task_0_waits_for_the_save_and_requeues(tmp_path
     write_stop(run.stop_marker("41", 0), StopMarker(77, "SIGUSR2"))  # the ranks saved
     launcher = launcher_module.Launcher(spec_in(tmp_path))
     start = launcher_module.Start("41", 1, 2, "n1", 0, ("n1", "n2"))
-    launcher._start = start
+    launcher._begin(start)
     launcher._on_silent(start, launchers.Silence(0, "n1", 40, WAITING))
     assert fake_slurm.signals == [("41", "USR2")] and fake_slurm.requeued == ["41"]
     assert fake_slurm.excluded == [("41", ["n1"])] and [n for n, _ in fake_slurm.drained] == ["n1"]
@@ -139,7 +143,8 @@ def test_after_training_a_stuck_launcher_is_requeued_without_a_save(tmp_path, fa
     next start finds max-update reached and ends the run."""
     launcher = launcher_module.Launcher(spec_in(tmp_path))
     start = launcher_module.Start("41", 0, 2, "n1", 0, ("n1", "n2"))
-    launcher._start, launcher._training_over = start, True
+    launcher._begin(start)
+    launcher._training_over = True
     launcher._on_silent(start, launchers.Silence(1, "n2", 40, "ending"))
     assert fake_slurm.signals == [] and fake_slurm.requeued == ["41"]
 
@@ -148,11 +153,11 @@ def test_a_stuck_task_0_woken_by_the_requeue_adds_nothing_to_the_ledger(tmp_path
     """Slurm's requeue sends SIGCONT before SIGTERM: the stuck task 0 wakes and its pending
     notice reaches submitit's checkpoint(); task 1 has requeued already (its verdict says so):
     no second stop, no second requeue in the ledger."""
-    from hpc_train.contract import REQUEUE, RoundVerdict, write_verdict
+    from hpc_train.contract import RoundAction, RoundVerdict, write_verdict
 
     run = RunDir(tmp_path)
     launcher = launcher_module.Launcher(spec_in(tmp_path))
-    launcher._start = launcher_module.Start("41", 0, 2, "n1", 0, ("n1", "n2"))
-    write_verdict(run, "41", 0, RoundVerdict(REQUEUE, "stuck launcher: ..."))
+    launcher._begin(launcher_module.Start("41", 0, 2, "n1", 0, ("n1", "n2")))
+    write_verdict(run, "41", 0, RoundVerdict(RoundAction.REQUEUE, "stuck launcher: ..."))
     assert launcher.checkpoint() is not None
     assert ledger.read(run.ledger) == []

@@ -18,7 +18,8 @@ from hpc_train.contract import StartFiles
 from hpc_train.faults.evidence import Evidence
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job.limits import StragglerLimits, Watch
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Recovery, Training
 from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.restart_policy import Action, Decision
 from hpc_train.watch import straggler_monitor
@@ -46,7 +47,7 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
     beat(run, "n3", 2, 0.10)
     notes: list[tuple[str, dict[str, Any]]] = []
     lines: list[str] = []
-    watch = straggler_monitor.Watch(
+    watch = straggler_monitor.StragglerWatch(
         StartFiles(run, "7", 0), ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False, False,
         lambda kind, **data: notes.append((kind, data)), lines.append, clock,
     )  # fmt: skip
@@ -62,11 +63,11 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
 
 
 def test_the_eviction_decision():
-    requeue = Decision(Action.REQUEUE, "stopped on notice: requeueing (restart 1/20)", "notice")
+    requeue = Decision(Action.RESTART, "stopped on notice: requeueing (restart 1/20)", "notice")
     node = Suspect("n2", "straggler: ...", Evidence.STRAGGLER)
     got = restart_policy.evicting(requeue, node.node)
     assert (got.action, got.cause, got.why.endswith("evicting n2")) == (
-        Action.REQUEUE,
+        Action.RESTART,
         "straggler",
         True,
     )
@@ -105,9 +106,11 @@ def test_evict_stragglers_saves_drains_requeues_and_excludes_the_node(
     monkeypatch.setattr(straggler_monitor, "POLL_S", 0.05)
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     spec = JobSpec(
-        "tiny", Path("/d"), tmp_path, gpus_per_node=0,
-        watch=Watch(stragglers=StragglerLimits(window_s=0.3), evict_stragglers=True),
-    )  # fmt: skip
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(gpus_per_node=0),
+        watch=Watch(stragglers=StragglerLimits(window_s=0.3)),
+        recovery=Recovery(evict_stragglers=True),
+    )
     run = spec.run_dir
     key = "42" if round_ == 0 else f"42.{round_}"  # contract.StartFiles.name
     (run.node_report(key, 0, 1)).parent.mkdir(parents=True, exist_ok=True)

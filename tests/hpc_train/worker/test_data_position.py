@@ -12,7 +12,7 @@ import torch
 from fairseq.data import iterators
 
 from hpc_train.worker import data_position
-from hpc_train.worker.data_position import Plan, Resume, convert
+from hpc_train.worker.data_position import EpochPlan, EpochResume, convert
 
 SAMPLES, BATCH = 48, 2
 
@@ -122,24 +122,24 @@ def test_the_conversion_alone_against_fairseqs_dealing():
     saved = data_position.plan_of(three[0])
     two = world(2)
     resume = convert(saved, 4, data_position.plan_of(two[0]))
-    assert resume == Resume(6, True, resume.why) and "12 batches" in resume.why
+    assert resume == EpochResume(6, True, resume.why) and "12 batches" in resume.why
     seen += consume(resumed({"epoch": 1, "iterations_in_epoch": resume.offset}, 2), None)
     assert sorted(seen) == list(range(SAMPLES))
 
 
 def test_what_cannot_be_exact_is_said_by_name():
-    plan = Plan(num_shards=2, epoch_batches=24, fingerprint=7)
+    plan = EpochPlan(num_shards=2, epoch_batches=24, fingerprint=7)
     same = convert(plan, 5, plan)
-    assert same == Resume(5, True, same.why)
+    assert same == EpochResume(5, True, same.why)
     # 10 batches consumed over 3 shards: each skips 3, shard 0's next (batch 9) was trained
-    odd = convert(plan, 5, Plan(3, 24, 7))
+    odd = convert(plan, 5, EpochPlan(3, 24, 7))
     assert (odd.offset, odd.exact, odd.blank_below) == (3, True, 1) and "empty batch" in odd.why
     # another batch per device: another plan; the same fraction of the epoch, not exact
-    other = convert(plan, 6, Plan(3, 12, 9))
+    other = convert(plan, 6, EpochPlan(3, 12, 9))
     assert (other.offset, other.exact) == (2, False) and "batch plan changed" in other.why
-    grouped = convert(Plan(2, 24, 7, grouped=True), 6, Plan(3, 24, 7, grouped=True))
+    grouped = convert(EpochPlan(2, 24, 7, grouped=True), 6, EpochPlan(3, 24, 7, grouped=True))
     assert not grouped.exact and "grouped shuffling" in grouped.why
-    assert Plan.from_state(None) is None and Plan.from_state({"x": 1}) is None
+    assert EpochPlan.from_state(None) is None and EpochPlan.from_state({"x": 1}) is None
 
 
 def test_the_plan_fingerprint_sees_the_batch_size():

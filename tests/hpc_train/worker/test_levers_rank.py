@@ -18,9 +18,13 @@ def tiny(corpus):
     from fairseq import tasks
 
     from hpc_train.job.command_lines import fairseq_args
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Training
 
-    spec = JobSpec("tiny", corpus, corpus.parent / "save", gpus_per_node=0, max_update=1)
+    spec = JobSpec(
+        Training("tiny", corpus, corpus.parent / "save", max_update=1),
+        sizing=Sizing(gpus_per_node=0),
+    )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     cfg = train.fairseq_config([*args, "--dropout", "0", "--attention-dropout", "0"])
     task = tasks.setup_task(cfg.task)

@@ -103,10 +103,13 @@ def run_rank(corpus: Path, save: Path, *extra: str, env: dict[str, str] | None =
     """The tiny preset through the worker, one CPU rank, 4 loader processes; returns (log lines,
     the wall clock time the process exited)."""
     from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
-    from hpc_train.job.spec import JobSpec, Saves
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Saves, Training
 
     spec = JobSpec(
-        "tiny", corpus, save, gpus_per_node=0, max_update=20, saves=Saves(keep_checkpoints=5)
+        Training("tiny", corpus, save, max_update=20),
+        sizing=Sizing(gpus_per_node=0),
+        saves=Saves(keep_checkpoints=5),
     )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     proc = subprocess.run(
@@ -170,10 +173,13 @@ def test_a_rank_that_crashes_stops_its_loaders_before_it_exits(corpus, tmp_path)
     through torch's exit hook (5 s per process on a GPU)."""
     from hpc_core.rundir import RunDir
     from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
-    from hpc_train.job.spec import JobSpec
+    from hpc_train.job.sizing import Sizing
+    from hpc_train.job.spec import JobSpec, Training
 
     contract.write_crash_request(RunDir(tmp_path), contract.CrashRequest(update=5, rank=0))
-    spec = JobSpec("tiny", corpus, tmp_path, gpus_per_node=0, max_update=20)
+    spec = JobSpec(
+        Training("tiny", corpus, tmp_path, max_update=20), sizing=Sizing(gpus_per_node=0)
+    )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     proc = subprocess.run([sys.executable, "-m", TRAIN_MODULE, *args, "--num-workers", "4"],
                           capture_output=True, text=True, timeout=300,

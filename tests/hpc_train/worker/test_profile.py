@@ -72,7 +72,7 @@ def test_a_window_per_update_and_its_table():
     ]
     busy = profile_table.union_s([op.span_us for op in ops if op.top_level]) / 1e6
     assert busy == pytest.approx(800e-6)
-    window = profile_table.Window(2, 5, 0.002, 0.0004, busy, "cpu", ops, {"a.py:1": 4})
+    window = profile_table.ProfileWindow(2, 5, 0.002, 0.0004, busy, "cpu", ops, {"a.py:1": 4})
     p = window.per_update()
     assert p["ms_by_kind"]["matmul"] == 0.2 and p["ms_by_kind"]["optimizer"] == 0.15
     assert p["ms_by_kind"]["outside the step"] == 0.2

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from hpc_train.contract import SAVE_INTERVAL_AUTO, WorkerEnv
-from hpc_train.job.spec import JobSpec, Saves, SpecError, parse_save_interval, validate
+from hpc_train.job.spec import JobSpec, Saves, SpecError, Training, parse_save_interval, validate
 from hpc_train.planning import plan
 from hpc_train.worker import save_interval
 from hpc_train.worker.save_interval import AutoInterval
@@ -51,12 +51,14 @@ def test_only_rank_0_under_auto_gets_a_chooser():
 
 
 def test_the_launcher_passes_the_job_mtbf_of_this_start(tmp_path):
-    spec = JobSpec("tiny", tmp_path, tmp_path, saves=Saves(interval="auto", mtbf_hours=100))
+    spec = JobSpec(
+        Training("tiny", tmp_path, tmp_path), saves=Saves(interval="auto", mtbf_hours=100)
+    )
     inputs = plan.auto_interval(spec, nodes=4, gpu=False)
     assert inputs is not None
     mtbf, estimate = inputs
     assert mtbf == pytest.approx(25 * 3600) and estimate > 0  # any of 4 nodes ends the start
-    assert plan.auto_interval(JobSpec("tiny", tmp_path, tmp_path), 4, False) is None
+    assert plan.auto_interval(JobSpec(Training("tiny", tmp_path, tmp_path)), 4, False) is None
 
 
 def test_save_interval_option_values(tmp_path):
@@ -64,14 +66,17 @@ def test_save_interval_option_values(tmp_path):
     for bad in ("0", "-3", "often", ""):
         with pytest.raises(SpecError, match="--save-interval"):
             parse_save_interval(bad)
-    spec = JobSpec("tiny", tmp_path, tmp_path, saves=Saves(interval="25"))
+    spec = JobSpec(Training("tiny", tmp_path, tmp_path), saves=Saves(interval="25"))
     assert spec.save_interval_updates == 25
     assert (
-        JobSpec("tiny", tmp_path, tmp_path).save_interval_updates
+        JobSpec(Training("tiny", tmp_path, tmp_path)).save_interval_updates
         == spec.recipe.save_interval_updates
     )
     with pytest.raises(SpecError, match="--mtbf-hours"):
-        validate(JobSpec("tiny", tmp_path, tmp_path, saves=Saves(mtbf_hours=0)), check_paths=False)
+        validate(
+            JobSpec(Training("tiny", tmp_path, tmp_path), saves=Saves(mtbf_hours=0)),
+            check_paths=False,
+        )
 
 
 # The times rank 0's chooser reasons about, injected into the worker's process so that a loaded

@@ -23,7 +23,8 @@ from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train import contract, submit
 from hpc_train.job import options
-from hpc_train.job.spec import JobSpec, Saves, SpecError, validate
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Saves, SpecError, Training, validate
 from hpc_train.launch import launcher
 from hpc_train.worker import async_save, checkpoints, local_tier
 
@@ -60,7 +61,7 @@ class EnvTorchrun(launcher.Launcher):
     under test) that writes the local tier it was given to a file."""
 
     def torchrun_command(self, start: launcher.Start, nproc: int, args: list[str]) -> list[str]:
-        out = self.spec.save_dir / "env.txt"
+        out = self.spec.training.save_dir / "env.txt"
         name = contract.LOCAL_SAVE_DIR
         body = f"import os; open({str(out)!r}, 'w').write(os.environ.get({name!r}, ''))"
         return [sys.executable, "-c", body]
@@ -68,7 +69,11 @@ class EnvTorchrun(launcher.Launcher):
 
 @pytest.mark.parametrize("local", [None, Path("/scratch/hpc-train")])
 def test_the_launcher_passes_the_runs_local_dir_to_the_workers(tmp_path, fake_slurm, local):
-    spec = JobSpec("tiny", Path("/d"), tmp_path, gpus_per_node=0, saves=Saves(local_dir=local))
+    spec = JobSpec(
+        Training("tiny", Path("/d"), tmp_path),
+        sizing=Sizing(gpus_per_node=0),
+        saves=Saves(local_dir=local),
+    )
     EnvTorchrun(spec).run(launcher.Start("41", 0, 1, "n1", 0), gpus=0)
     expected = "" if local is None else str(RunDir(tmp_path).local_tier(local))
     assert (tmp_path / "env.txt").read_text() == expected
@@ -211,7 +216,9 @@ def test_a_save_on_notice_goes_straight_to_the_save_dir(corpus, tmp_path):
 
     save, local = tmp_path / "run", tmp_path / "local"
     spec = JobSpec(
-        "tiny", corpus, save, gpus_per_node=0, max_update=5000, saves=Saves(keep_checkpoints=5)
+        Training("tiny", corpus, save, max_update=5000),
+        sizing=Sizing(gpus_per_node=0),
+        saves=Saves(keep_checkpoints=5),
     )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     env = {**os.environ, "OMP_NUM_THREADS": "1", contract.LOCAL_SAVE_DIR: str(local)}

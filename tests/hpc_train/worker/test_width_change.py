@@ -12,7 +12,8 @@ from pathlib import Path
 
 from hpc_train.contract import WorkerEnv
 from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
-from hpc_train.job.spec import JobSpec, Saves
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Saves, Training
 from hpc_train.runs import audit
 
 GLOBAL_BATCH = 48  # sequences per update: 8 per rank x 2 ranks x 3 = 8 x 1 x 6 = 8 x 3 x 2
@@ -22,9 +23,10 @@ def train(corpus: Path, save: Path, ranks: int, *extra: str) -> str:
     """The tiny preset on ``ranks`` ranks (torchrun, or one plain process), auditing samples;
     the batch plan is the toolkit's own for that width. Returns the ranks' output."""
     spec = JobSpec(
-        "tiny", corpus, save, gpus_per_node=0, global_batch=GLOBAL_BATCH, max_update=100,
+        Training("tiny", corpus, save, max_update=100),
+        sizing=Sizing(gpus_per_node=0, global_batch=GLOBAL_BATCH),
         saves=Saves(keep_checkpoints=5),
-    )  # fmt: skip
+    )
     args, plan = fairseq_args(spec, world_size=ranks, gpu=False)
     assert plan.effective == GLOBAL_BATCH
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_TRAIN_")}

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from hpc_train.job.command_lines import fairseq_args
-from hpc_train.job.spec import JobSpec
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
 from hpc_train.worker import train
 
 TORCHRUN = {"WORLD_SIZE": "16", "RANK": "11", "LOCAL_RANK": "3"}
@@ -57,7 +58,7 @@ def test_hydra_schema_warning_is_silenced_and_nothing_else() -> None:
 
 @pytest.mark.fairseq
 def test_bf16_off_tpus(tmp_path: Path) -> None:
-    spec = JobSpec("tiny", tmp_path, tmp_path / "s", gpus_per_node=0)
+    spec = JobSpec(Training("tiny", tmp_path, tmp_path / "s"), sizing=Sizing(gpus_per_node=0))
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     cfg = train.fairseq_config([*args, "--bf16"])
     assert cfg.common.bf16 and not cfg.common.tpu  # fairseq alone would set tpu (torch_xla)
@@ -67,7 +68,9 @@ def test_bf16_off_tpus(tmp_path: Path) -> None:
 def test_worker_output_keeps_fairseq_format_and_no_known_warnings(
     corpus: Path, tmp_path: Path
 ) -> None:
-    spec = JobSpec("tiny", corpus, tmp_path / "run", gpus_per_node=0, max_update=3)
+    spec = JobSpec(
+        Training("tiny", corpus, tmp_path / "run", max_update=3), sizing=Sizing(gpus_per_node=0)
+    )
     args, _ = fairseq_args(spec, world_size=1, gpu=False)
     proc = subprocess.run(
         [
