@@ -47,7 +47,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0 $(QUIET_PIP)
 	$(PY) -m pip install -q cython numpy setuptools wheel $(QUIET_PIP)
 	MAX_JOBS=2 $(PY) -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1 $(QUIET_PIP)
-	$(PY) -m pip install -q -e '.[aws,data,dev]' $(QUIET_PIP)
+	$(PY) -m pip install -q -e '.[aws,data,dev,tracking]' $(QUIET_PIP)
 	$(PY) -c "import hpc_train, torch, fairseq, submitit; print('torch', torch.__version__, '| fairseq', fairseq.__version__, '| submitit', submitit.__version__)"
 	@touch $@
 

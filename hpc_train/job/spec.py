@@ -6,7 +6,8 @@ launcher reads it on every (re)start. Nothing here imports torch, fairseq or sub
 ``JobSpec``'s own fields say what to train, where and how wide; the rest is nested by concern, each
 a frozen value whose fields carry their options (``job.fields``): ``recovery`` (``Recovery``),
 ``saves`` (``Saves``), ``notify`` (``Notifications``), ``watch`` (``job.limits.Watch``: the
-watchers' ``HangLimits`` and ``StragglerLimits`` as they are) and ``container`` (``Container``).
+watchers' ``HangLimits`` and ``StragglerLimits`` as they are), ``container`` (``Container``) and
+``tracking`` (``job.tracking.Tracking``: TensorBoard, W&B).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hpc_train.job.container import Mount
 from hpc_train.job.fields import nested, option, seconds
 from hpc_train.job.limits import Watch
 from hpc_train.job.sizing import Sizing
+from hpc_train.job.tracking import Tracking
 
 
 class SpecError(ValueError):
@@ -326,6 +328,7 @@ class JobSpec(Sizing):
         default=False,
     )  # fmt: skip
     container: Container = nested(Container)
+    tracking: Tracking = nested(Tracking)
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
     @property

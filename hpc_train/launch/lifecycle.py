@@ -28,7 +28,7 @@ from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import SAVE_DIR, START, STOP, StartDecision, WorkerEnv, node_name
 from hpc_train.faults import node_blame
 from hpc_train.faults.suspects import Suspect
-from hpc_train.job import command_lines
+from hpc_train.job import command_lines, tracking
 from hpc_train.launch import recovery, requeue, restart_policy, rounds
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
@@ -155,6 +155,8 @@ def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
         local_save_dir=here.run.local_tier(spec.saves.local_dir) if spec.saves.local_dir else None,
         auto_interval=plan_mod.auto_interval(spec, here.start.num_nodes, use_gpu),
         audit_samples=spec.audit_samples,
+        tensorboard=tracking.tensorboard_dir(spec.tracking, here.run),
+        wandb=tracking.wandb_run(spec.tracking, spec.save_dir),
     )
     env = {**os.environ, **worker.to_env()}
     if not use_gpu:

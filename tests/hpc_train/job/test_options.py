@@ -93,7 +93,14 @@ def test_each_flag_is_declared_once_and_its_dest_is_the_fields_path():
     assert dests["--hang-factor"] == "watch.hang.factor"
     assert dests["--spares"] == "recovery.spares" and dests["--preset"] == "preset"
     nested = [path for path, _f, _opt in options.spec_options() if len(path) > 1]
-    assert {path[0] for path in nested} == {"recovery", "saves", "notify", "watch", "container"}
+    assert {path[0] for path in nested} == {
+        "recovery",
+        "saves",
+        "notify",
+        "watch",
+        "container",
+        "tracking",
+    }
 
 
 def test_a_nested_concern_defaults_to_its_own_defaults():
