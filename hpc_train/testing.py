@@ -3,7 +3,9 @@ the benchmarks. Not part of the product.
 
 ``submit_tiny`` submits through the real CLI (``python -m hpc_train.submit``), then
 ``wait_for_update`` waits on the run's train.log and ``wait_for_event`` on its ledger, each
-through ``hpc_core.wait.wait_until`` (a deadline, a steady poll).
+through ``hpc_core.wait.wait_until`` (a deadline, a steady poll). What rank 0's tracking wrote is
+read back raw: ``tensorboard_series`` (the event files record by record), ``wandb_runs`` and
+``wandb_history`` (W&B's offline files record by record).
 
 No module of ``hpc_train``, ``hpc_core`` or ``nccl_checks`` imports this one: import-linter's
 contract "Product code never imports the rehearsal helpers" (pyproject.toml) checks it.
