@@ -16,7 +16,7 @@ export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 # instead of compiling the sources again. Measured here: the fast tier collects in 4.0 s, not 7.3.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-gpu-restart bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import bench-levers device-kit clean
+.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-gpu-restart bench-data bench-ckpt bench-hang bench-grow bench-soak bench-import bench-levers bench-tracking device-kit clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
@@ -26,7 +26,7 @@ help:
 	@echo "make local-image   build the local cluster's container image (submit --container .local/images/hpc-train)"
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), the size caps (tools/caps.py), shellcheck"
-	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-hang, bench-grow, bench-soak, bench-import, bench-levers (JSON in benchmarks/results/; SMOKE=1: each in its smoke mode)"
+	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-hang, bench-grow, bench-soak, bench-import, bench-levers, bench-tracking (JSON in benchmarks/results/; SMOKE=1: each in its smoke mode)"
 	@echo "make device-kit    what a lent GPU machine lacks (wheels, data, the project) in .local/device-kit: docs/gpu.md"
 
 install: install-system install-python
@@ -47,7 +47,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0 $(QUIET_PIP)
 	$(PY) -m pip install -q cython numpy setuptools wheel $(QUIET_PIP)
 	MAX_JOBS=2 $(PY) -m pip install -q --no-build-isolation fairseq-fixed==0.12.3.1 $(QUIET_PIP)
-	$(PY) -m pip install -q -e '.[aws,data,dev]' $(QUIET_PIP)
+	$(PY) -m pip install -q -e '.[aws,data,dev,tracking]' $(QUIET_PIP)
 	$(PY) -c "import hpc_train, torch, fairseq, submitit; print('torch', torch.__version__, '| fairseq', fairseq.__version__, '| submitit', submitit.__version__)"
 	@touch $@
 
@@ -104,7 +104,7 @@ SMOKE ?=
 SMOKE_OUT ?= $(STATE)/bench-smoke
 RESULTS = $(if $(SMOKE),$(SMOKE_OUT),benchmarks/results)
 BENCH_FLAGS = $(if $(SMOKE),--smoke)
-bench: bench-preempt bench-data bench-gpu bench-gpu-restart bench-ckpt bench-hang bench-grow bench-soak bench-import bench-levers
+bench: bench-preempt bench-data bench-gpu bench-gpu-restart bench-ckpt bench-hang bench-grow bench-soak bench-import bench-levers bench-tracking
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
 bench-preempt: install cluster-up demo-data
@@ -126,6 +126,11 @@ bench-gpu: install-python demo-data
 bench-levers: install-python demo-data
 	$(PY) -m benchmarks.levers_cpu $(BENCH_FLAGS) --data $(STATE)/data/demo-bin \
 	  --out $(RESULTS)/levers_cpu.json
+
+# Tracking benchmark (issue 45), not a test: ~30 s; one logging call of rank 0's tracking
+# (TensorBoard, W&B offline, both) against a roberta-large update on a GPU (results/gpu.json).
+bench-tracking: install-python
+	$(PY) -m benchmarks.tracking $(BENCH_FLAGS) --out $(RESULTS)/tracking.json
 
 # The device kit (issue 36): CPython 3.12 wheels the GPU machine lacks (hash-pinned), the demo
 # corpus binarized and the project, in a git-ignored folder (<= 60 MiB), checked with no index.

@@ -22,6 +22,8 @@
 #   BOOTSTRAP_TORCH_INDEX_URL   [https://download.pytorch.org/whl/cu126]; empty: pip's own config
 #   BOOTSTRAP_FAIRSEQ_SPEC      [fairseq-fixed==0.12.3.1]; empty: skip fairseq and its build deps
 #   BOOTSTRAP_PROJECT_PIP_ARGS  extra pip arguments for the project, e.g. --no-deps [none]
+#   BOOTSTRAP_PROJECT_EXTRAS    the project's extras, comma-separated [tracking: tensorboard and
+#                               wandb, for submit --tensorboard and --wandb-project]; empty: none
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -31,6 +33,7 @@ torch_spec="${BOOTSTRAP_TORCH_SPEC-torch==2.13.0}"
 torch_index="${BOOTSTRAP_TORCH_INDEX_URL-https://download.pytorch.org/whl/cu126}"
 fairseq_spec="${BOOTSTRAP_FAIRSEQ_SPEC-fairseq-fixed==0.12.3.1}"
 read -r -a project_args <<<"${BOOTSTRAP_PROJECT_PIP_ARGS:-}"
+extras="${BOOTSTRAP_PROJECT_EXTRAS-tracking}"
 
 # An interpreter >= 3.11 must exist on every node (the venv links to it), so this part is per node.
 find_python() {
@@ -67,7 +70,7 @@ log "interpreter: $python_id"
 
 release="$(dirname "$BOOTSTRAP_SOURCE_DIR")"
 key="$(printf '%s\n' "$python_id" "$torch_spec" "$torch_index" "$fairseq_spec" \
-    "${project_args[*]:-}" "$(basename "$release")" | sha256sum | cut -c1-12)"
+    "${project_args[*]:-}" "$extras" "$(basename "$release")" | sha256sum | cut -c1-12)"
 env_dir="$release/venv-$key"
 point_venv_link() { point_link "$release/venv" "venv-$key"; }
 
@@ -108,13 +111,16 @@ if [[ -n "$fairseq_spec" ]]; then
 else
     skip "fairseq (BOOTSTRAP_FAIRSEQ_SPEC is empty)"
 fi
-run "${pip[@]}" "${project_args[@]}" "$BOOTSTRAP_SOURCE_DIR"
+project="$BOOTSTRAP_SOURCE_DIR"
+[[ -z "$extras" ]] || project+="[$extras]"
+run "${pip[@]}" "${project_args[@]}" "$project"
 [[ -z "$torch_spec" ]] || checks+=", torch"
+[[ ",$extras," != *,tracking,* ]] || checks+=", tensorboard, wandb"
 run "$env_dir/bin/python" -c "$checks; print('imports ok: $checks')"
 {
     printf 'python: %s\ntorch: %s (index: %s)\nfairseq: %s\n' "$python_id" "${torch_spec:-none}" \
         "${torch_index:-pip default}" "${fairseq_spec:-none}"
-    printf 'project: %s %s\n' "$BOOTSTRAP_SOURCE_DIR" "${project_args[*]:-}"
+    printf 'project: %s %s\n' "$project" "${project_args[*]:-}"
 } >"$env_dir/.complete"
 log "Python environment ready: $env_dir"
 point_venv_link

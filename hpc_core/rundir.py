@@ -202,6 +202,27 @@ class RunDir:
         return self.root / "slurm"
 
     @property
+    def tensorboard(self) -> Path:
+        """``--tensorboard``: rank 0's TensorBoard logdir, one for every start of the run."""
+        return self.root / "tensorboard"
+
+    @property
+    def wandb(self) -> Path:
+        """``--wandb-project``: where W&B writes (it is given the save dir, and makes this
+        folder in it): one ``run-*`` or ``offline-run-*`` folder per start."""
+        return self.root / "wandb"
+
+    @property
+    def tracking_record(self) -> Path:
+        """Where rank 0 says it logs the run's curves (``contract.TrackingRecord``)."""
+        return self.state / "tracking.json"
+
+    @property
+    def tracking_steps(self) -> Path:
+        """The last step rank 0 logged under each tag, across starts (``worker.tracking``)."""
+        return self.state / "tracking-steps.json"
+
+    @property
     def preflight(self) -> Path:
         return self.root / "preflight"
 

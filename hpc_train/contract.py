@@ -41,6 +41,8 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``ledger.jsonl``: ``finished`` | ``Kind.FINISHED`` | task 0 (``launch.launcher``) | ``runs`` (``index``, ``goodput``, ``doctor``), ``launch.notify`` |
 | ``profile.json`` (``RunDir.profile``) | ``worker.profile_table.ProfileWindow.to_json`` | rank 0, when its ``HPC_TRAIN_PROFILE`` window closes | ``benchmarks.gpu_session``, ``benchmarks.levers_cpu``, the user |
 | ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
+| ``.hpc-train/tracking.json`` (``RunDir.tracking_record``) | ``TrackingRecord`` | rank 0, at each start (``worker.tracking``, ``--tensorboard``, ``--wandb-project``) | ``runs.tracking`` (``status``, ``logs``: where the curves are) |
+| ``.hpc-train/tracking-steps.json`` (``RunDir.tracking_steps``) | ``{tag: last step logged}`` (``write_steps``) | rank 0, before each logging call it lets through (``worker.tracking``) | rank 0 of every later start: nothing logged again |
 | ``/opt/hpc-train/image.json`` inside an image (``IMAGE_MARKER``) | one line of JSON | the image's build (``slurm/local/build-image.sh``, the Containerfile) | each rank, at its start (``worker.train``: it says which image it runs in) |
 
 The save dir reaches a rank here (``WorkerEnv.save_dir``), not through fairseq's arguments.
@@ -88,6 +90,31 @@ LOCAL_SAVE_DIR = "HPC_TRAIN_LOCAL_SAVE_DIR"  # tiered saves: this run's dir on n
 SAVE_INTERVAL_AUTO = "HPC_TRAIN_SAVE_INTERVAL_AUTO"  # "<job MTBF s>:<estimated save s>"
 AUDIT_SAMPLES = "HPC_TRAIN_AUDIT_SAMPLES"  # "1": each rank records the sample ids it trains
 PROFILE = "HPC_TRAIN_PROFILE"  # "<warm-up updates>:<profiled updates>": rank 0's profile window
+TENSORBOARD = "HPC_TRAIN_TENSORBOARD"  # --tensorboard: rank 0's logdir (worker.tracking)
+WANDB = "HPC_TRAIN_WANDB"  # --wandb-project: rank 0's W&B run, a WandbRun as JSON (never a key)
+
+
+@dataclass(frozen=True)
+class WandbRun:
+    """The run's one W&B run, as rank 0 opens it at every start (``job.tracking.wandb_run``
+    decides it in the CLI). No key: W&B reads its own (``WANDB_API_KEY``, ``~/.netrc``)."""
+
+    project: str
+    run_id: str  # the same for every start of the run (job.tracking.run_id)
+    name: str
+    mode: str  # online | offline (auto is decided at submit)
+    entity: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> WandbRun:
+        """ValueError when ``text`` is not one."""
+        try:
+            return cls(**json.loads(text))
+        except (TypeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{WANDB}={text!r} is not a W&B run ({err})") from None
 
 
 @dataclass(frozen=True)
@@ -105,6 +132,8 @@ class WorkerEnv:
     auto_interval: tuple[float, float] | None = None  # (job MTBF s, estimated save s)
     audit_samples: bool = False  # --audit-samples (worker.data_position)
     profile: tuple[int, int] | None = None  # (warm-up, profiled) updates (worker.profile)
+    tensorboard: Path | None = None  # rank 0's TensorBoard logdir (worker.tracking)
+    wandb: WandbRun | None = None  # rank 0's W&B run (worker.tracking)
 
     def to_env(self) -> dict[str, str]:
         env = {SYNC_SAVE: "1" if self.sync_save else "0"}
@@ -127,6 +156,10 @@ class WorkerEnv:
         if self.auto_interval is not None:
             mtbf_s, save_s = self.auto_interval
             env[SAVE_INTERVAL_AUTO] = f"{mtbf_s:.6g}:{save_s:.6g}"
+        if self.tensorboard is not None:
+            env[TENSORBOARD] = str(self.tensorboard)
+        if self.wandb is not None:
+            env[WANDB] = self.wandb.to_json()
         return env
 
     @classmethod
@@ -153,6 +186,8 @@ class WorkerEnv:
             auto_interval=auto,
             audit_samples=env.get(AUDIT_SAMPLES, "") not in ("", "0"),
             profile=parse_profile(env.get(PROFILE, "")),
+            tensorboard=path(TENSORBOARD),
+            wandb=WandbRun.from_json(env[WANDB]) if env.get(WANDB) else None,
         )
 
 
@@ -339,6 +374,12 @@ def round_key(job: str, round_: int) -> str:
     """What names the files of round ``round_`` of a job's start: the job id, with ``.<round>``
     for an in-job restart (``41.1``), so no round reads another's files."""
     return job if round_ == 0 else f"{job}.{round_}"
+
+
+def job_of(name: str) -> str:
+    """The Slurm job id in a round's name (``round_key``'s: ``41.1`` -> ``41``): the job the
+    ledger's launcher events name, where a rank is told the round (``StartFiles.ranks_start``)."""
+    return name.partition(".")[0]
 
 
 def last_round(events: Sequence[Any], job: str, restart: int) -> int:
@@ -642,3 +683,46 @@ def ask_pace(run: RunDir, seconds: float) -> None:
 def pace_s(run: RunDir) -> float:
     """The seconds ``ask_pace`` asked for (0: none); one stat() when nothing was asked."""
     return _asked_seconds(run.chaos_pace)
+
+
+# --- rank 0's experiment tracking: where the curves are, what was logged ------------------------
+
+
+@dataclass(frozen=True)
+class TrackingRecord:
+    """Where rank 0 logs the run's curves, as its last start said (``RunDir.tracking_record``):
+    the TensorBoard logdir, the W&B run (its URL once W&B gave one: online only), and this
+    start's W&B folder (offline: what ``wandb sync`` takes)."""
+
+    tensorboard: str | None = None
+    wandb: WandbRun | None = None
+    url: str | None = None
+    wandb_dir: str | None = None
+
+
+def write_tracking(run: RunDir, record: TrackingRecord) -> None:
+    atomic_write(run.tracking_record, json.dumps(asdict(record)), durable=False)
+
+
+def read_tracking(run: RunDir) -> TrackingRecord | None:
+    """The record, or None: no tracking asked, no start yet, or a record cut short."""
+    try:
+        fields = json.loads(run.tracking_record.read_text())
+        wandb = fields.pop("wandb", None)
+        return TrackingRecord(wandb=WandbRun(**wandb) if wandb else None, **fields)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_steps(run: RunDir, steps: Mapping[str, int]) -> None:
+    """The last step rank 0 logged under each tag (one file, whole or not at all)."""
+    atomic_write(run.tracking_steps, json.dumps(dict(steps), sort_keys=True), durable=False)
+
+
+def read_steps(run: RunDir) -> dict[str, int]:
+    """What every earlier start logged, by tag: {} before the first log (or a record unread)."""
+    try:
+        said = json.loads(run.tracking_steps.read_text())
+        return {str(tag): int(step) for tag, step in said.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}

@@ -9,20 +9,26 @@
         --container-mounts /lustre/tokenizers:/tokenizers:ro
     python -m hpc_train.submit --preset tiny --nodes 2 --gpus-per-node 0 \\
         --data .local/data/demo-bin --save-dir .local/runs/boxed --container .local/images/hpc-train
+    python -m hpc_train.submit --preset roberta-large --nodes 4 --data /lustre/data-bin/wikitext-103 \\
+        --save-dir /lustre/runs/large --tensorboard --wandb-project roberta --wandb-mode offline
 
 One Slurm task per node runs ``hpc_train.launch.launcher.Launcher``, which starts torchrun, which starts
 fairseq on every GPU (or one CPU rank per node when there is no GPU). The job is submitted with
 ``--requeue`` and resumes from ``checkpoint_last.pt`` in ``--save-dir`` after every restart.
 Arguments after ``--`` go to fairseq-train unchanged. With ``--container`` the launcher and the
 ranks run inside the image: through pyxis, or through Slurm's own OCI support for an OCI image
-directory (``hpc_train.job.container``, docs/containers.md).
+directory (``hpc_train.job.container``, docs/containers.md). With ``--tensorboard`` and
+``--wandb-project`` rank 0 logs the curves, one series and one W&B run across every start
+(``hpc_train.job.tracking``, docs/runs.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
+import os
 import shlex
 import sys
 import time
@@ -36,7 +42,7 @@ from hpc_core.ledger import Kind
 from hpc_core.slurm_env import JOB_ID
 from hpc_train import cli
 from hpc_train.faults import quarantine
-from hpc_train.job import command_lines, container, levers, options, presets
+from hpc_train.job import command_lines, container, levers, options, presets, tracking
 from hpc_train.job.batch import BatchPlan
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec, SpecError, validate
 from hpc_train.launch import restart_policy
@@ -220,6 +226,15 @@ def record_submission(spec: JobSpec, job_id: str, when: float) -> None:
     ledger.index_run(job_id, run.root.resolve(), spec.slurm.job_name, spec.updates)
 
 
+def with_tracking(spec: JobSpec) -> JobSpec:
+    """``spec`` with its tracking checked (``job.tracking.check``: TrackingError, one line) and
+    ``--wandb-mode auto`` decided here, once, from this environment (the job's: Slurm passes
+    it on)."""
+    tracking.check(spec.tracking, spec.training.extra_args)
+    decided = tracking.resolved(spec.tracking, os.environ, Path.home())
+    return dataclasses.replace(spec, tracking=decided)
+
+
 def preset_lines() -> list[str]:
     return [f"  {name:14s} {recipe.describe()}" for name, recipe in presets.PRESETS.items()]
 
@@ -276,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        spec = options.spec_from_options(args, extra)
+        spec = with_tracking(options.spec_from_options(args, extra))
         plan = validate(spec, check_paths=not args.dry_run)  # once: the plan is reused below
         if not args.dry_run:
             slurm.ensure_reachable()
@@ -293,10 +308,12 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(levers.describe(spec.lever_choices(gpu), spec.lever_cc(gpu))))
             if gpu:
                 print(node_check_line(spec))
+            for line in tracking.describe(spec.tracking, spec.run_dir):
+                print(f"# {line}")
             return 0
         submitted_at = time.time()
         job = submit(spec)
-    except (SpecError, slurm.SlurmError) as err:
+    except (SpecError, tracking.TrackingError, slurm.SlurmError) as err:
         parser.error(str(err))
     spares = f" + {spec.recovery.spares} hot spare(s)" if spec.recovery.spares else ""
     print(
@@ -307,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  task logs: {run.task_log(job.job_id, 0)} … (one per node, and .err)")
     print(f"  train log: {run.train_log}")
     print(f"  checkpoints: {run.checkpoint_last}")
+    for line in tracking.describe(spec.tracking, run):
+        print(f"  {line}")
     if args.follow:
         from hpc_train.runs import follow
 

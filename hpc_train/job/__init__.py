@@ -5,8 +5,9 @@ plan from ``JobSpec.batch_plan``), how wide a run is and how its batch divides (
 ``JobSpec.sizing``), the watchers' settings (``limits``: ``JobSpec.watch``), the speed levers
 (``levers``: which a run uses, by the GPU's compute capability, the rank's one argument, and
 ``JobSpec.speed``), the command lines (``command_lines``: fairseq's argv, torchrun's), the
-container flags (``container``), and the spec across versions (``upgrade``: what the launcher
-pickles, and a spec an earlier version pickled read back, or refused in one line).
+container flags (``container``), where rank 0 logs the curves (``tracking``: TensorBoard, W&B,
+the run's one W&B run id, the mode, the refusals), and the spec across versions (``upgrade``: what
+the launcher pickles, and a spec an earlier version pickled read back, or refused in one line).
 
 Imported by ``submit`` (the user's CLI) and by the launcher on each node, which builds the same
 command lines for the world task 0 decided. The spec, the arithmetic and the command lines are

@@ -10,7 +10,8 @@ on what, where it is saved), ``sizing`` (``job.sizing.Sizing``: how wide, on wha
 growing back, in-job rounds, spares, and what follows a blame), ``saves`` (``Saves``), ``notify``
 (``Notifications``), ``watch`` (``job.limits.Watch``: the watchers' ``HangLimits`` and
 ``StragglerLimits`` as they are), ``container`` (``Container``) and ``speed``
-(``job.levers.Speed``: one setting per lever). ``JobSpec`` itself derives what needs more than
+(``job.levers.Speed``: one setting per lever), ``tracking`` (``job.tracking.Tracking``:
+TensorBoard, W&B). ``JobSpec`` itself derives what needs more than
 one section (the recipe, the updates, the batch plan, the container's mounts).
 """
 
@@ -29,6 +30,7 @@ from hpc_train.job.fields import SpecError, nested, option, seconds
 from hpc_train.job.levers import Speed
 from hpc_train.job.limits import Watch
 from hpc_train.job.sizing import Sizing
+from hpc_train.job.tracking import Tracking
 
 
 def parse_time(text: str) -> int:
@@ -325,6 +327,7 @@ class JobSpec:
     watch: Watch = nested(Watch)
     container: Container = nested(Container)
     speed: Speed = nested(Speed)
+    tracking: Tracking = nested(Tracking)
 
     @property
     def recipe(self) -> presets.Preset:

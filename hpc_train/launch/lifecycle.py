@@ -35,7 +35,7 @@ from hpc_train.contract import (
 )
 from hpc_train.faults import node_blame
 from hpc_train.faults.suspects import Suspect
-from hpc_train.job import command_lines
+from hpc_train.job import command_lines, tracking
 from hpc_train.launch import recovery, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
@@ -162,6 +162,8 @@ def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
         local_save_dir=here.run.local_tier(spec.saves.local_dir) if spec.saves.local_dir else None,
         auto_interval=plan_mod.auto_interval(spec, here.start.num_nodes, use_gpu),
         audit_samples=spec.training.audit_samples,
+        tensorboard=tracking.tensorboard_dir(spec.tracking, here.run),
+        wandb=tracking.wandb_run(spec.tracking, spec.training.save_dir),
     )
     env = {**os.environ, **worker.to_env()}
     if not use_gpu:

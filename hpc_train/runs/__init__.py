@@ -4,7 +4,7 @@
   ``status`` and ``logs`` print it; ``follow``: the merged tail, ``--follow`` and the end-of-run
   report; ``logparse``: fairseq's train.log (pure); ``goodput``: ETTR and lost time by cause
   (pure); ``named_nodes``: the nodes a run blamed or found straggling; ``plot``: loss over
-  updates with the restarts marked;
+  updates with the restarts marked; ``tracking``: where its TensorBoard and W&B curves are;
 - ``metrics``: every run as Prometheus metrics (``hpc-train metrics serve`` / ``write``);
 - ``doctor``: stalls, stuck exits, requeue storms and jobs that will never start, found from
   outside the job, each with the command that fixes it;

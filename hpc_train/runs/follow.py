@@ -18,7 +18,7 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff
-from hpc_train.runs import goodput, named_nodes
+from hpc_train.runs import goodput, named_nodes, tracking
 from hpc_train.runs.logparse import RunSummary, line_time, summarize_text
 
 
@@ -40,7 +40,7 @@ def progress_line(metrics: dict[str, float], max_update: int) -> str:
 
 def report(summary: RunSummary, run: RunDir, max_update: int | None, state: str) -> str:
     """The end-of-run summary: updates, losses, speed, restarts, checkpoint, the nodes the run
-    blamed or found straggling, goodput."""
+    blamed or found straggling, goodput, where its curves are."""
 
     def fmt(value: float | None, spec_: str = ".3f") -> str:
         return "n/a" if value is None else format(value, spec_)
@@ -58,6 +58,7 @@ def report(summary: RunSummary, run: RunDir, max_update: int | None, state: str)
     lines += [f"  {note.describe()}" for note in named_nodes.node_notes(events)]
     if events:
         lines.append(f"  {goodput.account(events, max(e.time for e in events)).describe()}")
+    lines += [f"  {line}" for line in tracking.lines(run)]
     return "\n".join(lines)
 
 

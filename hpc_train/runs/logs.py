@@ -8,7 +8,9 @@ Examples:
     hpc-train logs summary train.log old/train.log --json
 
 RUN is a save dir or a job id (``hpc-train status`` lists yours). On a terminal ``--follow``
-shows a live progress bar; piped, one plain line per log interval.
+shows a live progress bar; piped, one plain line per log interval. Where the run's curves are
+(``--tensorboard``, ``--wandb-project``) ends the report of ``--follow``, and follows the log
+on stderr.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 from hpc_train import cli
-from hpc_train.runs import follow, index, logparse
+from hpc_train.runs import follow, index, logparse, tracking
 
 
 def print_summary(summary: logparse.RunSummary, as_json: bool) -> None:
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if not lines:
         p.error(f"{run.save_dir}: no logs yet (train.log and slurm/ are empty)")
     print("\n".join(lines))
+    for line in tracking.lines(rundir):  # on stderr: the log's lines stay the log's
+        print(line, file=sys.stderr)
     return 0
 
 

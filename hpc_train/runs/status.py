@@ -5,6 +5,9 @@ Examples:
     hpc-train status /lustre/runs/roberta     # one run by its save dir ...
     hpc-train status 4242 --json              # ... or by its job id, for machines
 
+One run's view also says where its curves are (``--tensorboard``, ``--wandb-project``): the
+``tensorboard --logdir`` command and the W&B run.
+
 A run whose job Slurm has forgotten still shows, from its save dir: its state then comes from
 the ledger (COMPLETED, CANCELLED, STOPPED (cause)), in Slurm's words.
 """
@@ -16,7 +19,7 @@ import sys
 import time
 
 from hpc_train import cli
-from hpc_train.runs import goodput, index
+from hpc_train.runs import goodput, index, tracking
 
 
 def age(seconds: float | None) -> str:
@@ -82,6 +85,7 @@ def detail(s: index.RunStatus) -> str:
     lines += [n.describe() for n in s.nodes_named]
     if s.goodput:
         lines.append(s.goodput.describe())
+    lines += tracking.lines(s.run.dir)
     return "\n".join(lines)
 
 

@@ -14,8 +14,11 @@ and runs fairseq's training loop. The modules, by what they add to the rank:
   (fairseq without scikit-learn and SciPy), ``pace`` (a rehearsal's least seconds an update);
 - speed: ``speed`` installs the levers ``hpc_train.job.levers`` chose (``batch_facts``,
   ``grads_foreach``, ``lazy_stats``, compile, GELU); the profile mode: ``profile`` (rank 0's
-  window), ``profile_table`` (pure: what a window says), ``host_reads`` (host syncs by call site).
+  window), ``profile_table`` (pure: what a window says), ``host_reads`` (host syncs by call site);
+- what the user watches: ``tracking`` (rank 0's TensorBoard and W&B curves, one series and one
+  run across every start).
 
 Nothing here runs in the launcher but ``checkpoints``: task 0 verifies ``checkpoint_last.pt`` with
-the rank's own loader (torch's weights_only allow-list; the one exception import-linter allows).
+the rank's own loader (torch's weights_only allow-list; an exception import-linter allows). One
+import points up: ``tracking`` reads the run's goodput with ``hpc_train.runs.goodput`` (pure).
 """

@@ -20,7 +20,9 @@ It runs fairseq's own training entry with the few fixes this stack needs:
 - fairseq's timestamped log format on stdout, and its known warnings silenced one by one;
 - the data-loader processes stopped at once after the last save (``hpc_train.worker.loaders``);
 - the speed levers the launcher chose (``hpc_train.worker.speed``, ``hpc_train.job.levers``);
-- a profile of a few updates when asked (``HPC_TRAIN_PROFILE``, ``hpc_train.worker.profile``).
+- a profile of a few updates when asked (``HPC_TRAIN_PROFILE``, ``hpc_train.worker.profile``);
+- rank 0's curves in TensorBoard and W&B, one series and one run across every start
+  (``--tensorboard``, ``--wandb-project``: ``hpc_train.worker.tracking``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from hpc_train.worker import (
     profile,
     save_interval,
     speed,
+    tracking,
     validation_beats,
 )
 from hpc_train.worker.heartbeat import Heartbeat
@@ -238,6 +241,12 @@ def install_extensions(
     # 12. the profile window (HPC_TRAIN_PROFILE): the outermost train-step wrapper, so the
     #     hooks above are inside what it measures, as in any run
     profile.install(run, rank, worker.profile)
+    # 13. rank 0's curves (--tensorboard, --wandb-project): it wraps fairseq's progress-bar
+    #     factory, which no step above touches (train.log's lines are printed as before), and
+    #     the save outermost, after 4 and 7: on the notice's save it finishes W&B's run once the
+    #     snapshot is taken, before 6 writes the stop marker; last, so that W&B's start (a
+    #     service process) follows everything a start needs in place
+    tracking.install(run, worker, rank)
     return heartbeat
 
 

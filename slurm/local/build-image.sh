@@ -5,8 +5,9 @@
 #   build-image.sh [--venv DIR] [--out DIR]     (defaults: <repo>/.venv, <repo>/.local/images/hpc-train)
 #
 # What the image holds (its own layer, copied in): /opt/hpc-train/venv, a Python environment with
-# torch, fairseq and their dependencies (hard links to the project's venv files where the file
-# system allows, else copies) and this project installed from the working tree's files as a wheel
+# torch, fairseq and their dependencies, and the tracking extra's tensorboard and wandb as `make
+# install-python` installs them (hard links to the project's venv files where the file system
+# allows, else copies) and this project installed from the working tree's files as a wheel
 # (not editable: the image does not see the source tree), its scripts' #! lines pointing at the
 # image's interpreter; and /opt/hpc-train/image.json, the marker only the image has (what it was
 # built from, when; the ranks log it). What it borrows: the operating system. No base image can
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --venv) venv=${2:?--venv DIR}; shift 2 ;;
     --out) out=${2:?--out DIR}; shift 2 ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done

@@ -187,6 +187,25 @@ def test_bench_ckpt_smoke(tmp_path: Path, corpus: Path) -> None:
     print(f"bench-ckpt smoke: {took:.1f} s")
 
 
+@smoke("bench-tracking")
+def test_bench_tracking_smoke(tmp_path: Path) -> None:
+    """The real writers (TensorBoard, W&B offline), a few calls each: every step read back
+    once, and the update it is weighed against is the GPU results' (256 x 512 tokens at the
+    toolkit's words/s)."""
+    command, out = make_command("bench-tracking", tmp_path, None)
+    proc, _ = run_bench(command, 300)
+    r = result(proc, out / "tracking.json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert r["sizes"]["smoke"] and set(r["call_ms"]) == {"none", "tensorboard", "wandb", "both"}
+    assert r["checked"] == dict.fromkeys(r["call_ms"], True)
+    gpu_run = json.loads((REPO / "benchmarks/results/gpu.json").read_text())
+    large = gpu_run["presets"]["roberta-large"]
+    seconds = large["lengths"]["global_batch"] * 512 / large["runs"]["toolkit"]["words_per_s"]
+    assert r["update_s"] == pytest.approx(seconds, abs=1e-4)
+    share = r["call_ms"]["both"]["median"] / 1e3 / r["update_s"]
+    assert r["goal"]["call_over_update"] == pytest.approx(share, rel=1e-3)
+
+
 @pytest.mark.fairseq  # the training environment's imports under strace, ~35 s: not fast tier
 @smoke("bench-import")
 def test_bench_import_smoke(tmp_path: Path) -> None:

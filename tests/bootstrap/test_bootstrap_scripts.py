@@ -165,6 +165,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
         "BOOTSTRAP_TORCH_INDEX_URL": "",  # pip's own config: the CPU wheel in /opt/wheels
         "BOOTSTRAP_FAIRSEQ_SPEC": "",
         "BOOTSTRAP_PROJECT_PIP_ARGS": "--no-deps",
+        # with --no-deps the tracking extra's packages would not come: none asked (the suite
+        # tests them in the project's venv, tests/hpc_train/worker/test_tracking.py)
+        "BOOTSTRAP_PROJECT_EXTRAS": "",
         "CUDA_HOME": str(cuda),
         "BOOTSTRAP_NCCL_HOME": str(nccl),
         "BOOTSTRAP_MPI_HOME": str(root / "no-mpi"),

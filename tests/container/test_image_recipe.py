@@ -103,6 +103,17 @@ def test_the_image_has_the_projects_dependencies_and_the_same_submitit():
     assert "-c torch.lock" in (RECIPE / "requirements.in").read_text()  # one numpy, one torch
 
 
+def test_the_image_has_the_tracking_extra_as_the_bootstrap_installs_it():
+    """``submit --tensorboard`` / ``--wandb-project`` inside the image: the extra's packages
+    are in its lock's input and its import check, and the bootstrap installs the same extra."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    tracking = extras["optional-dependencies"]["tracking"]
+    locked = set(requirement_lines("requirements.in"))
+    assert tracking and set(tracking) <= locked
+    assert "import hpc_train, fairseq, torch, submitit, tensorboard, wandb" in TEXT
+    assert shell_default("python-env.sh", "BOOTSTRAP_PROJECT_EXTRAS") == "tracking"
+
+
 def test_the_images_interpreter_is_the_one_submit_runs():
     assert f"python3.11 -m venv {Path(container.IMAGE_PYTHON).parents[1]}" in TEXT
     assert "python3.11" in (REPO / "bootstrap" / "python-env.sh").read_text()  # the same Python

@@ -94,3 +94,24 @@ def test_the_round_before_is_this_starts_last_round_else_the_last_of_the_start_b
     assert requeued.round_before(events) == contract.StartFiles(run, "41", 0, 2)
     assert requeued.previous_start(events) == contract.StartFiles(run, "41", 0, 2)
     assert contract.StartFiles(run, "41", 1, 1).round_before(events) == requeued
+
+
+def test_the_tracking_variables_round_trip_and_a_bad_one_is_refused():
+    wandb = contract.WandbRun("roberta", "hpc-0123456789abcdef", "large", "offline", "lab")
+    sent = WorkerEnv(save_dir=Path("/run"), tensorboard=Path("/run/tensorboard"), wandb=wandb)
+    env = sent.to_env()
+    assert env[contract.TENSORBOARD] == "/run/tensorboard"
+    assert WorkerEnv.from_env(env) == sent
+    with pytest.raises(ValueError, match="not a W&B run"):
+        WorkerEnv.from_env({contract.WANDB: '{"project": "p"}'})
+
+
+def test_the_tracking_record_round_trips_and_a_cut_one_reads_as_none(tmp_path):
+    run = RunDir(tmp_path)
+    assert contract.read_tracking(run) is None
+    wandb = contract.WandbRun("roberta", "hpc-0123456789abcdef", "large", "online")
+    record = contract.TrackingRecord("/run/tensorboard", wandb, "https://wandb.ai/x", "/run/w")
+    contract.write_tracking(run, record)
+    assert contract.read_tracking(run) == record
+    run.tracking_record.write_text('{"tensorboard": "/run/t')
+    assert contract.read_tracking(run) is None

@@ -50,6 +50,9 @@ CASES: dict[str, str] = {
     "preflight": "--preset roberta-base --nodes 2 --preflight",
     "node-check": "--preset roberta-base --instance-type p4d.24xlarge --node-check on",
     "fairseq-args": "--preset tiny --gpus-per-node 0 -- --validate-interval-updates 7 --seed 3",
+    # auto: offline, as no W&B key is here (fixed_terminal)
+    "tracking": "--preset roberta-large --nodes 2 --tensorboard --wandb-project roberta "
+    "--wandb-entity lab",
     # refused: one line and exit 2
     "bad-spares": "--preset tiny --nodes 1-2 --spares 1",
     "bad-local-save": "--preset tiny --local-save-dir /scratch --sync-save",
@@ -61,6 +64,8 @@ CASES: dict[str, str] = {
     "bad-restarts": "--preset tiny --gpus-per-node 0 --keep-checkpoints 0",
     "bad-save-interval": "--preset tiny --save-interval often",
     "bad-lever": "--preset tiny --gpus-per-node 0 --flash on",
+    "bad-fairseq-tensorboard": "--preset tiny --gpus-per-node 0 -- --tensorboard-logdir /tmp/tb",
+    "bad-wandb-mode": "--preset tiny --gpus-per-node 0 --wandb-mode online",
     "missing-preset": "",
 }
 
@@ -84,8 +89,11 @@ def run_main(argv: list[str], capsys) -> str:
 
 @pytest.fixture(autouse=True)
 def fixed_terminal(monkeypatch):
-    """argparse wraps help to $COLUMNS; the dry run asks no Slurm for a GraceTime."""
+    """argparse wraps help to $COLUMNS; the dry run asks no Slurm for a GraceTime; no W&B key
+    (``--wandb-mode auto`` decides offline)."""
     monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", "/nonexistent/.netrc")
     monkeypatch.setattr(submit, "grace_time_s", lambda partition, dry_run=False: None)
 
 

@@ -101,6 +101,7 @@ def test_each_flag_is_declared_once_and_its_dest_is_the_fields_path():
     assert all(len(path) > 1 for path in paths)  # every option in a section: none at the top
     assert {path[0] for path in paths} == {
         "training", "sizing", "slurm", "recovery", "saves", "notify", "watch", "container", "speed",
+        "tracking",
     }  # fmt: skip
 
 

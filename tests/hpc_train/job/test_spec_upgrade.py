@@ -90,7 +90,7 @@ def test_a_field_or_a_section_the_pickle_lacks_takes_its_default():
     ("change", "said"),
     [
         (lambda p: p["recovery"].update(warp_drive=True), "recovery.warp_drive"),
-        (lambda p: p.update(tracking={"wandb": "x"}), "sections this version does not know"),
+        (lambda p: p.update(telemetry={"x": "y"}), "sections this version does not know"),
         (lambda p: p["training"].pop("preset"), "missing 1 required positional argument"),
         (lambda p: p.update(training="not a section"), "TypeError: vars()"),
         (lambda p: p["saves"].update(interval="often"), "SpecError: --save-interval 'often'"),
