@@ -37,10 +37,11 @@ from hpc_core import procs, slurm
 from hpc_core.slurm_env import JOB_ID, SlurmEnv
 from hpc_train import cli, contract
 from hpc_train.contract import CrashRequest, write_crash_request
+from hpc_train.job import command_lines
 from hpc_train.runs import index
 
-# Processes of a training job on a node: the torchrun agent and the workers.
-TARGETS = ("hpc_train.worker.train", "torch.distributed.run", "bin/torchrun")
+# Processes of a training job on a node: the torchrun agent and the workers (or hollow ranks).
+TARGETS = (*command_lines.WORKER_MODULES, "torch.distributed.run", "bin/torchrun")
 
 
 def running_nodes(job_id: str) -> list[str]:
@@ -95,7 +96,7 @@ def ranks_here(job_id: str, node: str) -> list[int]:
     found = {
         pid: cmd
         for pid, cmd in _processes(job_id, node)
-        if "hpc_train.worker.train" in cmd and not any(a in cmd for a in agents)
+        if any(m in cmd for m in command_lines.WORKER_MODULES) and not any(a in cmd for a in agents)
     }
     return sorted(pid for pid in found if _parent(pid) not in found)
 
