@@ -284,22 +284,24 @@ def unless_lost(
     and Slurm marks it DOWN only after SlurmdTimeout. So: lost where Slurm says so already
     (``lost_state``); else, where no step starts on it any more (``slurm.step_starts``), lost
     once Slurm marks it not responding or down within ``wait_s`` (default: SlurmdTimeout, read
-    once while the controller answers, by which it has marked it DOWN). The probe alone never
-    makes a node lost (the job's end fails it too): without Slurm's word the signal kill stands.
-    Slurm's silence is no word (``slurm.SlurmUnreachable``, a probe that says None): the node
-    is asked about again every few seconds, and the probe made afresh once the controller
-    answers, for at most ``slurm.SILENCE_PATIENCE_S`` of silence in all."""
+    once while the controller answers, by which it has marked it DOWN), the step probed again
+    at each look (a step that starts ends the wait: a controller just back refuses the first
+    ones). The probe alone never makes a node lost (the job's end fails it too): without
+    Slurm's word the signal kill stands. Slurm's silence is no word (``slurm.SlurmUnreachable``,
+    a probe that says None): the node is asked about again every few seconds, and the wait for
+    Slurm's word begins afresh once the controller answers, for at most
+    ``slurm.SILENCE_PATIENCE_S`` of silence in all."""
     node, deadline, silent = found.node, None, 0.0
     for delay in LOST_POLL.delays():
         try:
             if (gone := _said_lost(node, log)) is not None:
                 return found._replace(why=f"{found.why}, then Slurm lost it: {gone}",
                                       evidence=Evidence.LOST)  # fmt: skip
+            if (starts := slurm.step_starts(job, node)) is None:
+                raise slurm.SlurmUnreachable(f"no step probed on {node}")
+            if starts:
+                return found
             if deadline is None:
-                if (starts := slurm.step_starts(job, node)) is None:
-                    raise slurm.SlurmUnreachable(f"no step probed on {node}")
-                if starts:
-                    return found
                 waiting = wait_s if wait_s is not None else _slurmd_timeout_s()
                 deadline = clock() + waiting
                 log(f"no step starts on {node}: waiting up to {waiting:.0f} s for Slurm's word")

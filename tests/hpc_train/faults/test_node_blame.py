@@ -458,3 +458,24 @@ def test_a_controller_silent_past_patience_leaves_the_signal_kill_standing(fake_
     )
     assert "Slurm silent for" in said[-1]
     assert "config" not in fake_slurm.asked
+
+
+def test_a_step_that_starts_while_slurms_word_is_awaited_ends_the_wait(fake_slurm):
+    """Right after slurmctld came back a first step may be refused (seen on the local
+    cluster: the wait for Slurm's word then ran its whole SlurmdTimeout, 20 s). The step is
+    probed again at each look: once one starts, the signal kill stands at once."""
+    fake_slurm.gone.add("n2")
+    clock, probes = Clock(), {"n": 0}
+    real_step = fake_slurm.step_starts
+
+    def step_starts(job_id: str, node: str, timeout: float = 20.0) -> bool | None:
+        probes["n"] += 1
+        if probes["n"] == 2:
+            fake_slurm.gone.discard(node)  # the node's slurmd takes steps again
+        return real_step(job_id, node, timeout)
+
+    fake_slurm.step_starts = step_starts
+    found = node_blame.unless_lost(signal_kill(), "41", lambda _: None, wait_s=300,
+                                   clock=clock, sleep=clock.sleep)  # fmt: skip
+    assert found.evidence is Evidence.SIGNAL and probes["n"] == 2
+    assert clock.slept < 5  # one poll, not the 300 s allowed for Slurm's word
