@@ -218,6 +218,10 @@ def updates(args: argparse.Namespace, worker: WorkerEnv, run: RunDir, rank: int,
             beat.compute(computed)
         crash.crash_if_asked(run, state.update, rank)
         paced()
+        done = state.update >= args.max_update
+        if rank == 0 and (state.update - logged_at >= args.log_interval or done):
+            log_interval(state, since, state.update - logged_at)  # as fairseq: after the step
+            since, logged_at = time.monotonic(), state.update
         if first and note is not None:
             note(Kind.FIRST_UPDATE, update=state.update)
         first = False
@@ -230,12 +234,9 @@ def updates(args: argparse.Namespace, worker: WorkerEnv, run: RunDir, rank: int,
         if notice:
             save_and_stop(state, saves, marker, rank)
             return
-        every, done = args.save_interval_updates, state.update >= args.max_update
+        every = args.save_interval_updates
         if saves is not None and (done or (every > 0 and state.update % every == 0)):
             saves.save(state, notice=False)
-        if rank == 0 and (state.update - logged_at >= args.log_interval or done):
-            log_interval(state, since, state.update - logged_at)
-            since, logged_at = time.monotonic(), state.update
         if beat is not None:
             beat.training(stopping=done)
     logger.info(f"Stopping training due to num_updates: {state.update} >= "
