@@ -528,6 +528,14 @@ def compared(sizes_: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return table
 
 
+def node_mb(result: dict[str, Any]) -> float:
+    """A hollow node's unique memory, the most any measured size's node took, with MARGIN (a
+    node's grows a little with the world: its gloo pairs, the rendezvous store's clients)."""
+    taken = [m.get("node_mb") or 0 for size in result["hollow"].values()
+             for m in size["rounds"]["steady"]["memory"].values()]  # fmt: skip
+    return MARGIN * max(taken)
+
+
 def memory_budget_mb(args: argparse.Namespace) -> float:
     """What this benchmark's nodes may take: ``--memory-budget-gib``, else the machine's memory
     less ``--leave-gib``, and never more than is available now less 1 GiB."""
@@ -640,16 +648,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["machine"] = machine()
             if hollow:
                 result["hollow"][str(hollow[0])] = one_size(setup, hollow[0], True)
-                steady_mem = result["hollow"][str(hollow[0])]["rounds"]["steady"]["memory"]
-                node_mb = MARGIN * max(m.get("node_mb") or 0 for m in steady_mem.values())
-                hollow, result["memory"] = fitting(hollow, node_mb, memory_budget_mb(args))
-                say(f"hollow sizes {hollow}: {result['memory']}")
             for nodes in real:
                 result["real"][str(nodes)] = one_size(setup, nodes, False)
                 cluster.resume_drained()
-            for nodes in hollow[1:]:
+            for asked in hollow[1:]:
+                fits, result["memory"] = fitting(hollow, node_mb(result), memory_budget_mb(args))
+                nodes = min(asked, max(fits))
+                say(f"hollow {asked} nodes asked, {nodes} run: {result['memory']}")
                 result["hollow"][str(nodes)] = one_size(setup, nodes, True)
                 cluster.resume_drained()
+            if hollow and "memory" not in result:
+                _, result["memory"] = fitting(hollow, node_mb(result), memory_budget_mb(args))
         finally:
             setup.scanner.stop()
             for job in setup.jobs:
