@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -176,7 +177,9 @@ class Job:
         return RunDir(self.save)
 
     def events(self, kind: Kind, after: float = 0.0) -> list[ledger.Event]:
-        return [e for e in ledger.read(self.run.ledger) if e.kind == kind and e.time >= after]
+        """This job's events of ``kind`` since ``after`` (its rounds' too: ``41.1``)."""
+        mine = (e for e in ledger.read(self.run.ledger) if e.job.split(".")[0] == self.id)
+        return [e for e in mine if e.kind == kind and e.time >= after]
 
     def first(self, kind: Kind, after: float) -> ledger.Event | None:
         found = self.events(kind, after)
@@ -210,6 +213,7 @@ def submit(setup: Setup, name: str, nodes: int, hollow: bool, max_update: int,
     """Submit through the real CLI, Slurm's clients shadowed on the job's PATH."""
     args = setup.args
     save = args.work_dir / f"{name}-{'hollow' if hollow else 'real'}-{nodes}"
+    shutil.rmtree(save, ignore_errors=True)  # an earlier run's: its ledger and checkpoints
     floor = args.hang_floor_s
     options = ["--hang-timeout-floor", str(floor), "--hang-factor", "3",
                "--hang-save-timeout", str(max(60.0, 2 * floor)),

@@ -238,7 +238,7 @@ class CallLog:
     def install(cls, directory: Path) -> CallLog:
         directory.mkdir(parents=True, exist_ok=True)
         log = directory / "calls.tsv"
-        log.touch()
+        log.write_text("")  # this run's calls only
         for name in CLIENTS:
             real = shutil.which(name)
             if real is None:
