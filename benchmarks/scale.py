@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = report.parser("scale", __doc__)
     p.add_argument("--real", default="2,4,16", help="real node counts (tiny fairseq)")
     p.add_argument("--hollow", default="2,16,64", help="hollow node counts (submit --hollow)")
-    p.add_argument("--max-update", type=int, default=120, help="updates of a rounds job")
+    p.add_argument("--max-update", type=int, default=400, help="updates of a rounds job")
     p.add_argument("--after", type=int, default=8, help="updates trained before each fault")
     p.add_argument(
         "--pace-s", type=float, default=0.25, help="least seconds an update (chaos pace)"
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hang-floor-s", type=float, default=30.0, help="the runs' --hang-timeout-floor"
     )
-    p.add_argument("--trace-s", type=float, default=15.0, help="the steady window (strace)")
+    p.add_argument("--trace-s", type=float, default=10.0, help="the steady window (strace)")
     p.add_argument("--memory-budget-gib", type=float, help="default: MemTotal less --leave-gib")
     p.add_argument("--leave-gib", type=float, default=LEAVE_GIB, help="for the machine's others")
     port = int(os.environ.get("HPC_TRAIN_CLUSTER_PORT") or 16817) + 500
@@ -281,20 +281,22 @@ def start_figures(job: Job, submitted: float) -> dict[str, Any]:
 
 def steady(job: Job) -> dict[str, Any]:
     """Training undisturbed: the unique memory and the save dir's file operations per update of
-    task 0's node and the last one, the Slurm calls per minute."""
+    task 0's node and the last one (traced at once), the Slurm calls per minute."""
     args, nodes = job.setup.args, job.members()
-    out: dict[str, Any] = {"memory": {}, "file_ops_per_update": {}}
-    began = time.time()
-    for label, node in (("task0", nodes[0]), ("last", nodes[-1])):
-        out["memory"][label] = probe.memory(job.setup.scanner, job.id, node)
-        pids = [p.pid for p in job.setup.scanner.of(job.id, node=node) if p.ended is None]
-        beats = job.run.heartbeats(job.id, 0, node)
-        at = max((b.update for b in read_beats(beats)), default=0)
-        ops = probe.trace_files(pids, args.trace_s, job.save.resolve(),
-                                args.work_dir / f"strace-{job.id}-{label}.txt")  # fmt: skip
-        done = max((b.update for b in read_beats(beats)), default=0) - at
-        out["file_ops_per_update"][label] = {k: round(v / max(done, 1), 2) for k, v in ops.items()}
-        out["file_ops_per_update"][label]["updates"] = done
+    chosen = {"task0": nodes[0], "last": nodes[-1]}
+    out: dict[str, Any] = {"memory": {k: probe.memory(job.setup.scanner, job.id, n)
+                                      for k, n in chosen.items()}}  # fmt: skip
+    pids = {k: [p.pid for p in job.setup.scanner.of(job.id, node=n) if p.ended is None]
+            for k, n in chosen.items()}  # fmt: skip
+    beats = job.run.heartbeats(job.id, 0, nodes[-1])
+    began, at = time.time(), max((b.update for b in read_beats(beats)), default=0)
+    ops = probe.trace_files(pids, args.trace_s, job.save.resolve(),
+                            args.work_dir / f"strace-{job.id}")  # fmt: skip
+    done = max((b.update for b in read_beats(beats)), default=0) - at
+    out["file_ops_per_update"] = {
+        k: {**{op: round(n / max(done, 1), 2) for op, n in counts.items()}, "updates": done}
+        for k, counts in ops.items()
+    }
     calls = job.setup.calls.calls(began, time.time())
     minutes = (time.time() - began) / 60
     out["slurm_calls_per_minute"] = round(sum(1 for c in calls if c.node != "-") / minutes, 2)

@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,22 +308,33 @@ def classify(call: str, args: str, root: str) -> str | None:
     return "stat"
 
 
-def trace_files(pids: Sequence[int], seconds: float, root: Path, out: Path) -> dict[str, int]:
-    """strace ``pids`` (and what they start) for ``seconds``; the file operations on paths
-    under ``root``, by class (``classify``). Only these calls stop the traced processes
-    (seccomp-bpf), and only for the window."""
-    if not pids or shutil.which("strace") is None:
+def trace_files(
+    pids: Mapping[str, Sequence[int]], seconds: float, root: Path, out: Path
+) -> dict[str, dict[str, int]]:
+    """strace each group of ``pids`` (by label; and what they start) at once for ``seconds``;
+    each group's file operations on paths under ``root``, by class (``classify``). The traced
+    processes stop only at these calls, and only for the window."""
+    if shutil.which("strace") is None:
         return {}
-    cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", f"trace={TRACED}", "-o", str(out)]
-    for pid in pids:
-        cmd += ["-p", str(pid)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+    running = {}
+    for label, group in pids.items():
+        if not group:
+            continue
+        cmd = ["strace", "-f", "-qq", "-e", f"trace={TRACED}", "-o", f"{out}-{label}.txt"]
+        running[label] = subprocess.Popen([*cmd, *(w for p in group for w in ("-p", str(p)))],
+                                          stderr=subprocess.DEVNULL)  # fmt: skip
     time.sleep(seconds)
-    proc.send_signal(signal.SIGINT)  # strace detaches and exits
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
+    for proc in running.values():
+        proc.send_signal(signal.SIGINT)  # strace detaches and exits
+    for proc in running.values():
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+    return {label: count_ops(Path(f"{out}-{label}.txt"), root) for label in running}
+
+
+def count_ops(trace: Path, root: Path) -> dict[str, int]:
     counts: Counter[str] = Counter()
-    for line in out.read_text(errors="replace").splitlines() if out.exists() else []:
+    for line in trace.read_text(errors="replace").splitlines() if trace.exists() else []:
         found = CALL_RE.match(line)
         if found and (what := classify(found.group(1), found.group(2), str(root))):
             counts[what] += 1
