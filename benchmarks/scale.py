@@ -593,50 +593,35 @@ def rows(result: dict[str, Any]) -> report.Rows:
     for kind in ("real", "hollow"):
         if largest(result, kind) is None:
             continue
-        ends = [s for s in result[kind].values()]
-        lost = sum((s["rounds"]["end"].get("missing_updates") or 0) for s in ends)
-        done = all(s["rounds"]["end"]["state"] == "COMPLETED" for s in ends)
+        sizes_ = list(result[kind].values())
+        lost = sum((s["rounds"]["end"].get("missing_updates") or 0) for s in sizes_)
+        done = all(s["rounds"]["end"]["state"] == "COMPLETED" for s in sizes_)
         out.append((f"{kind}: every size completed, updates missing", f"{done}, {lost}", "True, 0"))
         for event in ("kill_round", "kill_requeue", "notice"):
-            out.append(
-                ratio_row(
-                    result,
-                    kind,
-                    f"{event}.toolkit_s",
-                    GOAL_TOOLKIT_RATIO,
-                    f"{kind} {event} toolkit s",
+            for key, goal, what in (("toolkit_s", GOAL_TOOLKIT_RATIO, "toolkit s"),
+                                    ("slurm_rpcs", GOAL_CALLS_RATIO, "Slurm calls")):  # fmt: skip
+                out.append(
+                    ratio_row(result, kind, f"{event}.{key}", goal, f"{kind} {event} {what}")
                 )
-            )
-            out.append(
-                ratio_row(
-                    result,
-                    kind,
-                    f"{event}.slurm_rpcs",
-                    GOAL_CALLS_RATIO,
-                    f"{kind} {event} Slurm calls",
-                )
-            )
-        worst = max((s["rounds"]["hang"].get("detect_over_T") or 0) for s in ends)
+        worst = max((s["rounds"]["hang"].get("detect_over_T") or 0) for s in sizes_)
         out.append((f"{kind}: hang detected, worst (x T)", fmt(worst), f"<= {GOAL_DETECT_OVER_T}"))
-        out.append(
-            ratio_row(
-                result,
-                kind,
-                "steady.file_ops_per_update.last",
-                1.0,
-                f"{kind} file ops/update, a node",
-            )
-        )
-        out.append(
-            ratio_row(
-                result,
-                kind,
-                "steady.file_ops_per_update.task0",
-                1.0,
-                f"{kind} file ops/update, task 0",
-            )
-        )
+        for label, who in (("last", "a node"), ("task0", "task 0")):
+            key = f"steady.file_ops_per_update.{label}"
+            out.append(ratio_row(result, kind, key, 1.0, f"{kind} file ops/update, {who}"))
+        out.append(view_row(result, kind))
+    if "memory" in result:
+        mem = result["memory"]
+        said = f"{mem['most_nodes']} ({mem['node_mb']:.0f} MB a node in {mem['budget_mb']} MB)"
+        out.append(("hollow nodes that fit, with a spare", said, "64, else >= 32"))
     return out
+
+
+def view_row(result: dict[str, Any], kind: str) -> tuple[str, str, str]:
+    """status, logs and doctor on the largest run: seconds and lines."""
+    ends = largest(result, kind)
+    views_ = result[kind][ends[1]]["rounds"]["views"] if ends else {}
+    said = ", ".join(f"{v} {d['seconds']:.1f} s {d['lines']} lines" for v, d in views_.items())
+    return (f"{kind} status, logs, doctor at {ends[1] if ends else '?'} nodes", said, "seconds")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
