@@ -58,6 +58,7 @@ from benchmarks.report import fmt, provenance, run_and_write
 from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
+from hpc_core.slurm_env import CONF
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import testing
 from hpc_train.contract import StartFiles, read_beats
@@ -124,7 +125,7 @@ class Cluster:
                 "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": str(self.first_job_id),
                 "HPC_TRAIN_CLUSTER_NODES": str(self.nodes), "HPC_TRAIN_CLUSTER_NODE_PREFIX": "s",
                 "HPC_TRAIN_CLUSTER_NODE_MB": "1",  # the benchmark sizes its runs itself
-                "SLURM_CONF": str(self.directory / "etc" / "slurm.conf")}  # fmt: skip
+                CONF: str(self.directory / "etc" / "slurm.conf")}  # fmt: skip
 
     def sh(self, *args: str) -> str:
         proc = subprocess.run(["bash", str(CLUSTER_SH), *args], capture_output=True, text=True,
