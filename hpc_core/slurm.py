@@ -5,6 +5,11 @@ Every call honours ``SLURM_CONF`` (the local cluster's config lives in
 commands are in ``/opt/slurm/bin``). Two kinds of failure are kept apart: ``SlurmUnreachable``
 (the controller did not answer: transient, retried by the waiting helpers) and ``SlurmError``
 (Slurm answered no). A job Slurm has forgotten is the state ``GONE``, never an error.
+
+Slurm's silence is no answer: a caller that waits on Slurm asks again with back-off while the
+controller does not answer (``patient``, ``SILENCE_BACKOFF``: 2, 4, 8 s as submitit's watcher),
+for at most ``SILENCE_PATIENCE_S``; ``step_starts`` says "unknown" (None) then, never "no"; and
+a setting read from the controller (``slurmd_timeout_s``) is read once while it answers.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hpc_core.slurm_conf import DEFAULT_CONFS
 from hpc_core.slurm_env import SlurmEnv
@@ -31,7 +37,14 @@ UNREACHABLE_MARKS = (
     "Connection refused",
     "Zero Bytes were transmitted or received",
     "Slurm backup controller in standby mode",
+    # `scontrol requeue` with slurmctld stopped (22.05): the request never reached it
+    "Unexpected message received",
 )
+# A silent controller is asked again this often (submitit's job watcher backs off 2, 4, 8 s) ...
+SILENCE_BACKOFF = Backoff(2.0, 2.0, 8.0)
+# ... for this long in all: a head node's reboot, `pcluster update-cluster` restarting slurmctld
+SILENCE_PATIENCE_S = 300.0
+Answer = TypeVar("Answer")
 FORGOTTEN_MARK = "Invalid job id specified"
 # torchrun's c10d store ports (rendezvous_port): 20000-31999, under Linux's ephemeral ports
 # (net.ipv4.ip_local_port_range, 32768-60999 by default), where any outgoing connection of the
@@ -102,6 +115,30 @@ def run(
     return proc.stdout
 
 
+def patient(
+    ask: Callable[[], Answer],
+    what: str,
+    patience: float = SILENCE_PATIENCE_S,
+    backoff: Backoff | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Answer:
+    """``ask()``'s answer, asked again with ``backoff`` (``SILENCE_BACKOFF``) while the
+    controller does not answer (``SlurmUnreachable``), for at most ``patience`` seconds; then
+    the last SlurmUnreachable, naming ``what`` and how long it waited. A refusal
+    (``SlurmError``) is raised at once."""
+    began = clock()
+    for delay in (backoff or SILENCE_BACKOFF).delays():
+        try:
+            return ask()
+        except SlurmUnreachable as err:
+            waited = clock() - began
+            if waited + delay > patience:
+                raise SlurmUnreachable(f"{what}: no answer for {waited:.0f} s ({err})") from err
+        sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover - delays() never ends
+
+
 def unreachable(timeout: float = 15.0) -> str | None:
     """Why no controller can be asked now (one line), or None when slurmctld answers a ping.
 
@@ -159,16 +196,30 @@ def cancel(job_id: str | int, check: bool = True) -> None:
     run(["scancel", str(job_id)], check=check)
 
 
-def requeue(job_id: str | int) -> None:
+ALREADY_REQUEUED_MARK = "Job is pending execution"  # a requeue asked of a requeued job
+
+
+def requeue(job_id: str | int, patience: float = SILENCE_PATIENCE_S) -> None:
     """``scontrol requeue``. Asked from inside the job (task 0's launcher), the requeue's own
     SIGTERM reaches every process of the job's steps, the client too, and may end it before it
     exits: a client ended by SIGTERM was answered by the requeue itself (run 11 of 2026-11-27:
-    the launcher took it for a failure and never excluded the node it had blamed)."""
-    try:
-        run(["scontrol", "requeue", str(job_id)])
-    except SlurmError as err:
-        if not str(err).endswith(TERMINATED):
+    the launcher took it for a failure and never excluded the node it had blamed). A silent
+    controller is asked again (``patient``); an ask after one that timed out may find the job
+    requeued already (``ALREADY_REQUEUED_MARK``): that was the answer."""
+    asked = [0]
+
+    def once() -> None:
+        asked[0] += 1
+        try:
+            run(["scontrol", "requeue", str(job_id)])
+        except SlurmUnreachable:
             raise
+        except SlurmError as err:
+            again = asked[0] > 1 and ALREADY_REQUEUED_MARK in str(err)
+            if not (str(err).endswith(TERMINATED) or again):
+                raise
+
+    patient(once, f"scontrol requeue {job_id}", patience)
 
 
 def drain(node: str, reason: str) -> None:
@@ -390,18 +441,31 @@ def slurmd_timeout_of(config: str) -> float:
     return float(value[0]) if value and value[0].isdigit() else DEFAULT_SLURMD_TIMEOUT_S
 
 
+_SLURMD_TIMEOUTS: dict[str, float] = {}  # by SLURM_CONF: read once while the controller answers
+
+
 def slurmd_timeout_s() -> float:
-    """``slurmd_timeout_of`` the cluster at hand (one ``scontrol show config``)."""
-    return slurmd_timeout_of(show_config())
+    """``slurmd_timeout_of`` the cluster at hand: one ``scontrol show config`` the first time
+    it answers, then that value (a setting changes only with a restart of the controller).
+    SlurmUnreachable while the controller is silent and nothing was read yet: never a guess."""
+    conf = SlurmEnv().conf or ""
+    if conf not in _SLURMD_TIMEOUTS:
+        _SLURMD_TIMEOUTS[conf] = slurmd_timeout_of(show_config())
+    return _SLURMD_TIMEOUTS[conf]
 
 
-def step_starts(job_id: str | int, node: str, timeout: float = 20.0) -> bool:
+def step_starts(job_id: str | int, node: str, timeout: float = 20.0) -> bool | None:
     """Does ``node``'s slurmd still start a step of the running job ``job_id`` (``srun
-    --overlap true`` there, outside the caller's own step)? False when none started, whatever
-    the reason (the slurmd gone, a busy controller, the job ending): a doubt, not a verdict."""
+    --overlap true`` there, outside the caller's own step)? True: one started. False: Slurm
+    answered and none started (the slurmd gone, the job ending): a doubt, not a verdict. None:
+    unknown, the controller did not answer (``srun`` could not reach it and ``scontrol ping``
+    does not answer either): ask again once it does."""
     try:
         run(["srun", f"--jobid={job_id}", "--overlap", f"--nodelist={node}", "-N1", "-n1",
              "true"], timeout=timeout, env=SlurmEnv().clients_only())  # fmt: skip
+    except SlurmUnreachable:
+        # a step that timed out on a hung slurmd looks the same: the controller's ping tells
+        return None if unreachable() is not None else False
     except SlurmError:
         return False
     return True
@@ -533,7 +597,7 @@ def wait_for_job(
     timeout: float | None = None,
     backoff: Backoff = Backoff(0.5, 1.5, 5.0),
     on_poll: Callable[[JobState], None] | None = None,
-    unreachable_for: float = 300.0,
+    unreachable_for: float = SILENCE_PATIENCE_S,
 ) -> JobState:
     """Poll the job with back-off until ``until(state)``; return that state.
 

@@ -35,12 +35,14 @@ from pathlib import Path
 
 from hpc_core import procs, slurm
 from hpc_core.slurm_env import JOB_ID, SlurmEnv
+from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train import cli, contract
 from hpc_train.contract import CrashRequest, write_crash_request
+from hpc_train.job import command_lines
 from hpc_train.runs import index
 
-# Processes of a training job on a node: the torchrun agent and the workers.
-TARGETS = ("hpc_train.worker.train", "torch.distributed.run", "bin/torchrun")
+# Processes of a training job on a node: the torchrun agent and the workers (or hollow ranks).
+TARGETS = (*command_lines.WORKER_MODULES, "torch.distributed.run", "bin/torchrun")
 
 
 def running_nodes(job_id: str) -> list[str]:
@@ -95,7 +97,7 @@ def ranks_here(job_id: str, node: str) -> list[int]:
     found = {
         pid: cmd
         for pid, cmd in _processes(job_id, node)
-        if "hpc_train.worker.train" in cmd and not any(a in cmd for a in agents)
+        if any(m in cmd for m in command_lines.WORKER_MODULES) and not any(a in cmd for a in agents)
     }
     return sorted(pid for pid in found if _parent(pid) not in found)
 
@@ -192,15 +194,30 @@ def kill_node(job_id: str, node: str | None, stop_slurmd: bool) -> str:
     return target
 
 
-def stop_local_slurmd(node: str) -> None:
-    """Local emulated cluster only: kill the node's slurmd so Slurm declares it failed."""
+def _local_pidfile(name: str) -> Path:
+    """The pid file of the local cluster's daemon ``name`` (``slurm/local/cluster.sh``)."""
     cluster = os.environ.get("HPC_TRAIN_CLUSTER_DIR") or str(
         Path(SlurmEnv().conf or "").resolve().parent.parent
     )
-    pidfile = Path(cluster) / "run" / f"slurmd-{node}.pid"
+    pidfile = Path(cluster) / "run" / f"{name}.pid"
     if not pidfile.exists():
-        raise slurm.SlurmError(f"--stop-slurmd works on the local cluster only ({pidfile} missing)")
-    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        raise slurm.SlurmError(f"works on the local cluster only ({pidfile} missing)")
+    return pidfile
+
+
+def stop_local_slurmd(node: str) -> None:
+    """Local emulated cluster only: kill the node's slurmd so Slurm declares it failed."""
+    os.kill(int(_local_pidfile(f"slurmd-{node}").read_text()), signal.SIGKILL)
+
+
+def stop_local_slurmctld(timeout: float = 60.0) -> int:
+    """Local emulated cluster only: stop slurmctld (SIGTERM: it saves its state and exits, as
+    a restart by ``pcluster update-cluster`` or a head node's reboot does), and wait for it to
+    exit; its pid. Slurm is silent until ``cluster.sh up`` starts it again."""
+    pid = int(_local_pidfile("slurmctld").read_text())
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: process_exited(pid) or None, "slurmctld's exit", timeout, FAST)
+    return pid
 
 
 KILL_HERE = "_kill-here"  # the step kill-node runs on the target node (not for users)

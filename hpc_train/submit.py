@@ -161,8 +161,9 @@ def training_command(spec: JobSpec, plan: BatchPlan) -> tuple[str, str]:
     nproc = spec.sizing.ranks_per_node(gpu)
     args = command_lines.fairseq_argv(spec, plan, gpu)
     argv = command_lines.torchrun_argv(
-        "torchrun", spec.sizing.nodes_max, nproc, "FIRST_NODE", JOB_ID, args
-    )
+        "torchrun", spec.sizing.nodes_max, nproc, "FIRST_NODE", JOB_ID, args,
+        module=command_lines.worker_module(spec),
+    )  # fmt: skip
     port = slurm.rendezvous_port(JOB_ID)  # no digits: the rule's base
     line = command_lines.shell(argv).replace(f"FIRST_NODE:{port}", "$FIRST_NODE:$RDZV_PORT")
     line = line.replace(JOB_ID, f"${JOB_ID}")

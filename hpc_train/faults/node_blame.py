@@ -250,44 +250,91 @@ def unrecorded_end(files: StartFiles) -> list[str]:
     return [str(n) for n in started[-1]] if started else []
 
 
+def lost_state(node: str) -> str | None:
+    """``node``'s state and reason where Slurm reports it lost (down, failed, not responding),
+    else None; SlurmUnreachable while the controller does not answer."""
+    info = slurm.node_info(node)
+    state = info.get("State", "")
+    if any(mark in state.upper() for mark in LOST_STATES):
+        return f"{state} ({info.get('Reason', 'no reason given')})"
+    return None
+
+
 def lost_nodes(nodes: Sequence[str], log: Log) -> list[tuple[str, str]]:
     """The nodes of ``nodes`` Slurm reports lost (down, failed, not responding), with state and
     reason: after a start Slurm itself ended and requeued (NODE_FAIL)."""
     lost = []
     for node in nodes:
         try:
-            info = slurm.node_info(node)
+            state = lost_state(node)
         except slurm.SlurmError as err:
             log(f"cannot read node {node} ({err})")
             continue
-        state = info.get("State", "")
-        if any(mark in state.upper() for mark in LOST_STATES):
-            lost.append((node, f"{state} ({info.get('Reason', 'no reason given')})"))
+        if state is not None:
+            lost.append((node, state))
     return lost
 
 
-def unless_lost(found: Suspect, job: str, log: Log, wait_s: float | None = None) -> Suspect:
+def unless_lost(
+    found: Suspect, job: str, log: Log, wait_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+) -> Suspect:  # fmt: skip
     """A signal kill (``found``) whose node Slurm then finds lost is a lost node: a node lost
     whole (chaos kill-node --stop-slurmd, a dead instance) first looks like its ranks killed,
     and Slurm marks it DOWN only after SlurmdTimeout. So: lost where Slurm says so already
-    (``lost_nodes``); else, where no step starts on it any more (``slurm.step_starts``), lost
-    once Slurm marks it not responding or down within ``wait_s`` (default: SlurmdTimeout, by
-    which it has marked it DOWN). The probe alone never makes a node lost (a busy controller or
-    the job's end fail it too): without Slurm's word the signal kill stands."""
-    if not (gone := lost_nodes([found.node], log)):
-        if slurm.step_starts(job, found.node):
+    (``lost_state``); else, where no step starts on it any more (``slurm.step_starts``), lost
+    once Slurm marks it not responding or down within ``wait_s`` (default: SlurmdTimeout, read
+    once while the controller answers, by which it has marked it DOWN), the step probed again
+    at each look (a step that starts ends the wait: a controller just back refuses the first
+    ones). The probe alone never makes a node lost (the job's end fails it too): without
+    Slurm's word the signal kill stands. Slurm's silence is no word (``slurm.SlurmUnreachable``,
+    a probe that says None): the node is asked about again every few seconds, and the wait for
+    Slurm's word begins afresh once the controller answers, for at most
+    ``slurm.SILENCE_PATIENCE_S`` of silence in all."""
+    node, deadline, silent = found.node, None, 0.0
+    for delay in LOST_POLL.delays():
+        try:
+            if (gone := _said_lost(node, log)) is not None:
+                return found._replace(why=f"{found.why}, then Slurm lost it: {gone}",
+                                      evidence=Evidence.LOST)  # fmt: skip
+            if (starts := slurm.step_starts(job, node)) is None:
+                raise slurm.SlurmUnreachable(f"no step probed on {node}")
+            if starts:
+                return found
+            if deadline is None:
+                waiting = wait_s if wait_s is not None else _slurmd_timeout_s()
+                deadline = clock() + waiting
+                log(f"no step starts on {node}: waiting up to {waiting:.0f} s for Slurm's word")
+        except slurm.SlurmUnreachable as err:
+            silent, deadline = silent + delay, None  # once it answers: probed afresh
+            if silent > slurm.SILENCE_PATIENCE_S:
+                log(f"Slurm silent for {silent:.0f} s ({err}): weighed as {found.evidence}")
+                return found
+            log(f"Slurm does not answer ({err}): asking again about {node} in {delay:.0f} s")
+        if deadline is not None and clock() >= deadline:
+            log(f"Slurm still counts {node} as up: weighed as {found.evidence}")
             return found
-        if wait_s is None:
-            try:
-                wait_s = slurm.slurmd_timeout_s()
-            except slurm.SlurmError:
-                wait_s = slurm.DEFAULT_SLURMD_TIMEOUT_S
-        log(f"no step starts on {found.node}: waiting up to {wait_s:.0f} s for Slurm's word")
-        with contextlib.suppress(TimeoutError):
-            gone = wait_until(lambda: lost_nodes([found.node], log) or None,
-                              f"Slurm's word on {found.node}", wait_s, LOST_POLL)  # fmt: skip
-        if not gone:
-            log(f"Slurm still counts {found.node} as up: weighed as {found.evidence}")
-            return found
-    why = f"{found.why}, then Slurm lost it: {gone[0][1]}"
-    return found._replace(why=why, evidence=Evidence.LOST)
+        sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover - delays() never ends
+
+
+def _said_lost(node: str, log: Log) -> str | None:
+    """``lost_state``, a refusal logged and read as not lost; SlurmUnreachable passes."""
+    try:
+        return lost_state(node)
+    except slurm.SlurmUnreachable:
+        raise
+    except slurm.SlurmError as err:
+        log(f"cannot read node {node} ({err})")
+        return None
+
+
+def _slurmd_timeout_s() -> float:
+    """SlurmdTimeout (``slurm.slurmd_timeout_s``: read once while the controller answers);
+    Slurm's default where the controller refuses to say. SlurmUnreachable passes."""
+    try:
+        return slurm.slurmd_timeout_s()
+    except slurm.SlurmUnreachable:
+        raise
+    except slurm.SlurmError:
+        return slurm.DEFAULT_SLURMD_TIMEOUT_S

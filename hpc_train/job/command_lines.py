@@ -18,6 +18,13 @@ from hpc_train.job import batch, devices, levers, presets
 from hpc_train.job.spec import JobSpec
 
 TRAIN_MODULE = "hpc_train.worker.train"  # the worker torchrun starts on every rank
+HOLLOW_MODULE = "hpc_train.worker.hollow"  # ... under --hollow: a stand-in for the model
+WORKER_MODULES = (TRAIN_MODULE, HOLLOW_MODULE)
+
+
+def worker_module(spec: JobSpec) -> str:
+    """The module torchrun starts on every rank of ``spec``'s run."""
+    return HOLLOW_MODULE if spec.training.hollow else TRAIN_MODULE
 
 
 def torchrun_argv(
@@ -28,10 +35,11 @@ def torchrun_argv(
     job_id: str,
     worker_args: Sequence[str],
     round_: int = 0,
+    module: str = TRAIN_MODULE,
 ) -> list[str]:
     """One torchrun agent per node; c10d rendezvous on the job's first node, its id and port
     the round's (``contract.round_key``, ``hpc_core.slurm.rendezvous_port``: ``41.1`` for
-    job 41's first in-job restart)."""
+    job 41's first in-job restart); ``module`` on every rank (``worker_module``)."""
     return [
         torchrun,
         f"--nnodes={nnodes}",
@@ -41,7 +49,7 @@ def torchrun_argv(
         f"--rdzv_id={round_key(job_id, round_)}",
         "--max_restarts=0",  # restarts are Slurm's job (requeue), from checkpoint_last.pt
         "-m",
-        TRAIN_MODULE,
+        module,
         *worker_args,
     ]
 

@@ -136,6 +136,12 @@ class Training:
         "every sample of an epoch was trained exactly once across restarts and width changes",
         default=False,
     )  # fmt: skip
+    hollow: bool = option(
+        "--hollow", "a STAND-IN FOR THE MODEL, to measure the control plane at scale only "
+        "(make bench-scale): each rank is hpc_train.worker.hollow (the real launcher, torchrun, "
+        "heartbeats, saves on notice, checkpoints of a small real state, one gloo all-reduce per "
+        "update; no fairseq); no training figure ever comes from such a run", default=False,
+    )  # fmt: skip
     extra_args: tuple[str, ...] = field(default=())  # after `--`: fairseq-train, unchanged
 
 

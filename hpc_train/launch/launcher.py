@@ -139,7 +139,8 @@ class Launcher:
 
     def torchrun_command(self, start: Start, nproc: int, args: list[str]) -> list[str]:
         return command_lines.torchrun_argv(lifecycle.torchrun_path(), start.num_nodes, nproc,
-                                           start.first_host, start.job_id, args, start.round)  # fmt: skip
+                                           start.first_host, start.job_id, args, start.round,
+                                           command_lines.worker_module(self.spec))  # fmt: skip
 
     def __call__(self) -> dict[str, Any]:
         if self._unreadable is not None:

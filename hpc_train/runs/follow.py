@@ -127,10 +127,60 @@ def merge(*streams: list[tuple[float, str]]) -> list[str]:
     return [line for _, line in heapq.merge(*streams, key=lambda pair: pair[0])]
 
 
+# A line that this many nodes' launchers say alike (the same words, numbers aside, within
+# FOLD_WINDOW_S of the first) is shown once, with how many nodes said it: a 64-node start is a
+# handful of lines, not 400; a line one node alone says (a blame, a hang, a left-out node) stands
+# out. Fewer nodes than this (a 2-node run) keep every line as it is.
+FOLD_LEAST = 4
+FOLD_WINDOW_S = 120.0
+SAID_BY_RE = re.compile(r"^(\[[^\]]+\] hpc-train )(\S+): (.*)$")
+
+
+def fold(lines: list[str], least: int = FOLD_LEAST, window: float = FOLD_WINDOW_S) -> list[str]:
+    """``lines`` (merged, in time order) with each launcher line that ``least`` or more nodes
+    said alike shown once, at the first one's place, ending ``[N nodes: FIRST..LAST]``
+    (pure)."""
+    groups: dict[int, list[tuple[int, str]]] = {}  # a group: its lines (index, node)
+    open_: dict[str, tuple[int, float]] = {}  # the words -> the open group, its first time
+    member: dict[int, int] = {}  # a line's index -> its group
+    for i, line in enumerate(lines):
+        said = SAID_BY_RE.match(line)
+        if said is None:
+            continue
+        key, when = re.sub(r"\d+", "#", said.group(3)), line_time(line) or 0.0
+        found = open_.get(key)
+        if (
+            found is None
+            or when - found[1] > window
+            or any(n == said.group(2) for _, n in groups[found[0]])
+        ):
+            found = open_[key] = (i, when)
+            groups[i] = []
+        groups[found[0]].append((i, said.group(2)))
+        member[i] = found[0]
+    out = []
+    for i, line in enumerate(lines):
+        group = groups.get(member.get(i, -1), [])
+        if len(group) < least:
+            out.append(line)
+        elif group[0][0] == i:
+            names = sorted((n for _, n in group), key=natural)
+            out.append(f"{line} [{len(group)} nodes: {names[0]}..{names[-1]}]")
+    return out
+
+
+def natural(name: str) -> tuple[str, int]:
+    """``n10`` after ``n9``: a node name's letters, then its number."""
+    found = re.match(r"(.*?)(\d*)$", name)
+    assert found is not None
+    return found.group(1), int(found.group(2) or 0)
+
+
 class RunTail:
     """New complete lines of a run: all of ``train.log`` and the launcher lines of every task
-    log (of ``job``, or of every job that trained the run), merged by time; task logs that
-    appear later (a requeue on more nodes) are picked up as they appear."""
+    log (of ``job``, or of every job that trained the run), merged by time, the lines many
+    nodes said alike folded (``fold``); task logs that appear later (a requeue on more nodes)
+    are picked up as they appear."""
 
     def __init__(self, run: RunDir, job: str | None = None) -> None:
         self.run, self.job = run, job
@@ -148,7 +198,7 @@ class RunTail:
         streams = [self._new(self.run.train_log, lambda _: True)]
         for path in self.run.task_logs(self.job):
             streams.append(self._new(path, lambda ln: LAUNCHER_RE.match(ln) is not None))
-        return merge(*streams)
+        return fold(merge(*streams))
 
 
 def raw_task_logs(run: RunDir, task: int | None) -> list[str]:

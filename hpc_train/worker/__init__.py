@@ -16,7 +16,10 @@ and runs fairseq's training loop. The modules, by what they add to the rank:
   ``grads_foreach``, ``lazy_stats``, compile, GELU); the profile mode: ``profile`` (rank 0's
   window), ``profile_table`` (pure: what a window says), ``host_reads`` (host syncs by call site);
 - what the user watches: ``tracking`` (rank 0's TensorBoard and W&B curves, one series and one
-  run across every start).
+  run across every start);
+- for scale runs only: ``hollow`` (``submit --hollow``: a stand-in for the model that keeps the
+  rank's contract, the same heartbeats, saves, notices and ledger events, with a small real state
+  and one gloo all-reduce per update; no training figure comes from it).
 
 Nothing here runs in the launcher but ``checkpoints``: task 0 verifies ``checkpoint_last.pt`` with
 the rank's own loader (torch's weights_only allow-list; an exception import-linter allows). One

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hpc_core import ledger
@@ -23,20 +24,30 @@ from hpc_core.rundir import RunDir
 from hpc_train.worker import async_save, preemption
 
 
+def recorder(run: RunDir, start: tuple[str, int] | None, rank: int) -> Callable[..., None] | None:
+    """Rank 0's ``note(kind, **data)`` for this start's events in the run's ledger (``start``:
+    this start's (job, restart)); None when not recording (another rank, or no launcher). The
+    fairseq hooks below use it, and the hollow rank (``worker.hollow``) as it is."""
+    if start is None or rank != 0:
+        return None
+    job, restart = start
+
+    def note(kind: Kind, **data: Any) -> None:
+        ledger.record(run.ledger, kind, job, restart, **data)
+
+    return note
+
+
 def install(run: RunDir, start: tuple[str, int] | None, rank: int) -> bool:
     """Wrap fairseq's update and save steps so rank 0 records them (``start``: this start's
     (job, restart)); False when not recording (another rank, or no launcher)."""
-    if start is None or rank != 0:
+    note = recorder(run, start, rank)
+    if note is None:
         return False
     # fairseq loads here, not with this module: as everywhere in the rank, only once
     # worker.train has set the rank up (its filters for fairseq's import-time warnings first)
     import fairseq_cli.train as fairseq_train
     from fairseq import checkpoint_utils
-
-    job, restart = start
-
-    def note(kind: Kind, **data: Any) -> None:
-        ledger.record(run.ledger, kind, job, restart, **data)
 
     step = fairseq_train.validate_and_save
     first = {"seen": False}

@@ -15,7 +15,8 @@
 #   its NUL); under a deep checkout every step failed to launch and every job sat held.
 # - munge/: munged's key, socket, pid and log. munged runs as the munge user, which cannot cross a
 #   0700 folder; $HPC_TRAIN_CLUSTER_DIR/munge links to it.
-# `up` refuses (exit 2) a configuration whose longest socket path would not fit. `up` and `down`
+# `up` refuses (exit 2) a configuration whose longest socket path would not fit, ports past 65535
+# or already listened on, or more nodes than the machine's memory holds (`check`). `up` and `down`
 # are idempotent; `down` stops only the daemons whose pid files `up` wrote, and removes from
 # /etc/hosts only the line `up` added.
 set -euo pipefail
@@ -52,6 +53,13 @@ sched_params=${HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS-bf_interval=2,sched_interv
 # cluster's CustomSlurmSettings after its own lines (Slurm keeps the last value of a keyword).
 include=${HPC_TRAIN_CLUSTER_INCLUDE:-}
 [ -z "$include" ] || [[ "$include" = /* && -f "$include" ]] || { echo "HPC_TRAIN_CLUSTER_INCLUDE: not an absolute path to a file: $include" >&2; exit 2; }
+# What one node's job needs in memory (MB of unique memory, PSS): the launcher, the torchrun agent
+# and one CPU rank of the tiny preset, measured on this machine 528 MB (28 + 166 + 333; a hollow
+# node, submit --hollow, 364: 28 + 166 + 169; docs/benchmarks.md, bench-scale), with a margin.
+# `up` refuses a size the machine cannot hold.
+node_mb=${HPC_TRAIN_CLUSTER_NODE_MB:-600}
+[[ "$node_mb" =~ ^[1-9][0-9]*$ ]] || { echo "HPC_TRAIN_CLUSTER_NODE_MB: not a number of MB: $node_mb" >&2; exit 2; }
+[[ "$nodes" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "HPC_TRAIN_CLUSTER_NODES: not a node count: $nodes" >&2; exit 2; }
 conf=$dir/etc/slurm.conf
 hosts_tag="# hpc-train local cluster $dir"
 short_root=/run/hpc-train
@@ -98,13 +106,63 @@ longest_socket() {
   if [ "${#munge_sock}" -gt "${#sock}" ]; then echo "$munge_sock"; else echo "$sock"; fi
 }
 
-# check: refuse a configuration whose sockets cannot be made (one line, exit 2), before anything
-# starts; prints the longest socket path and its length when it fits.
+# node_port: the port of node number $1's slurmd (the controller's, then 3 more, then one a node)
+node_port() { echo $((ctld_port + 3 + $1)); }
+
+# ports_in_use: which of this cluster's ports (the controller's to the last node's) something
+# listens on already (another cluster whose range overlaps, any other daemon)
+ports_in_use() {
+  local last
+  last=$(node_port "$nodes")
+  ss -Hltn 2>/dev/null | awk -v lo="$ctld_port" -v hi="$last" \
+    '{ n = split($4, a, ":"); p = a[n] + 0; if (p >= lo && p <= hi) print p }' | sort -nu | paste -sd' '
+}
+
+# any_daemon_alive: this cluster's slurmctld or any of its slurmds runs (slurmctld stopped alone
+# by a test leaves the slurmds on their ports)
+any_daemon_alive() {
+  local name
+  pid_alive "$(pid_of "$dir/run/slurmctld.pid")" && return 0
+  while read -r name; do
+    pid_alive "$(pid_of "$dir/run/slurmd-$name.pid")" && return 0
+  done < <(node_names)
+  return 1
+}
+
+# available_mb: memory the kernel can give without swapping (MemAvailable)
+available_mb() { awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo; }
+
+# check: refuse a configuration that cannot work (one line, exit 2) before anything starts: a
+# socket path over 107 bytes; ports past 65535 or already taken; more nodes than the memory holds
+# (HPC_TRAIN_CLUSTER_NODE_MB each). Prints the longest socket path, the ports and the memory.
+# A cluster with any daemon up is not checked again for ports and memory (they are its own).
 cmd_check() {
-  local sock
+  local sock last taken need avail
   sock=$(longest_socket)
   [ "${#sock}" -le "$sun_path_max" ] || refuse "a Unix socket path of this cluster would be ${#sock} bytes, over the $sun_path_max a socket holds: $sock (shorten HPC_TRAIN_CLUSTER_NODE_PREFIX '$prefix')"
   echo "longest socket path: ${#sock} of $sun_path_max bytes: $sock"
+  if any_daemon_alive; then return 0; fi
+  last=$(node_port "$nodes")
+  ((last <= 65535)) || refuse "$nodes nodes from port $ctld_port need ports up to $last, past 65535: lower HPC_TRAIN_CLUSTER_PORT"
+  taken=$(ports_in_use)
+  [ -z "$taken" ] || refuse "ports $ctld_port-$last (slurmctld, then one a node) are taken already: $taken: another cluster? choose another HPC_TRAIN_CLUSTER_PORT"
+  echo "ports: $ctld_port-$last"
+  need=$((nodes * node_mb))
+  avail=$(available_mb)
+  ((need <= avail)) || refuse "$nodes nodes need $nodes x $node_mb MB = $need MB (HPC_TRAIN_CLUSTER_NODE_MB: one node's launcher, torchrun agent and rank), over the $avail MB this machine has available: ask fewer nodes"
+  echo "memory: $nodes nodes x $node_mb MB = $need MB of $avail MB available"
+}
+
+# daemons_mb: the unique memory (PSS, MB) of the running slurmds, summed
+daemons_mb() {
+  local name pid kb=0 one
+  while read -r name; do
+    pid=$(pid_of "$dir/run/slurmd-$name.pid")
+    pid_alive "$pid" || continue
+    one=$(awk '/^Pss:/ { print $2 }' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
+    kb=$((kb + ${one:-0}))
+  done < <(node_names)
+  echo $((kb / 1024))
 }
 
 write_config() {
@@ -157,7 +215,7 @@ write_config() {
     local i=0 name
     while read -r name; do
       i=$((i + 1))
-      echo "NodeName=$name NodeAddr=127.0.0.1 Port=$((ctld_port + 3 + i)) CPUs=$cpus RealMemory=2000 State=UNKNOWN"
+      echo "NodeName=$name NodeAddr=127.0.0.1 Port=$(node_port "$i") CPUs=$cpus RealMemory=2000 State=UNKNOWN"
     done < <(node_names)
     echo "PartitionName=low Nodes=${prefix}[1-$nodes] Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=30 MaxTime=INFINITE State=UP"
     echo "PartitionName=high Nodes=${prefix}[1-$nodes] PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP"
@@ -298,7 +356,7 @@ cmd_node_up() {
 }
 
 wait_ready() {
-  local deadline=$((SECONDS + 60)) idle
+  local deadline=$((SECONDS + 60 + nodes)) idle
   until scontrol ping >/dev/null 2>&1; do
     ((SECONDS < deadline)) || die "slurmctld did not answer in 60 s; see $dir/log/slurmctld.log"
     sleep 0.5
@@ -344,7 +402,9 @@ cmd_up() {
   start_ctld
   start_nodes
   wait_ready
-  log "up: $nodes nodes, partitions low (preemptible) and high"
+  local slurmds
+  slurmds=$(daemons_mb)
+  log "up: $nodes nodes, partitions low (preemptible) and high; slurmds $slurmds MB in all (PSS, $((slurmds / nodes)) MB a node), a node's job about $node_mb MB more (HPC_TRAIN_CLUSTER_NODE_MB); $(available_mb) MB available now"
   echo "export SLURM_CONF=$conf"
 }
 

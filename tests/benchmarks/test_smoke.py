@@ -345,3 +345,29 @@ def test_bench_soak_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) -> 
     assert sum(w["updates_reached"] for w in ways.values()) > 0
     assert r["settings"]["budget_s"] == 25 and len(r["settings"]["schedule"]) == 6
     print(f"bench-soak smoke: {took:.1f} s")
+
+
+@smoke("bench-scale")
+def test_bench_scale_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) -> None:
+    """2 hollow nodes on a cluster of the benchmark's own: every event, each figure there."""
+    command, out = make_command("bench-scale", tmp_path, corpus)
+    proc, took = run_bench([*command, "--work-dir", str(tmp_path / "work")], 900)
+    r = result(proc, out / "scale.json")
+    assert proc.returncode == 0 and r["smoke"] is True and r["real"] == {}
+    size = r["hollow"]["2"]
+    rounds, requeue = size["rounds"], size["requeue"]
+    for end in (rounds["end"], requeue["end"]):
+        assert end["state"] == "COMPLETED" and end["missing_updates"] == 0, end
+    for event in (rounds["kill_round"], rounds["hang"], requeue["kill_requeue"]):
+        at = event["at"]
+        assert at["seen"] <= at["decided"] <= at["last_torchrun"] <= at["first_update"], at
+        assert event["toolkit_s"] == round(event["decide_s"] + event["relaunch_s"], 2)
+        assert event["slurm_calls"]["rpc"] >= 1  # task 0's own look-ups at least
+    assert 0 < rounds["hang"]["detect_over_T"] < 3 and rounds["hang"]["allowance_s"] == 10
+    assert rounds["notice"]["saved_s"] <= rounds["notice"]["stopped_s"]
+    assert requeue["kill_requeue"]["slurm_calls"]["by_kind"].get("scontrol requeue") == 1
+    memory = rounds["steady"]["memory"]["last"]
+    assert abs(memory["node_mb"] - sum(v for k, v in memory.items() if k != "node_mb")) < 0.5
+    assert r["memory"]["most_nodes"] >= 2 and r["compared"]["hollow"]["2"]
+    assert rounds["steady"]["file_ops_per_update"]["last"]["updates"] > 0
+    print(f"bench-scale smoke: {took:.1f} s")

@@ -132,3 +132,24 @@ def test_atomic_copy_fsyncs_the_directory_and_a_copy_before_its_rename(tmp_path,
     assert copy != os.stat(src).st_ino and dst.read_bytes() == b"weights"
     assert [(kind, ino) for kind, ino, _ in fsyncs] == [("file", copy), ("dir", directory)]
     assert fsyncs[0][2]  # the copy's bytes were there when it was synced
+
+
+def test_a_write_into_an_existing_folder_is_a_create_and_a_rename_only(tmp_path, monkeypatch):
+    """Every rank writes a heartbeat three times an update on the shared file system, where
+    each metadata operation is an RPC: no mkdir, stat or unlink once the folder is there
+    (bench-scale counted five operations a write before: mkdir, stat, create, rename, an
+    unlink that found nothing); a missing folder is made on the first write."""
+    seen: list[str] = []
+    real_mkdir, real_unlink = type(tmp_path).mkdir, type(tmp_path).unlink
+    monkeypatch.setattr(type(tmp_path), "mkdir",
+                        lambda self, *a, **k: (seen.append("mkdir"), real_mkdir(self, *a, **k))[1])  # fmt: skip
+    monkeypatch.setattr(type(tmp_path), "unlink",
+                        lambda self, *a, **k: (seen.append("unlink"), real_unlink(self, *a, **k))[1])  # fmt: skip
+    target = tmp_path / "beats" / "n1" / "rank-0.json"
+    rundir.atomic_write(target, "1", durable=False)
+    assert set(seen) == {"mkdir"} and target.read_text() == "1"  # its folders, made once
+    seen.clear()
+    for n in range(3):
+        rundir.atomic_write(target, str(n), durable=False)
+    assert seen == [] and target.read_text() == "2"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["rank-0.json"]

@@ -22,6 +22,8 @@ class FakeSlurm:
     """Stands in for hpc_core.slurm inside the launcher: a fake, no Slurm here."""
 
     SlurmError = slurm.SlurmError
+    SlurmUnreachable = slurm.SlurmUnreachable
+    SILENCE_PATIENCE_S = slurm.SILENCE_PATIENCE_S
 
     def __init__(self, state: str = "RUNNING") -> None:
         self.state = state
@@ -36,6 +38,14 @@ class FakeSlurm:
         # sinfo -N of the job's partition: four idle nodes unless a test says otherwise
         self.partition: dict[str, str] = {f"n{i}": "idle" for i in range(1, 5)}
         self.gone: set[str] = set()  # nodes whose slurmd is gone: no step starts there
+        self.silent = 0  # the controller answers none of the next this many look-ups
+        self.asked: list[str] = []  # what was asked, in order (node, step, config)
+
+    def _answer(self, what: str) -> None:
+        self.asked.append(what)
+        if self.silent > 0:
+            self.silent -= 1
+            raise slurm.SlurmUnreachable(f"{what}: Unable to contact slurm controller")
 
     DEFAULT_SLURMD_TIMEOUT_S = slurm.DEFAULT_SLURMD_TIMEOUT_S
 
@@ -52,13 +62,19 @@ class FakeSlurm:
         self.excluded.append((job_id, list(nodes)))
         return list(nodes)
 
-    def step_starts(self, job_id: str, node: str, timeout: float = 20.0) -> bool:
+    def step_starts(self, job_id: str, node: str, timeout: float = 20.0) -> bool | None:
+        try:
+            self._answer(f"step {node}")
+        except slurm.SlurmUnreachable:
+            return None  # unknown, as the real probe says while the controller is silent
         return node not in self.gone
 
     def slurmd_timeout_s(self) -> float:
+        self._answer("config")
         return 0.5  # the local cluster's is 20 s: a test's wait for Slurm's word stays short
 
     def node_info(self, node: str) -> dict[str, str]:
+        self._answer(f"node {node}")
         return self.nodes.get(node, {"State": "IDLE"})
 
     def node_machine(self, node: str) -> str:

@@ -27,6 +27,7 @@ CASES: dict[str, str] = {
     "elastic": "--preset roberta-base --nodes 1-4",
     "spares": "--preset roberta-large --nodes 2 --spares 1",
     "restart-in-job": "--preset tiny --gpus-per-node 0 --nodes 2 --restart-in-job",
+    "hollow": "--preset tiny --gpus-per-node 0 --nodes 64 --global-batch 512 --hollow --spares 1",
     "pyxis": f"--preset roberta-large --container '{IMAGE}' "
     "--container-mounts /lustre/tok:/tok:ro,/lustre/more:/more --local-save-dir /scratch/hpc-train",
     "p5-compile": "--preset roberta-large --gpus-per-node 8 --instance-type p5.48xlarge "

@@ -131,6 +131,17 @@ def test_a_cluster_from_a_150_character_checkout_in_a_0700_home_runs_a_job_with_
     assert not any(alive(p) for p in started.values())
 
 
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports nothing listens on (a check's cluster ports)."""
+    for base in range(27000, 60000, 1000):
+        listening = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
+        taken = {int(w.rsplit(":", 1)[1]) for line in listening.splitlines()
+                 for w in line.split()[3:4] if w.rsplit(":", 1)[-1].isdigit()}  # fmt: skip
+        if not taken & set(range(base, base + count)):
+            return base
+    raise AssertionError("no free port range")
+
+
 def test_check_says_the_longest_socket_path_and_refuses_one_that_cannot_fit(tmp_path):
     """``cluster.sh check`` (``up`` runs it first) starts nothing: the longest Unix socket path of
     the configuration (a step socket of the longest node name, the largest job id, the extern
@@ -139,16 +150,15 @@ def test_check_says_the_longest_socket_path_and_refuses_one_that_cannot_fit(tmp_
         **os.environ,
         "HPC_TRAIN_CLUSTER_DIR": str(tmp_path / "c"),
         "HPC_TRAIN_CLUSTER_NODES": "12",
+        "HPC_TRAIN_CLUSTER_PORT": str(free_ports(16)),
     }
     fits = subprocess.run(
         ["bash", str(CLUSTER_SH), "check"], capture_output=True, text=True, env=env
     )
     digest = hashlib.sha256(f"{(tmp_path / 'c').resolve()}\n".encode()).hexdigest()[:16]
     sock = f"/run/hpc-train/{digest}/spool/n10/n10_67043328.4294967292"
-    assert (
-        fits.returncode == 0
-        and fits.stdout == f"longest socket path: {len(sock)} of 107 bytes: {sock}\n"
-    )
+    assert fits.returncode == 0, fits.stderr
+    assert fits.stdout.splitlines()[0] == f"longest socket path: {len(sock)} of 107 bytes: {sock}"
     long = {**env, "HPC_TRAIN_CLUSTER_NODE_PREFIX": "x" * 24}  # x..x10: 59 + 2 x 26 = 111 bytes
     refused = subprocess.run(
         ["bash", str(CLUSTER_SH), "check"], capture_output=True, text=True, env=long
@@ -168,6 +178,46 @@ def test_check_says_the_longest_socket_path_and_refuses_one_that_cannot_fit(tmp_
     )
     assert refused.returncode == 2 and "not a job id below 67043328" in refused.stderr
     assert not (tmp_path / "c").exists()  # check makes nothing
+
+
+def test_check_refuses_a_size_the_machine_cannot_hold_in_ports_or_memory(tmp_path):
+    """Any size on one machine (issue 46): one port a node after the controller's, each free
+    and under 65536, and the nodes' memory (``HPC_TRAIN_CLUSTER_NODE_MB`` each) within what the
+    machine has available. Each refusal is one line, exit 2, and starts nothing."""
+    import socket
+
+    base = free_ports(70)
+    env = {**os.environ, "HPC_TRAIN_CLUSTER_DIR": str(tmp_path / "c"),
+           "HPC_TRAIN_CLUSTER_NODES": "64", "HPC_TRAIN_CLUSTER_PORT": str(base),
+           "HPC_TRAIN_CLUSTER_NODE_MB": "1"}  # fmt: skip
+
+    def check(**more: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(CLUSTER_SH), "check"], capture_output=True,
+                              text=True, env={**env, **more})  # fmt: skip
+
+    fits = check()
+    assert fits.returncode == 0, fits.stderr
+    assert fits.stdout.splitlines()[1:] == [
+        f"ports: {base}-{base + 67}",
+        f"memory: 64 nodes x 1 MB = 64 MB of {fits.stdout.split(' MB of ')[1].split()[0]} MB available",
+    ]
+    available = int(fits.stdout.split(" MB of ")[1].split()[0])
+    too_big = check(HPC_TRAIN_CLUSTER_NODE_MB=str(available // 64 + 1))
+    assert too_big.returncode == 2 and len(too_big.stderr.strip().splitlines()) == 1
+    assert f"64 nodes need 64 x {available // 64 + 1} MB" in too_big.stderr
+    assert "ask fewer nodes" in too_big.stderr
+    past = check(HPC_TRAIN_CLUSTER_PORT="65500")
+    assert past.returncode == 2 and "need ports up to 65567, past 65535" in past.stderr
+    with socket.socket() as held:  # another daemon (another cluster's node) on one of its ports
+        held.bind(("127.0.0.1", base + 40))
+        held.listen()
+        taken = check()
+    assert taken.returncode == 2 and len(taken.stderr.strip().splitlines()) == 1
+    assert (
+        f"ports {base}-{base + 67} (slurmctld, then one a node) are taken already: {base + 40}"
+        in taken.stderr
+    )
+    assert not (tmp_path / "c").exists()
 
 
 def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slurm_cluster):

@@ -378,3 +378,109 @@ def test_task_0_requeues_a_first_signal_kill_without_draining_or_excluding_its_n
     (blamed,) = [e for e in ledger.read(run.ledger) if e.kind == "blamed"]
     assert blamed.get("node") == "n2" and blamed.get("drained") is False
     assert blamed.get("evidence") == str(Evidence.SIGNAL)
+
+
+# --- Slurm's silence is no answer (issue 46): a fake controller that answers none of the first
+# look-ups, and a fake clock: the waits are counted, not slept
+
+
+class Clock:
+    """A clock that a sleep moves on: ``slept`` adds up what unless_lost waited."""
+
+    def __init__(self) -> None:
+        self.now, self.slept = 0.0, 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+
+
+def signal_kill(node: str = "n2"):
+    from hpc_train.faults.suspects import Suspect
+
+    return Suspect(node, "rank 1's agent killed by signal 9", Evidence.SIGNAL)
+
+
+def test_a_silent_controller_is_asked_again_and_the_probe_made_once_it_answers(fake_slurm):
+    """The kill came while slurmctld was stopped: the node's state and the step probe get no
+    answer. Before, the probe's silence read as "no step starts" and SlurmdTimeout's as its
+    300 s default, and the wait never probed again: 236-255 s after slurmctld was back. Now
+    the node is asked about again with back-off; once the controller answers the step is
+    probed, starts, and the signal kill stands at once: no wait for Slurm's word at all."""
+    fake_slurm.silent = 4  # node n2, node n2, node n2, node n2: then it answers
+    clock, said = Clock(), []
+    found = node_blame.unless_lost(signal_kill(), "41", said.append,
+                                   clock=clock, sleep=clock.sleep)  # fmt: skip
+    assert found.evidence is Evidence.SIGNAL
+    assert fake_slurm.asked == ["node n2"] * 5 + ["step n2"]  # probed once it answered
+    assert "config" not in fake_slurm.asked  # no SlurmdTimeout needed: the step started
+    assert clock.slept <= 4 * 5.0  # the polls while silent (LOST_POLL: 1 s, 1.5 s ... 5 s)
+    assert sum("Slurm does not answer" in line for line in said) == 4
+
+
+def test_a_probe_unanswered_is_made_again_and_slurms_word_then_awaited(fake_slurm):
+    """The node's state answered, the probe not (srun and `scontrol ping` both unanswered:
+    None): probed again; then no step starts (its slurmd gone) and Slurm marks it not
+    responding within SlurmdTimeout, read only now that the controller answers."""
+    fake_slurm.gone.add("n2")
+    clock = Clock()
+    polls = {"n": 0}
+    real_node_info = fake_slurm.node_info
+
+    def node_info(node: str) -> dict[str, str]:
+        polls["n"] += 1
+        answer = real_node_info(node)
+        if polls["n"] == 1:
+            fake_slurm.silent = 1  # the step probe that follows goes unanswered
+        if polls["n"] == 3:  # Slurm's word, the poll after the probe said no step
+            answer = {"State": "IDLE+NOT_RESPONDING", "Reason": "Not responding"}
+        return answer
+
+    fake_slurm.node_info = node_info
+    found = node_blame.unless_lost(signal_kill(), "41", lambda _: None,
+                                   clock=clock, sleep=clock.sleep)  # fmt: skip
+    seen = fake_slurm.asked
+    assert seen[:4] == ["node n2", "step n2", "node n2", "step n2"]  # probed again
+    assert "config" in seen and seen.index("config") > 3  # SlurmdTimeout read once it answered
+    assert found.evidence is Evidence.LOST and "IDLE+NOT_RESPONDING" in found.why
+
+
+def test_a_controller_silent_past_patience_leaves_the_signal_kill_standing(fake_slurm):
+    """A controller that never answers again: at most ``SILENCE_PATIENCE_S`` of asking (then
+    the launcher's requeue meets the same silence with its own patience), never a verdict."""
+    fake_slurm.silent = 10**6
+    clock, said = Clock(), []
+    found = node_blame.unless_lost(signal_kill(), "41", said.append,
+                                   clock=clock, sleep=clock.sleep)  # fmt: skip
+    assert found.evidence is Evidence.SIGNAL
+    assert (
+        node_blame.slurm.SILENCE_PATIENCE_S - 5
+        <= clock.slept
+        <= node_blame.slurm.SILENCE_PATIENCE_S
+    )
+    assert "Slurm silent for" in said[-1]
+    assert "config" not in fake_slurm.asked
+
+
+def test_a_step_that_starts_while_slurms_word_is_awaited_ends_the_wait(fake_slurm):
+    """Right after slurmctld came back a first step may be refused (seen on the local
+    cluster: the wait for Slurm's word then ran its whole SlurmdTimeout, 20 s). The step is
+    probed again at each look: once one starts, the signal kill stands at once."""
+    fake_slurm.gone.add("n2")
+    clock, probes = Clock(), {"n": 0}
+    real_step = fake_slurm.step_starts
+
+    def step_starts(job_id: str, node: str, timeout: float = 20.0) -> bool | None:
+        probes["n"] += 1
+        if probes["n"] == 2:
+            fake_slurm.gone.discard(node)  # the node's slurmd takes steps again
+        return real_step(job_id, node, timeout)
+
+    fake_slurm.step_starts = step_starts
+    found = node_blame.unless_lost(signal_kill(), "41", lambda _: None, wait_s=300,
+                                   clock=clock, sleep=clock.sleep)  # fmt: skip
+    assert found.evidence is Evidence.SIGNAL and probes["n"] == 2
+    assert clock.slept < 5  # one poll, not the 300 s allowed for Slurm's word

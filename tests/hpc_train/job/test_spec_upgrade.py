@@ -108,7 +108,8 @@ def test_a_job_it_cannot_read_ends_its_task_with_one_line_never_a_traceback(tmp_
     """submitit's own entry point (what srun runs on each node) on a job folder whose pickle
     holds a spec this version cannot read: the task exits 1 with the one line on stderr and
     no traceback; nothing is trained or requeued (no Slurm here: the task never asks it)."""
-    flat = {**dataclasses.asdict(parsed(ARGV).training), "warp_drive": True}
+    training = dataclasses.asdict(parsed(ARGV).training)  # as the previous version had it, flat
+    flat = {**{k: v for k, v in training.items() if k in upgrade.PREVIOUS}, "warp_drive": True}
     folder = tmp_path / "slurm"
     folder.mkdir()
     DelayedSubmission(AsPickled({"spec": flat})).dump(JobPaths(folder, "41", 0).submitted_pickle)

@@ -167,3 +167,27 @@ def test_logs_help_shows_examples(capsys):
         logs.main(["--help"])
     out = capsys.readouterr().out
     assert exit_.value.code == 0 and "hpc-train logs 4242 --follow" in out and "--task N" in out
+
+
+def test_a_64_node_start_is_a_few_lines_and_a_nodes_own_line_stands_out():
+    """Issue 46: at 64 nodes every launcher says the same at each start (its node k/64, the
+    torchrun line, the spot watch): shown once each with how many nodes said it; what one node
+    alone said (a blame) stays, and a 2-node run's lines stay as they are."""
+    stamp = "[2026-11-29T00:07:{:02d}Z] hpc-train {}: {}"
+    lines = []
+    for k in range(1, 65):
+        lines.append(stamp.format(k % 7, f"s{k}", f"node {k}/64, 1 rank(s) here"))
+        lines.append(stamp.format(k % 7 + 1, f"s{k}", "spot watch off: not on EC2"))
+    lines.insert(70, '2026-11-29 00:07:03 | INFO | train_inner | {"num_updates": "1"}')
+    lines.append(stamp.format(30, "s1", "blamed s17: crash in job 41"))
+    folded = follow.fold(lines)
+    assert folded == [
+        lines[0] + " [64 nodes: s1..s64]",
+        lines[1] + " [64 nodes: s1..s64]",
+        '2026-11-29 00:07:03 | INFO | train_inner | {"num_updates": "1"}',
+        lines[-1],
+    ]
+    two = [stamp.format(1, f"n{k}", "training finished") for k in (1, 2)]
+    assert follow.fold(two) == two
+    later = [stamp.format(1, "n1", "x 1"), "[2026-11-29T00:17:00Z] hpc-train n2: x 2"]
+    assert follow.fold(later, least=2) == later  # ten minutes apart: not one event

@@ -40,6 +40,39 @@ def beat(run: RunDir, node: str, rank: int, compute_s: float) -> None:
     hb.completed(1)
 
 
+def test_task_0_reads_a_bounded_number_of_nodes_a_poll_and_still_names_the_straggler(
+    tmp_path, monkeypatch
+):
+    """Issue 46: at 64 nodes reading every node's heartbeats every poll is task 0's file
+    operations growing with the node count. At most NODES_PER_POLL nodes a poll, in turn, the
+    others as last read: every node is in every sample once each has been read, and a slow one
+    is still named after the window."""
+    run, clock = RunDir(tmp_path), Clock()
+    hosts = [f"n{i}" for i in range(1, 41)]
+    for rank, node in enumerate(hosts):
+        beat(run, node, rank, 0.14 if node == "n33" else 0.10)
+    read: list[str] = []
+    real = straggler_monitor.read_beats
+    monkeypatch.setattr(straggler_monitor, "read_beats",
+                        lambda d, *a: (read.append(d.name), real(d, *a))[1])  # fmt: skip
+    notes: list[tuple[str, dict[str, Any]]] = []
+    watch = straggler_monitor.StragglerWatch(
+        StartFiles(run, "7", 0), hosts, StragglerLimits(0.2, 60.0), False, False,
+        lambda kind, **data: notes.append((kind, data)), lambda _: None, clock,
+    )  # fmt: skip
+    sizes = []
+    for _ in range(12):  # 0 ... 110 s
+        read.clear()
+        sizes.append(len(watch.sample().compute_s))
+        assert len(read) == straggler_monitor.NODES_PER_POLL
+        clock.now += 10
+    assert sizes[:3] == [16, 32, 40] and set(sizes[3:]) == {40}
+    for _ in range(10):
+        watch.check()
+        clock.now += 10
+    assert [data["node"] for _, data in notes] == ["n33"]
+
+
 def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
     run, clock = RunDir(tmp_path), Clock()
     beat(run, "n1", 0, 0.10)
