@@ -52,7 +52,15 @@ class Kind(StrEnum):
     FIRST_UPDATE = "first_update", RANK0, "update"  # the first update trained in this start
     # every save: its update, the training stall (seconds), bytes, notice (a save on notice);
     # with async saves snapshot_s, write_s (copy_s: tiered, local -> save dir), once on disk
-    CHECKPOINT = "checkpoint", RANK0, "update seconds bytes notice snapshot_s write_s copy_s"
+    # sha256: the digest recorded in the file as it was written (``hpc_core.integrity``)
+    CHECKPOINT = "checkpoint", RANK0, "update seconds bytes notice snapshot_s write_s copy_s sha256"
+    # the checkpoint a start resumed from, verified as it loaded (``worker.checkpoints``): its
+    # update, the digest recorded in it (None: none, CRCs only), the verification's and the
+    # load's seconds (side by side)
+    VERIFIED = "verified", RANK0, "file update sha256 bytes verify_s load_s"
+    # a checkpoint that failed verification, moved aside (never deleted): its name, where it
+    # went, why; by task 0 choosing the resume, or by rank 0 as it loaded it
+    SET_ASIDE = "set_aside", f"{TASK0} or {RANK0}", "file moved_to why"
     NOTICE = "notice", TASK0, "signal"  # USR2: preemption, the time limit, a spot notice
     # a start's bad or early end: cause (a class: notice, crash, cancelled, hang ...), why;
     # reached, last_progress: how far the start got

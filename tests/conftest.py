@@ -146,10 +146,13 @@ def corpus(tmp_path_factory) -> Path:
     return data.prepare_demo(out, lines=2500)
 
 
-def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str, prelude: str = "") -> None:
+def run_tiny(
+    corpus: Path, save: Path, max_update: int, *extra: str, prelude: str = "", ok: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Real fairseq, one CPU process (no Slurm, no torchrun): the tiny preset to ``max_update``
     through the worker, with ``extra`` fairseq flags after the toolkit's. ``prelude``: Python
-    the worker's process runs first (a test injects what the worker would measure)."""
+    the worker's process runs first (a test injects what the worker would measure). ``ok``:
+    the worker must succeed (False: the test looks at how it failed)."""
     import sys
 
     from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
@@ -169,7 +172,8 @@ def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str, prelude: st
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0 or not ok, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
 
 
 @pytest.fixture(scope="session")
@@ -240,3 +244,4 @@ def fake_imds() -> Iterator[FakeImds]:
     threading.Thread(target=fake.server.serve_forever, args=(0.02,), daemon=True).start()
     yield fake
     fake.server.shutdown()
+
