@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -245,3 +245,48 @@ def fake_imds() -> Iterator[FakeImds]:
     yield fake
     fake.server.shutdown()
 
+
+class SmallFs:
+    """A file system of its own for a storage fault: a tmpfs mounted (as root) at ``root``; it
+    stands for the save dir's FSx for Lustre, which fills (ENOSPC), goes read-only (EROFS) or
+    runs out of inodes the same way to a writer. Unmounted by the ``small_fs`` fixture."""
+
+    def __init__(self, root: Path, size: str, inodes: int | None = None) -> None:
+        self.root = root
+        root.mkdir(parents=True)
+        opts = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(root)], check=True)
+
+    def free(self) -> int:
+        st = os.statvfs(self.root)
+        return st.f_bavail * st.f_frsize
+
+    def fill(self, leave: int) -> None:
+        """A ballast file (``fallocate``: real blocks taken) leaving about ``leave`` bytes."""
+        page = os.sysconf("SC_PAGE_SIZE")
+        take = (self.free() - leave) // page * page
+        subprocess.run(["fallocate", "-l", str(take), str(self.root / "ballast")], check=True)
+
+    def read_only(self) -> None:
+        subprocess.run(["mount", "-o", "remount,ro", str(self.root)], check=True)
+
+    def unmount(self) -> None:
+        subprocess.run(["umount", "-l", str(self.root)], check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path) -> Iterator[Callable[..., SmallFs]]:
+    """Mount small tmpfs file systems under this test's tmp dir: ``small_fs("2m")``; each is
+    unmounted after the test. Needs root (``mount``), as the suite has."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted: list[SmallFs] = []
+
+    def make(size: str = "2m", inodes: int | None = None) -> SmallFs:
+        fs = SmallFs(tmp_path / f"fs{len(mounted)}", size, inodes)
+        mounted.append(fs)
+        return fs
+
+    yield make
+    for fs in mounted:
+        fs.unmount()

@@ -43,12 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpc_core import integrity, ledger, rundir
+from hpc_core import integrity, ledger, rundir, space
 from hpc_core.ledger import Kind
 from hpc_core.rundir import LAST
 from hpc_train.worker import lean_import
 
 logger = logging.getLogger("hpc_train.worker.checkpoints")
+OVERHEAD_BYTES = 1 << 20  # a checkpoint's pickle, args, config and record headers (0.5 MB seen)
 
 
 def allowed_globals() -> list[Any]:
@@ -102,11 +103,45 @@ def num_updates(state: dict[str, Any]) -> int:
 # --- atomic writes ----------------------------------------------------------------------------
 
 
-def atomic_save(obj: Any, path: Path | str) -> str | None:
-    """torch.save through ``rundir.atomic_writer`` (temp sibling, fsync, rename, dir fsync),
-    hashed as it is written (``integrity.DigestWriter``); the digest recorded in it."""
+def state_bytes(obj: Any) -> int:
+    """The bytes ``torch.save`` writes for ``obj``'s tensors (a storage shared by several
+    tensors once), plus its pickle's ``OVERHEAD_BYTES`` at most."""
     import torch
 
+    seen: dict[tuple[int, str], int] = {}
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            seen[(storage.data_ptr(), str(value.device))] = storage.nbytes()
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+    return sum(seen.values()) + OVERHEAD_BYTES
+
+
+def room_for(path: Path, needed: int) -> None:
+    """``space.NoSpace`` (ENOSPC, with the figures and what is set aside there) when ``path``'s
+    file system cannot take ``needed`` bytes: refused before a byte is written, the checkpoints
+    already there untouched. A file system that cannot be asked is left to the write."""
+    try:
+        room = space.of(path.parent)
+    except OSError:
+        return
+    found = space.short(room, needed, rundir.RunDir(path.parent).set_aside_files(), inodes=2)
+    if found is not None:
+        raise space.NoSpace(path.name, path, found)
+
+
+def atomic_save(obj: Any, path: Path | str) -> str | None:
+    """torch.save through ``rundir.atomic_writer`` (temp sibling, fsync, rename, dir fsync),
+    hashed as it is written (``integrity.DigestWriter``); the digest recorded in it. Refused
+    first when the file system has no room for it (``room_for``)."""
+    import torch
+
+    room_for(Path(path), state_bytes(obj))
     with rundir.atomic_writer(path) as fh:
         writer = integrity.DigestWriter(fh)
         torch.save(obj, writer)  # type: ignore[arg-type]  # a file-like object: write, flush
