@@ -9,7 +9,9 @@ it), and ``contract.py``'s table lists each kind with its writer and its readers
 Each append is one ``write`` of one whole line on a file opened with ``O_APPEND``, then fsync: a
 reader sees whole lines or nothing of a line; a line cut short by a crash is skipped when read,
 with a warning, as is any line that is not a JSON object (the ledger is a record, never a
-reason to fail). The per-user index (``user_index()``) lists the runs ``submit`` recorded, so
+reason to fail). A line that cannot be written (the save dir's file system full or read-only)
+is said on stderr, whole, and the writer goes on (``record``): the ledger is never what ends a
+rank or a launcher. The per-user index (``user_index()``) lists the runs ``submit`` recorded, so
 ``hpc-train status`` finds them again after the terminal is gone.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,9 +139,12 @@ def record(
     if kind not in EVENTS:
         raise ValueError(f"unknown ledger event {kind!r} (one of {', '.join(EVENTS)})")
     event = Event(kind, time.time() if when is None else when, str(job), int(restart), data)
-    append_line(
-        path, {"event": kind, "time": event.time, "job": event.job, "restart": restart, **data}
-    )
+    line = {"event": kind, "time": event.time, "job": event.job, "restart": restart, **data}
+    try:
+        append_line(path, line)
+    except OSError as err:  # the save dir's file system full or read-only: said, not fatal
+        print(f"hpc-train: ledger not written ({path}: {type(err).__name__}: {err}); the event: "
+              f"{json.dumps(line, sort_keys=True)}", file=sys.stderr, flush=True)  # fmt: skip
     return event
 
 

@@ -54,6 +54,7 @@ restart): ``StartFiles``, which the launcher's parts, the watchers and ``faults`
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import time
@@ -502,16 +503,50 @@ class StartFiles:
 
 @dataclass(frozen=True)
 class FailureRecord:
-    """The exception that ended a rank (``faults.failures`` classifies it)."""
+    """The exception that ended a rank (``faults.failures`` classifies it; ``faults.storage``
+    reads its errno). ``chain``: each exception of its chain (``__cause__``, else
+    ``__context__``), outermost first, as ``Type: first line``; ``errno``: the first errno
+    found in it (an ``OSError``'s, else ``[Errno N]`` in a message: torch's and fairseq's
+    wrappers keep only the text), ``errno_path`` the file that OSError names, if any."""
 
     rank: int
     update: int  # the last update this rank had reached when it raised
     type: str
     message: str  # the exception's first line
+    errno: int | None = None
+    errno_path: str | None = None
+    chain: tuple[str, ...] = ()
+    node: str | None = None  # the node the rank ran on (``node_name``)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chain", tuple(self.chain))  # a list, as JSON reads it back
 
 
 def write_failure(run: RunDir, job: str, restart: int, record: FailureRecord) -> None:
     atomic_write(run.failure_report(job, restart, record.rank), json.dumps(asdict(record)))
+
+
+# A report that could not be written (the save dir's file system full or read-only) goes to the
+# rank's stderr instead, which torchrun's output reaches the task log by and task 0's launcher
+# reads (``faults.agent_exit.Tee``): one line, this text, then the report as JSON.
+FAILURE_LINE = "hpc-train: failure report not written "
+FAILURE_LINE_RE = re.compile(re.escape(FAILURE_LINE) + r".*?; the report: (\{.*\})\s*$")
+
+
+def failure_line(record: FailureRecord, path: Path, err: OSError) -> str:
+    """The stderr line that stands for a report ``write_failure`` could not write."""
+    return f"{FAILURE_LINE}({path}: {type(err).__name__}: {err}); the report: {json.dumps(asdict(record))}"
+
+
+def failure_of_line(line: str) -> FailureRecord | None:
+    """The report in a ``failure_line`` (None: not one, or not whole)."""
+    found = FAILURE_LINE_RE.search(line)
+    if found is None:
+        return None
+    try:
+        return FailureRecord(**json.loads(found.group(1)))
+    except (ValueError, TypeError):
+        return None
 
 
 def read_failure_fields(run: RunDir, job: str, restart: int) -> list[dict[str, Any]]:

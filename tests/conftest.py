@@ -247,15 +247,23 @@ def fake_imds() -> Iterator[FakeImds]:
 
 
 class SmallFs:
-    """A file system of its own for a storage fault: a tmpfs mounted (as root) at ``root``; it
-    stands for the save dir's FSx for Lustre, which fills (ENOSPC), goes read-only (EROFS) or
-    runs out of inodes the same way to a writer. Unmounted by the ``small_fs`` fixture."""
+    """A file system of its own for a storage fault: a tmpfs (mounted as root) seen at ``root``
+    through a bind mount; it stands for the save dir's FSx for Lustre, which fills (ENOSPC),
+    goes read-only (EROFS) or runs out of inodes the same way to a writer. ``read_only``
+    remounts the bind read-only: a plain ``remount,ro`` of the tmpfs fails (EBUSY) while a file
+    is open for writing. Unmounted by the ``small_fs`` fixture."""
 
     def __init__(self, root: Path, size: str, inodes: int | None = None) -> None:
-        self.root = root
+        self.root, self.backing = root, root.with_name(f"{root.name}.tmpfs")
         root.mkdir(parents=True)
+        self.backing.mkdir()
         opts = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
-        subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(root)], check=True)
+        self._mount("-t", "tmpfs", "-o", opts, "tmpfs", str(self.backing))
+        self._mount("--bind", str(self.backing), str(root))
+
+    @staticmethod
+    def _mount(*args: str) -> None:
+        subprocess.run(["mount", *args], check=True, capture_output=True)
 
     def free(self) -> int:
         st = os.statvfs(self.root)
@@ -268,10 +276,14 @@ class SmallFs:
         subprocess.run(["fallocate", "-l", str(take), str(self.root / "ballast")], check=True)
 
     def read_only(self) -> None:
-        subprocess.run(["mount", "-o", "remount,ro", str(self.root)], check=True)
+        self._mount("-o", "remount,bind,ro", str(self.root))
+
+    def writable(self) -> None:
+        self._mount("-o", "remount,bind,rw", str(self.root))
 
     def unmount(self) -> None:
-        subprocess.run(["umount", "-l", str(self.root)], check=False)
+        for where in (self.root, self.backing):
+            subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
 
 
 @pytest.fixture
