@@ -28,9 +28,9 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``ledger.jsonl``: ``submitted`` | ``Kind.SUBMITTED`` | ``submit`` | ``runs`` (``index``, ``goodput``, ``metrics``: the doctor's limits) |
 | ``ledger.jsonl``: ``started`` | ``Kind.STARTED`` | task 0 (``launch.lifecycle``) | ``runs`` (``index``, ``goodput``, ``metrics``, ``doctor``), ``launch.starts``, ``faults.node_blame`` |
 | ``ledger.jsonl``: ``first_update`` | ``Kind.FIRST_UPDATE`` | rank 0 (``worker.ledger_hooks``) | ``runs`` (``index``, ``goodput``, ``metrics``) |
-| ``ledger.jsonl``: ``checkpoint`` | ``Kind.CHECKPOINT`` | rank 0 (``worker.ledger_hooks``) | ``planning.costs`` (the measured saves), ``runs`` (``index``, ``goodput``, ``metrics``, ``save_dir``) |
-| ``ledger.jsonl``: ``verified`` | ``Kind.VERIFIED`` | rank 0, as it loads a checkpoint (``worker.checkpoints``) | ``runs.save_dir`` (``status``, ``doctor``) |
-| ``ledger.jsonl``: ``set_aside`` | ``Kind.SET_ASIDE`` | task 0 choosing the resume (``launch.starts``), rank 0 as it loads (``worker.checkpoints``) | ``runs.save_dir`` (``status``, ``doctor``) |
+| ``ledger.jsonl``: ``checkpoint`` | ``Kind.CHECKPOINT`` | rank 0 (``worker.ledger_hooks``) | ``planning.costs`` (the measured saves), ``runs`` (``index``, ``goodput``, ``metrics``, ``storage``) |
+| ``ledger.jsonl``: ``verified`` | ``Kind.VERIFIED`` | rank 0, as it loads a checkpoint (``worker.checkpoints``) | ``runs.storage`` (``status``, ``doctor``) |
+| ``ledger.jsonl``: ``set_aside`` | ``Kind.SET_ASIDE`` | task 0 choosing the resume (``launch.starts``), rank 0 as it loads (``worker.checkpoints``) | ``runs.storage`` (``status``, ``doctor``) |
 | ``ledger.jsonl``: ``notice`` | ``Kind.NOTICE`` | task 0 (``launch.launcher``: ``checkpoint()``) | the user (a record) |
 | ``ledger.jsonl``: ``stopped`` | ``Kind.STOPPED`` | task 0, or task 1 for a stuck task 0 (``launch``: ``launcher``, ``lifecycle``, ``recovery``) | ``runs`` (``index``, ``goodput``, ``metrics``), ``launch.starts``, ``launch.launcher``, ``launch.notify``, ``faults.node_blame`` |
 | ``ledger.jsonl``: ``blamed`` | ``Kind.BLAMED`` | task 0, or task 1 for a stuck task 0 (``faults.node_blame``) | ``faults.quarantine``, ``faults.node_blame``, ``runs`` (``named_nodes``, ``metrics``) |

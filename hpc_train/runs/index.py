@@ -19,7 +19,7 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
-from hpc_train.runs import follow, goodput
+from hpc_train.runs import follow, goodput, storage
 from hpc_train.runs.named_nodes import NodeNote, node_notes
 
 
@@ -103,6 +103,7 @@ class RunStatus:
     nodes_named: list[NodeNote] = field(default_factory=list)
     blocked: str | None = None  # why its requeue cannot start (``blocked_requeue``)
     spares: list[str] = field(default_factory=list)  # hot spares standing by in this start
+    storage: storage.SaveDir | None = None  # room, checkpoint size, last verified, set aside
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +123,7 @@ class RunStatus:
             "nodes_named": [n.as_json() for n in self.nodes_named],
             "blocked": self.blocked,
             "spares": self.spares,
+            "storage": self.storage.as_json() if self.storage else None,
         }
 
 
@@ -201,6 +203,7 @@ def status_of(
         nodes_named=node_notes(events),
         blocked=blocked_requeue(events),
         spares=standing_by(events) if alive else [],
+        storage=storage.of(run.dir, events, storage.measure(run.dir)),
     )
 
 
