@@ -31,14 +31,14 @@ def test_the_estimate_is_the_tensors_bytes_once_each_plus_the_pickles_room():
 
 
 def test_a_save_that_cannot_fit_is_refused_whole_before_a_byte_is_written(small_fs):
-    fs = small_fs("4m")
+    fs = small_fs("16m")
     run = RunDir(fs.root)
-    checkpoints.atomic_save(state(5), run.checkpoint_last)  # 0.4 MB: fits
+    checkpoints.atomic_save(state(5), run.checkpoint_last)  # 0.4 MB (+ 4 MiB for the pickle): fits
     aside = fs.root / "checkpoint_1_3.pt.bad-20261128T120000-9"
     aside.write_bytes(b"x" * 300_000)
-    fs.fill(leave=1_000_000)
+    fs.fill(leave=5_000_000)
     with pytest.raises(space.NoSpace) as refused:
-        checkpoints.atomic_save(state(10, floats=400_000), run.checkpoint_last)  # 1.6 MB + 1 MiB
+        checkpoints.atomic_save(state(10, floats=400_000), run.checkpoint_last)  # 1.6 MB + 4 MiB
     err = refused.value
     assert err.errno == errno.ENOSPC and err.filename == str(run.checkpoint_last)
     assert str(fs.root) in str(err) and "needed" in str(err) and "MB free" in str(err)
