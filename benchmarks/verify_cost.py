@@ -7,15 +7,16 @@ The file: a roberta-large checkpoint as a GPU run saves it (fairseq's RoBERTa-la
 full size on the CPU with the GPT-2 dictionary's 50,265 symbols: every parameter in fp32, the
 tied output embedding written a second time as ``move_to_cpu`` does on a GPU, Adam's two moments
 per parameter, the update counter), written by the toolkit's own save
-(``worker.checkpoints.atomic_save``: the digest recorded as the bytes pass) into ``--work-dir``
+(``worker.checkpoints.atomic_save``: the records read back and the digest sealed into the file
+before its rename) into ``--work-dir``
 (~4.5 GB; removed at the end unless ``--keep``). Its size is checked against
 ``planning.costs.preset_checkpoint_bytes`` (the same estimate ``submit`` uses).
 
 Three ways to read it, each ``--repeat`` times, alternating their order:
 
 - **load**: ``torch.load`` as fairseq's ``load_checkpoint_to_cpu`` calls it (weights_only, CPU);
-- **verify**: ``hpc_core.integrity.verify`` alone (every record's CRC32 and the sha256 of the
-  file in one read, the digest on a second thread);
+- **verify**: ``hpc_core.integrity.verify`` alone (every record's CRC32 and the digest in one
+  read);
 - **verify beside load**: ``worker.checkpoints.load_verified``, what the rank does on a resume
   (the verification on other threads while the load runs; nothing trains until both are done).
 

@@ -7,9 +7,9 @@ truncated ``checkpoint_last.pt`` that crashes the next start. In the training wo
 the directory; the other names are hard links made the same way (a copy where links fail). At any
 moment each name holds either the old or the new checkpoint, whole.
 
-Verified (``hpc_core.integrity``): every file is written through its ``DigestWriter`` (the digest
-of its bytes recorded in the zip's comment as it is written); a copy is verified before it
-takes its name (``atomic_copy``'s copies, the local tier's). What a start resumes from is checked
+Verified (``hpc_core.integrity``): every file is sealed as it is written (``integrity.seal``:
+its records' CRC32s read back and its digest recorded in the zip's comment, before the rename);
+a copy is verified before it takes its name (``atomic_copy``'s copies, the local tier's). What a start resumes from is checked
 twice: task 0 (``choose_resume``, before the start) checks what is cheap: the end record and the
 digest record in place, the pickle loads (mmap) with model weights and an update; then the rank
 that loads it (``install_verified_loads``: fairseq's ``load_checkpoint_to_cpu``) reads every
@@ -139,15 +139,16 @@ def room_for(path: Path, needed: int) -> None:
 
 def atomic_save(obj: Any, path: Path | str) -> str | None:
     """torch.save through ``rundir.atomic_writer`` (temp sibling, fsync, rename, dir fsync),
-    hashed as it is written (``integrity.DigestWriter``); the digest recorded in it. Refused
-    first when the file system has no room for it (``room_for``)."""
+    sealed before the rename (``integrity.seal``: every record's CRC32 read back, the digest
+    recorded in the file); the digest. Refused first when the file system has no room for it
+    (``room_for``)."""
     import torch
 
     room_for(Path(path), state_bytes(obj))
     with rundir.atomic_writer(path) as fh:
-        writer = integrity.DigestWriter(fh)
-        torch.save(obj, writer)  # type: ignore[arg-type]  # a file-like object: write, flush
-        return writer.finish()
+        torch.save(obj, fh)
+        fh.flush()
+        return integrity.seal(Path(fh.name))
 
 
 def verified_copy(src: Path | str, dst: Path | str, overwrite: bool = True) -> bool:

@@ -1,13 +1,14 @@
-"""hpc_core.integrity: the digest recorded as torch.save writes, and the one read that checks it
-and every record's CRC32. Real torch.save archives (small ones, written here); the flipped bits
-are real bits flipped in the file. The same on a real fairseq checkpoint:
-tests/hpc_train/worker/test_verified_checkpoints.py."""
+"""hpc_core.integrity: the digest sealed into a torch.save archive right after it is written, and
+the one read that checks it and every record's CRC32. Real torch.save archives (small ones,
+written here); the flipped bits are real bits flipped in the file. The same on a real fairseq
+checkpoint: tests/hpc_train/worker/test_verified_checkpoints.py."""
 
 from __future__ import annotations
 
 import hashlib
-import io
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,25 @@ def state() -> dict:
 
 
 def write(path: Path, obj: object) -> str | None:
-    with path.open("wb") as fh:
-        writer = integrity.DigestWriter(fh)
-        torch.save(obj, writer)
-        return writer.finish()
+    torch.save(obj, path)
+    return integrity.seal(path)
+
+
+def skeleton(path: Path) -> str:
+    """The digest, computed here the plain way: every byte of the file before the comment,
+    each record's bytes replaced by their CRC32 and length (little-endian, 4 and 8 bytes)."""
+    data = path.read_bytes()
+    comment = zipfile.ZipFile(path).comment
+    sha, at = hashlib.sha256(), 0
+    for info in sorted(zipfile.ZipFile(path).infolist(), key=lambda i: i.header_offset):
+        name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+        start = info.header_offset + 30 + name_len + extra_len
+        sha.update(data[at:start])
+        sha.update(struct.pack("<IQ", zlib.crc32(data[start : start + info.compress_size]),
+                               info.compress_size))  # fmt: skip
+        at = start + info.compress_size
+    sha.update(data[at : len(data) - len(comment)])
+    return sha.hexdigest()
 
 
 def flipped(path: Path, bit: int, to: Path) -> Path:
@@ -36,30 +52,40 @@ def flipped(path: Path, bit: int, to: Path) -> Path:
     return to
 
 
-def test_the_digest_is_recorded_in_the_zip_comment_and_torch_and_zipfile_read_it(tmp_path):
+def test_the_digest_is_sealed_into_the_zip_comment_and_torch_and_zipfile_read_it(tmp_path):
     path = tmp_path / "c.pt"
     digest = write(path, state())
-    data = path.read_bytes()
     comment = zipfile.ZipFile(path).comment
     assert comment == b"hpc-train sha256:" + digest.encode()
-    # the digest is the sha256 of every byte before the comment
-    assert hashlib.sha256(data[: len(data) - len(comment)]).hexdigest() == digest
+    assert skeleton(path) == digest  # computed the plain way
     assert zipfile.ZipFile(path).testzip() is None
     loaded = torch.load(path, weights_only=True)
     assert torch.equal(loaded["model"]["w"], state()["model"]["w"])
     assert integrity.recorded(path) == digest
     check = integrity.verify(path)
-    assert check.ok and check.sha256 == digest and check.bytes == len(data)
+    assert check.ok and check.sha256 == digest and check.bytes == path.stat().st_size
     assert check.records == len(zipfile.ZipFile(path).infolist())
+    assert integrity.seal(path) is None  # sealed once: left as it is
 
 
-def test_bytes_that_are_no_zip_pass_through_unchanged_with_no_record():
-    out = io.BytesIO()
-    writer = integrity.DigestWriter(out)
-    for chunk in (b"not a zip archive, ", b"x" * 100, b"!"):
-        writer.write(chunk)
-    assert writer.finish() is None
-    assert out.getvalue() == b"not a zip archive, " + b"x" * 100 + b"!"
+def test_bytes_that_are_no_zip_are_left_as_they_are(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"not a zip archive" * 10)
+    assert integrity.seal(path) is None
+    assert path.read_bytes() == b"not a zip archive" * 10
+
+
+def test_a_write_that_does_not_read_back_whole_is_refused_before_its_rename(tmp_path):
+    """A bit flipped in a record between torch's write and the seal (a bad write): the seal
+    reads the records back, refuses it, and leaves the file as torch wrote it."""
+    path = tmp_path / "c.pt"
+    torch.save(state(), path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(integrity.CorruptCheckpoint, match="CRC32 mismatch in record"):
+        integrity.seal(path)
+    assert path.read_bytes() == bytes(data)
 
 
 def test_a_file_torch_wrote_alone_verifies_by_its_crcs_and_says_so(tmp_path):
