@@ -20,7 +20,7 @@ without ``mmap``): a bit flipped inside a tensor loads, as a wrong weight. Two c
 
 Why the skeleton and not the sha256 of every byte: measured on a roberta-large checkpoint
 (``make bench-verify``), sha256 runs at ~2 GB/s on one core, slower than ``torch.load`` reads
-the file from the page cache (~3 GB/s): a plain whole-file sha256 beside the load added 81 %
+the file from the page cache (2.4-3 GB/s): a plain whole-file sha256 beside the load added 81 %
 (warm) to it; the CRCs, which the check needs anyway, run at ~5 GB/s. Why in the file and not in
 a sidecar or the ledger: the digest becomes visible with the same rename that makes the
 checkpoint visible (no moment at which a checkpoint and its record disagree, no record without
