@@ -148,9 +148,9 @@ bench-ckpt: install-python demo-data
 	$(PY) -m benchmarks.checkpoint_cost $(BENCH_FLAGS) --data $(STATE)/data/demo-bin \
 	  --out $(RESULTS)/checkpoint_cost.json
 
-# Verification benchmark (issue 41), not a test: ~4 min on 2 cores; a roberta-large checkpoint as
+# Verification benchmark (issue 41), not a test: ~1.5 min on 2 cores; a roberta-large checkpoint as
 # a GPU run saves it (~4.5 GB under $(STATE)/bench/verify, removed after): torch.load against the
-# verification (every record's CRC32 and the sha256) beside it and alone, warm and cold.
+# verification (every record's CRC32 and the digest) beside it and alone, warm and cold.
 bench-verify: install-python
 	$(PY) -m benchmarks.verify_cost $(BENCH_FLAGS) --work-dir $(STATE)/bench/verify \
 	  --out $(RESULTS)/verify_cost.json

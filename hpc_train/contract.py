@@ -42,7 +42,7 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``ledger.jsonl``: ``grown`` | ``Kind.GROWN`` | task 0's grow thread (``launch.lifecycle``) | ``launch.starts`` |
 | ``ledger.jsonl``: ``finished`` | ``Kind.FINISHED`` | task 0 (``launch.launcher``) | ``runs`` (``index``, ``goodput``, ``doctor``), ``launch.notify`` |
 | ``profile.json`` (``RunDir.profile``) | ``worker.profile_table.Window.to_json`` | rank 0, when its ``HPC_TRAIN_PROFILE`` window closes | ``benchmarks.gpu_session``, ``benchmarks.levers_cpu``, the user |
-| ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint: a torch zip archive, the sha256 of its bytes in its comment (``hpc_core.integrity``) | the ranks (fairseq, atomic, the digest recorded as written) | task 0 (``worker.checkpoints.choose_resume``), the rank that loads it (verified: ``worker.checkpoints.install_verified_loads``) |
+| ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint: a torch zip archive, its digest in its comment (``hpc_core.integrity``) | the ranks (fairseq, atomic, sealed before the rename) | task 0 (``worker.checkpoints.choose_resume``), the rank that loads it (verified: ``worker.checkpoints.install_verified_loads``) |
 | ``/opt/hpc-train/image.json`` inside an image (``IMAGE_MARKER``) | one line of JSON | the image's build (``slurm/local/build-image.sh``, the Containerfile) | each rank, at its start (``worker.train``: it says which image it runs in) |
 
 The save dir reaches a rank here (``WorkerEnv.save_dir``), not through fairseq's arguments.
