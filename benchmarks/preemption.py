@@ -382,7 +382,7 @@ def save_timings(checkpoint: Path, repeats: int) -> dict[str, Any]:
     state = checkpoints.load(checkpoint)
     targets = {"atomic": checkpoint.with_name("bench-atomic.pt"),
                "plain": checkpoint.with_name("bench-plain.pt")}  # fmt: skip
-    writers: dict[str, Callable[[Any, Path], None]] = {
+    writers: dict[str, Callable[[Any, Path], object]] = {
         "atomic": checkpoints.atomic_save,
         "plain": lambda obj, path: torch.save(obj, path),
     }

@@ -7,6 +7,11 @@
 - ``hpc_core.slurm_env``: what Slurm tells a process through its environment, one property per
   ``SLURM_*`` variable (``SlurmEnv``); nothing else reads one.
 - ``hpc_core.rundir``: the save-dir layout of a run and the one ``atomic_write``.
+- ``hpc_core.integrity``: a checkpoint that proves itself whole: its digest sealed into it as
+  it is written (in the zip's comment), one read that checks it and every record's CRC32, and
+  where a file that fails is set aside.
+- ``hpc_core.space``: a file system's free bytes and inodes where a run writes, and the one
+  sentence that says what is short.
 - ``hpc_core.ledger``: a run's ledger (what happened to it) and the user's index of runs.
 - ``hpc_core.instances``: EC2 instance types (GPUs, memory, EFA) and the NCCL environment.
 - ``hpc_core.wait``: the one poll-with-back-off loop.

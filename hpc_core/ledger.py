@@ -9,7 +9,9 @@ it), and ``contract.py``'s table lists each kind with its writer and its readers
 Each append is one ``write`` of one whole line on a file opened with ``O_APPEND``, then fsync: a
 reader sees whole lines or nothing of a line; a line cut short by a crash is skipped when read,
 with a warning, as is any line that is not a JSON object (the ledger is a record, never a
-reason to fail). The per-user index (``user_index()``) lists the runs ``submit`` recorded, so
+reason to fail). A line that cannot be written (the save dir's file system full or read-only)
+is said on stderr, whole, and the writer goes on (``record``): the ledger is never what ends a
+rank or a launcher. The per-user index (``user_index()``) lists the runs ``submit`` recorded, so
 ``hpc-train status`` finds them again after the terminal is gone.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +55,15 @@ class Kind(StrEnum):
     FIRST_UPDATE = "first_update", RANK0, "update"  # the first update trained in this start
     # every save: its update, the training stall (seconds), bytes, notice (a save on notice);
     # with async saves snapshot_s, write_s (copy_s: tiered, local -> save dir), once on disk
-    CHECKPOINT = "checkpoint", RANK0, "update seconds bytes notice snapshot_s write_s copy_s"
+    # sha256: the digest recorded in the file as it was written (``hpc_core.integrity``)
+    CHECKPOINT = "checkpoint", RANK0, "update seconds bytes notice snapshot_s write_s copy_s sha256"
+    # the checkpoint a start resumed from, verified as it loaded (``worker.checkpoints``): its
+    # update, the digest recorded in it (None: none, CRCs only), the verification's and the
+    # load's seconds (side by side)
+    VERIFIED = "verified", RANK0, "file update sha256 bytes verify_s load_s"
+    # a checkpoint that failed verification, moved aside (never deleted): its name, where it
+    # went, why; by task 0 choosing the resume, or by rank 0 as it loaded it
+    SET_ASIDE = "set_aside", f"{TASK0} or {RANK0}", "file moved_to why"
     NOTICE = "notice", TASK0, "signal"  # USR2: preemption, the time limit, a spot notice
     # a start's bad or early end: cause (hpc_train.contract.Cause: notice, crash, hang ...), why;
     # reached, last_progress: how far the start got
@@ -128,9 +139,12 @@ def record(
     if kind not in EVENTS:
         raise ValueError(f"unknown ledger event {kind!r} (one of {', '.join(EVENTS)})")
     event = Event(kind, time.time() if when is None else when, str(job), int(restart), data)
-    append_line(
-        path, {"event": kind, "time": event.time, "job": event.job, "restart": restart, **data}
-    )
+    line = {"event": kind, "time": event.time, "job": event.job, "restart": restart, **data}
+    try:
+        append_line(path, line)
+    except OSError as err:  # the save dir's file system full or read-only: said, not fatal
+        print(f"hpc-train: ledger not written ({path}: {type(err).__name__}: {err}); the event: "
+              f"{json.dumps(line, sort_keys=True)}", file=sys.stderr, flush=True)  # fmt: skip
     return event
 
 

@@ -5,7 +5,8 @@ workers exchange, and the one way to write a file whole.
       train.log                  fairseq's metrics (rank 0), one file across restarts
       checkpoint_last.pt         what every (re)start resumes from
       checkpoint_E_U.pt          interval checkpoints (the fallback)
-      checkpoint_last.pt.bad-*   a checkpoint_last.pt that failed verification, kept aside
+      checkpoint*.pt.bad-*       a checkpoint that failed verification, kept aside (never
+                                 deleted; ``hpc_core.integrity``, ``worker.checkpoints``)
       slurm/                     submitit's per-task logs and pickles
       preflight/                 the all-reduce check's output (``--preflight``)
       .hpc-train/
@@ -47,7 +48,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ LAST = "checkpoint_last.pt"
 INTERVAL_RE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt")
 TASK_LOG_RE = re.compile(r"(\d+)_(\d+)_log\.(out|err)")
 STATE = ".hpc-train"
+BAD = ".bad-"  # a checkpoint set aside: ``<name>.bad-<time>-<pid>`` (``set_aside_name``)
 HANG_DECLARED = "hang.json"  # in an incident dir: the first node that saw the hang
 SUSPECT = "suspect.json"  # in an incident dir: task 0's verdict (node, rank, why, drained)
 
@@ -79,7 +81,12 @@ def temp_sibling(path: Path) -> Path:
 
 
 @contextmanager
-def atomic_writer(path: Path | str, mode: str = "wb", durable: bool = True) -> Iterator[IO[Any]]:
+def atomic_writer(
+    path: Path | str,
+    mode: str = "wb",
+    durable: bool = True,
+    check: Callable[[Path], None] | None = None,
+) -> Iterator[IO[Any]]:
     """Open a temporary sibling for writing; on success fsync it, rename it over ``path`` and
     fsync the directory. On an exception the temporary is removed and ``path`` is untouched.
 
@@ -90,7 +97,10 @@ def atomic_writer(path: Path | str, mode: str = "wb", durable: bool = True) -> I
     resource; every rank writes a heartbeat three times an update): a write is two, the
     temporary's create and the rename. The folder is made only when the create finds it
     missing, and the temporary removed only when the write failed (before: a mkdir, a stat and
-    an unlink that found nothing, every time; counted by strace in bench-scale)."""
+    an unlink that found nothing, every time; counted by strace in bench-scale).
+
+    ``check``: called with the temporary once it is written and synced, before the rename; an
+    exception from it leaves ``path`` untouched (a copy verified before it takes the name)."""
     path = Path(path)
     tmp = temp_sibling(path)
     try:
@@ -104,6 +114,8 @@ def atomic_writer(path: Path | str, mode: str = "wb", durable: bool = True) -> I
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
+        if check is not None:
+            check(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -118,8 +130,15 @@ def atomic_write(path: Path | str, data: str | bytes, durable: bool = True) -> N
         fh.write(data.encode() if isinstance(data, str) else data)
 
 
-def atomic_copy(src: Path | str, dst: Path | str, overwrite: bool = True) -> bool:
-    """Make ``dst`` a whole copy of ``src`` atomically: hard link (or copy + fsync), rename."""
+def atomic_copy(
+    src: Path | str,
+    dst: Path | str,
+    overwrite: bool = True,
+    check: Callable[[Path], None] | None = None,
+) -> bool:
+    """Make ``dst`` a whole copy of ``src`` atomically: hard link (or copy + fsync), rename.
+    ``check``: called with a copy (never a link: one inode, the same bytes) before the rename;
+    an exception from it leaves ``dst`` untouched."""
     src, dst = Path(src), Path(dst)
     if dst.exists() and not overwrite:
         return False
@@ -132,6 +151,8 @@ def atomic_copy(src: Path | str, dst: Path | str, overwrite: bool = True) -> boo
             shutil.copyfile(src, tmp)
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
+            if check is not None:
+                check(tmp)
         os.replace(tmp, dst)
     finally:
         tmp.unlink(missing_ok=True)
@@ -326,9 +347,11 @@ class RunDir:
         digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:8]
         return local_root / f"{self.root.name}-{digest}"
 
-    def bad_last(self) -> Path:
-        """Where a checkpoint_last.pt that failed verification is moved (never deleted)."""
-        return self.root / f"{LAST}.bad-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    def set_aside_files(self) -> list[Path]:
+        """Checkpoints that failed verification, moved aside (``set_aside_name``), by name."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.glob(f"checkpoint*.pt{BAD}*") if p.is_file())
 
     def partial_writes(self) -> list[Path]:
         """Temporaries of checkpoint writes that were killed half-way."""
@@ -374,6 +397,12 @@ class RunDir:
 
     def resume_decision(self, job_id: str, restart: int) -> Path:
         return self.state / f"resume-{job_id}-{restart}.json"
+
+
+def set_aside_name(path: Path) -> Path:
+    """Where a checkpoint that failed verification is moved, beside itself (never deleted):
+    ``<name>.bad-<time>-<pid>``; no longer ``checkpoint*.pt``, so nothing resumes from it."""
+    return path.with_name(f"{path.name}{BAD}{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
 
 
 def file_sha256(path: Path) -> str:

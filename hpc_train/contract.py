@@ -28,7 +28,9 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``ledger.jsonl``: ``submitted`` | ``Kind.SUBMITTED`` | ``submit`` | ``runs`` (``index``, ``goodput``, ``metrics``: the doctor's limits) |
 | ``ledger.jsonl``: ``started`` | ``Kind.STARTED`` | task 0 (``launch.lifecycle``) | ``runs`` (``index``, ``goodput``, ``metrics``, ``doctor``), ``launch.starts``, ``faults.node_blame`` |
 | ``ledger.jsonl``: ``first_update`` | ``Kind.FIRST_UPDATE`` | rank 0 (``worker.ledger_hooks``) | ``runs`` (``index``, ``goodput``, ``metrics``) |
-| ``ledger.jsonl``: ``checkpoint`` | ``Kind.CHECKPOINT`` | rank 0 (``worker.ledger_hooks``) | ``planning.costs`` (the measured saves), ``runs`` (``index``, ``goodput``, ``metrics``) |
+| ``ledger.jsonl``: ``checkpoint`` | ``Kind.CHECKPOINT`` | rank 0 (``worker.ledger_hooks``) | ``planning.costs`` (the measured saves), ``runs`` (``index``, ``goodput``, ``metrics``, ``storage``) |
+| ``ledger.jsonl``: ``verified`` | ``Kind.VERIFIED`` | rank 0, as it loads a checkpoint (``worker.checkpoints``) | ``runs.storage`` (``status``, ``doctor``) |
+| ``ledger.jsonl``: ``set_aside`` | ``Kind.SET_ASIDE`` | task 0 choosing the resume (``launch.starts``), rank 0 as it loads (``worker.checkpoints``) | ``runs.storage`` (``status``, ``doctor``) |
 | ``ledger.jsonl``: ``notice`` | ``Kind.NOTICE`` | task 0 (``launch.launcher``: ``checkpoint()``) | the user (a record) |
 | ``ledger.jsonl``: ``stopped`` | ``Kind.STOPPED`` | task 0, or task 1 for a stuck task 0 (``launch``: ``launcher``, ``lifecycle``, ``recovery``); its ``cause``: a ``Cause`` | ``runs`` (``index``, ``goodput``, ``metrics``), ``launch.starts``, ``launch.launcher``, ``launch.notify``, ``faults.node_blame`` |
 | ``ledger.jsonl``: ``blamed`` | ``Kind.BLAMED`` | task 0, or task 1 for a stuck task 0 (``faults.node_blame``) | ``faults.quarantine``, ``faults.node_blame``, ``runs`` (``named_nodes``, ``metrics``) |
@@ -40,7 +42,7 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``ledger.jsonl``: ``grown`` | ``Kind.GROWN`` | task 0's grow thread (``launch.lifecycle``) | ``launch.starts`` |
 | ``ledger.jsonl``: ``finished`` | ``Kind.FINISHED`` | task 0 (``launch.launcher``) | ``runs`` (``index``, ``goodput``, ``doctor``), ``launch.notify`` |
 | ``profile.json`` (``RunDir.profile``) | ``worker.profile_table.ProfileWindow.to_json`` | rank 0, when its ``HPC_TRAIN_PROFILE`` window closes | ``benchmarks.gpu_session``, ``benchmarks.levers_cpu``, the user |
-| ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint | the ranks (fairseq, atomic) | task 0 (``worker.checkpoints.choose_resume``) |
+| ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint: a torch zip archive, its digest in its comment (``hpc_core.integrity``) | the ranks (fairseq, atomic, sealed before the rename) | task 0 (``worker.checkpoints.choose_resume``), the rank that loads it (verified: ``worker.checkpoints.install_verified_loads``) |
 | ``.hpc-train/tracking.json`` (``RunDir.tracking_record``) | ``TrackingRecord`` | rank 0, at each start (``worker.tracking``, ``--tensorboard``, ``--wandb-project``) | ``runs.tracking`` (``status``, ``logs``: where the curves are) |
 | ``.hpc-train/tracking-steps.json`` (``RunDir.tracking_steps``) | ``{tag: last step logged}`` (``write_steps``) | rank 0, before each logging call it lets through (``worker.tracking``) | rank 0 of every later start: nothing logged again |
 | ``/opt/hpc-train/image.json`` inside an image (``IMAGE_MARKER``) | one line of JSON | the image's build (``slurm/local/build-image.sh``, the Containerfile) | each rank, at its start (``worker.train``: it says which image it runs in) |
@@ -54,6 +56,7 @@ restart): ``StartFiles``, which the launcher's parts, the watchers and ``faults`
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import time
@@ -596,16 +599,50 @@ class StartFiles:
 
 @dataclass(frozen=True)
 class FailureRecord:
-    """The exception that ended a rank (``faults.failures`` classifies it)."""
+    """The exception that ended a rank (``faults.failures`` classifies it; ``faults.storage``
+    reads its errno). ``chain``: each exception of its chain (``__cause__``, else
+    ``__context__``), outermost first, as ``Type: first line``; ``errno``: the first errno
+    found in it (an ``OSError``'s, else ``[Errno N]`` in a message: torch's and fairseq's
+    wrappers keep only the text), ``errno_path`` the file that OSError names, if any."""
 
     rank: int
     update: int  # the last update this rank had reached when it raised
     type: str
     message: str  # the exception's first line
+    errno: int | None = None
+    errno_path: str | None = None
+    chain: tuple[str, ...] = ()
+    node: str | None = None  # the node the rank ran on (``node_name``)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chain", tuple(self.chain))  # a list, as JSON reads it back
 
 
 def write_failure(run: RunDir, job: str, restart: int, record: FailureRecord) -> None:
     atomic_write(run.failure_report(job, restart, record.rank), json.dumps(asdict(record)))
+
+
+# A report that could not be written (the save dir's file system full or read-only) goes to the
+# rank's stderr instead, which torchrun's output reaches the task log by and task 0's launcher
+# reads (``faults.agent_exit.Tee``): one line, this text, then the report as JSON.
+FAILURE_LINE = "hpc-train: failure report not written "
+FAILURE_LINE_RE = re.compile(re.escape(FAILURE_LINE) + r".*?; the report: (\{.*\})\s*$")
+
+
+def failure_line(record: FailureRecord, path: Path, err: OSError) -> str:
+    """The stderr line that stands for a report ``write_failure`` could not write."""
+    return f"{FAILURE_LINE}({path}: {type(err).__name__}: {err}); the report: {json.dumps(asdict(record))}"
+
+
+def failure_of_line(line: str) -> FailureRecord | None:
+    """The report in a ``failure_line`` (None: not one, or not whole)."""
+    found = FAILURE_LINE_RE.search(line)
+    if found is None:
+        return None
+    try:
+        return FailureRecord(**json.loads(found.group(1)))
+    except (ValueError, TypeError):
+        return None
 
 
 def read_failure_fields(run: RunDir, job: str, restart: int) -> list[dict[str, Any]]:

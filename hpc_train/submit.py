@@ -37,7 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hpc_core import instances, ledger, slurm
+from hpc_core import instances, ledger, slurm, space
 from hpc_core.ledger import Kind
 from hpc_core.slurm_env import JOB_ID
 from hpc_train import cli
@@ -283,6 +283,30 @@ def node_check_line(spec: JobSpec) -> str:
             "(ParallelCluster's DCGM check in the prolog, HealthChecks.Gpu)")  # fmt: skip
 
 
+def save_dir_room(save_dir: Path) -> space.Space | None:
+    """The room of the file system the save dir is (or will be made) on; None when it cannot
+    be asked."""
+    try:
+        return space.of(save_dir)
+    except OSError:
+        return None
+
+
+def space_warnings(spec: JobSpec) -> list[str]:
+    """The save dir's room against what the run keeps: its last checkpoint's size (a run
+    submitted again), else the preset's (``costs.preset_checkpoint_bytes``)."""
+    room = save_dir_room(spec.training.save_dir)
+    if room is None:
+        return []
+    run = spec.run_dir
+    last = run.checkpoint_last
+    nbytes = last.stat().st_size if last.is_file() else costs.preset_checkpoint_bytes(
+        spec.training.preset, gpu=spec.sizing.gpus_per_node > 0
+    )  # fmt: skip
+    found = costs.space_warning(room, nbytes, spec.saves.keep_checkpoints, run.set_aside_files())
+    return [] if found is None else [found]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -300,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         for warning in costs.submit_warnings(
             spec.training.preset, spec.sizing.gpus_per_node > 0, SIGNAL_DELAY_S, grace_time_s=grace
         ):
+            print(warning, file=sys.stderr)
+        for warning in space_warnings(spec):
             print(warning, file=sys.stderr)
         if args.dry_run:
             print(render_sbatch(spec))

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -147,10 +147,13 @@ def corpus(tmp_path_factory) -> Path:
     return data.prepare_demo(out, lines=2500)
 
 
-def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str, prelude: str = "") -> None:
+def run_tiny(
+    corpus: Path, save: Path, max_update: int, *extra: str, prelude: str = "", ok: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Real fairseq, one CPU process (no Slurm, no torchrun): the tiny preset to ``max_update``
     through the worker, with ``extra`` fairseq flags after the toolkit's. ``prelude``: Python
-    the worker's process runs first (a test injects what the worker would measure)."""
+    the worker's process runs first (a test injects what the worker would measure). ``ok``:
+    the worker must succeed (False: the test looks at how it failed)."""
     import sys
 
     from hpc_train.job.command_lines import TRAIN_MODULE, fairseq_args
@@ -174,7 +177,8 @@ def run_tiny(corpus: Path, save: Path, max_update: int, *extra: str, prelude: st
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0 or not ok, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
 
 
 @pytest.fixture(scope="session")
@@ -245,3 +249,61 @@ def fake_imds() -> Iterator[FakeImds]:
     threading.Thread(target=fake.server.serve_forever, args=(0.02,), daemon=True).start()
     yield fake
     fake.server.shutdown()
+
+
+class SmallFs:
+    """A file system of its own for a storage fault: a tmpfs (mounted as root) seen at ``root``
+    through a bind mount; it stands for the save dir's FSx for Lustre, which fills (ENOSPC),
+    goes read-only (EROFS) or runs out of inodes the same way to a writer. ``read_only``
+    remounts the bind read-only: a plain ``remount,ro`` of the tmpfs fails (EBUSY) while a file
+    is open for writing. Unmounted by the ``small_fs`` fixture."""
+
+    def __init__(self, root: Path, size: str, inodes: int | None = None) -> None:
+        self.root, self.backing = root, root.with_name(f"{root.name}.tmpfs")
+        root.mkdir(parents=True)
+        self.backing.mkdir()
+        opts = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
+        self._mount("-t", "tmpfs", "-o", opts, "tmpfs", str(self.backing))
+        self._mount("--bind", str(self.backing), str(root))
+
+    @staticmethod
+    def _mount(*args: str) -> None:
+        subprocess.run(["mount", *args], check=True, capture_output=True)
+
+    def free(self) -> int:
+        st = os.statvfs(self.root)
+        return st.f_bavail * st.f_frsize
+
+    def fill(self, leave: int) -> None:
+        """A ballast file (``fallocate``: real blocks taken) leaving about ``leave`` bytes."""
+        page = os.sysconf("SC_PAGE_SIZE")
+        take = (self.free() - leave) // page * page
+        subprocess.run(["fallocate", "-l", str(take), str(self.root / "ballast")], check=True)
+
+    def read_only(self) -> None:
+        self._mount("-o", "remount,bind,ro", str(self.root))
+
+    def writable(self) -> None:
+        self._mount("-o", "remount,bind,rw", str(self.root))
+
+    def unmount(self) -> None:
+        for where in (self.root, self.backing):
+            subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+
+
+@pytest.fixture
+def small_fs(tmp_path) -> Iterator[Callable[..., SmallFs]]:
+    """Mount small tmpfs file systems under this test's tmp dir: ``small_fs("2m")``; each is
+    unmounted after the test. Needs root (``mount``), as the suite has."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted: list[SmallFs] = []
+
+    def make(size: str = "2m", inodes: int | None = None) -> SmallFs:
+        fs = SmallFs(tmp_path / f"fs{len(mounted)}", size, inodes)
+        mounted.append(fs)
+        return fs
+
+    yield make
+    for fs in mounted:
+        fs.unmount()

@@ -10,7 +10,8 @@ only its torchrun agent saw it die, and says so on stderr in its failure summary
       exitcode  : -9 (pid: 16440)  (SIGKILL)
 
 The launcher passes torchrun's stderr through (``Tee``: every line still reaches the task log,
-by way of a file that never blocks a writer) and keeps that record. Each node's launcher writes
+by way of a file that never blocks a writer) and keeps that record, and the failure reports its
+ranks could not write to the save dir and said on stderr instead (``Tee.failures``). Each node's launcher writes
 its ``NodeExit`` to the run directory; task 0 reads them all when it looks for the node at fault
 (``hpc_train.faults.node_blame``). An agent that is itself killed says nothing: its launcher's
 exit status for torchrun is the record then.
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import IO
 
 from hpc_core.rundir import atomic_write
-from hpc_train.contract import StartFiles
+from hpc_train.contract import FAILURE_LINE, FailureRecord, StartFiles, failure_of_line
 
 ROOT = "Root Cause (first observed failure):"
 RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
@@ -99,6 +100,9 @@ class Tee:
     def __init__(self, out: IO[str]) -> None:
         self.out = out
         self.kept: list[str] = []
+        # this node's ranks' failure reports that could not be written to the save dir and were
+        # said on stderr instead (``contract.failure_line``): evidence that needs no file there
+        self.failures: list[FailureRecord] = []
         self.file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         # a second open file description: its own offset, while the writers append
         self._reader = open(f"/proc/self/fd/{self.file.fileno()}", "rb")  # noqa: SIM115
@@ -142,6 +146,8 @@ class Tee:
             self.out.flush()
         if ROOT in line or (self.kept and len(self.kept) < self.KEEP):
             self.kept.append(line)
+        if FAILURE_LINE in line and (record := failure_of_line(line)) is not None:
+            self.failures.append(record)
 
     def finish(self, timeout: float) -> tuple[int, int] | None:
         """Once torchrun has exited: copy what is left (at most ``timeout`` seconds) and return

@@ -9,9 +9,10 @@ the update it had reached, the exception's type and first line, and a class:
     user error       anything else raised by the training code: a bug, a bad config, a NaN loss
                      (fairseq's FloatingPointError), an out-of-memory. A retry can only help if
                      it does not happen again: the same error at the same update in two rounds
-                     in a row (in-job rounds or starts) stops the run (no restart, the task
-                     fails), with the error in the log and the ledger, instead of spending the
-                     restart budget on it.
+                     in a row (in-job rounds or starts; the same kind of message, its numbers
+                     aside: ``faults.signatures``) stops the run (no restart, the task fails),
+                     with the error in the log and the ledger, instead of spending the restart
+                     budget on it.
 
 A rank killed by a signal (the OOM killer, a node failure, a hang's kill) leaves no report: its
 start counts as a crash, retried. The rank's side (writing the report, a crash injected by
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from hpc_core.rundir import RunDir
 from hpc_train.contract import Cause, FailureRecord, StartFiles, write_failure
+from hpc_train.faults import signatures
 
 # an infrastructure error that only says a *peer* went away: the reporting rank is a witness
 PEER_MARKS = (
@@ -63,8 +65,9 @@ class Failure(FailureRecord):
 
     @property
     def signature(self) -> tuple[str, str, int]:
-        """What makes two failures "the same error at the same update"."""
-        return self.type, self.message, self.update
+        """What makes two failures "the same error at the same update": the type, the message
+        without its volatile parts (``signatures.kind``: numbers, addresses, temporaries)."""
+        return self.type, signatures.kind(self.message), self.update
 
     def describe(self) -> str:
         return f"{self.type}: {self.message} (rank {self.rank}, update {self.update})"

@@ -134,8 +134,10 @@ def decide_start(
     plan = spec.batch_plan(shape.nodes * shape.ranks_per_node, shape.use_gpu)
     resume = checkpoints.choose_resume(run.root)
     log(f"resume: {resume.reason}")
-    if resume.moved_aside:
-        log(f"kept the bad checkpoint as {resume.moved_aside}")
+    for aside in resume.set_aside:
+        log(f"checkpoint {aside.describe()}")
+        ledger.record(run.ledger, Kind.SET_ASIDE, start.job_id, start.restart, file=aside.file,
+                      moved_to=str(aside.moved_to), why=aside.why)  # fmt: skip
     earlier = [
         int(e.get("resume_at", 0)) for e in ledger.read(run.ledger) if e.kind == Kind.STARTED
     ]

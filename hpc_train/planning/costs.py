@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc_core import space
 from hpc_core.ledger import Event, Kind
 from hpc_train.job import presets
 
@@ -274,6 +275,33 @@ def submit_warnings(
         save_seconds(nbytes, throughput_mbs), windows(signal_delay_s, grace_time_s, spot)
     )
     return warnings(verdicts)
+
+
+# what a save dir holds at its fullest, in checkpoints besides the kept interval ones
+# (checkpoint_last.pt is a hard link of the newest: no more bytes): the save on notice (a
+# checkpoint_last.pt of its own), one save in flight (written before fairseq deletes the oldest)
+# and checkpoint_best.pt (a link to the best save, which can be older than every kept one)
+SAVE_DIR_EXTRA = ("the save on notice", "one in flight", "checkpoint_best.pt")
+
+
+def save_dir_bytes(checkpoint_bytes: int, kept: int) -> int:
+    """The bytes a run's save dir holds at its fullest (``SAVE_DIR_EXTRA``)."""
+    return (kept + len(SAVE_DIR_EXTRA)) * checkpoint_bytes
+
+
+def space_warning(
+    room: space.Space, checkpoint_bytes: int, kept: int, aside: Sequence[Path] = ()
+) -> str | None:
+    """What ``submit`` says when the save dir's file system cannot hold what the run keeps
+    (``save_dir_bytes``) or has too few inodes; None when it can."""
+    found = space.short(room, save_dir_bytes(checkpoint_bytes, kept), aside)
+    if found is None:
+        return None
+    count = f"{kept} kept + {' + '.join(SAVE_DIR_EXTRA)}"
+    return (
+        f"warning: the save dir's file system cannot hold this run's checkpoints: {found} "
+        f"({count}, x {space.size(checkpoint_bytes)} each)"
+    )
 
 
 def notice_wait_s(

@@ -5,9 +5,12 @@
   report; ``logparse``: fairseq's train.log (pure); ``goodput``: ETTR and lost time by cause
   (pure); ``named_nodes``: the nodes a run blamed or found straggling; ``plot``: loss over
   updates with the restarts marked; ``tracking``: where its TensorBoard and W&B curves are;
+  ``storage``: the save dir as storage (its room, a checkpoint's size, the last verified
+  checkpoint, those set aside);
 - ``metrics``: every run as Prometheus metrics (``hpc-train metrics serve`` / ``write``);
-- ``doctor``: stalls, stuck exits, requeue storms and jobs that will never start, found from
-  outside the job, each with the command that fixes it;
+- ``doctor``: stalls, stuck exits, requeue storms, jobs that will never start and save dirs
+  without room for the next save, found from outside the job, each with the command that fixes
+  it;
 - ``audit``: the check of ``--audit-samples`` (every sample of an epoch trained exactly once).
 
 What the launchers and the ranks wrote (ledgers, train.log, heartbeats) is only read here. One

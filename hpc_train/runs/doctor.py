@@ -24,6 +24,10 @@ that never starts). What it checks, per run whose job Slurm has not ended:
     pending-forever PENDING for a reason that does not clear by itself: a partition down or
                    inactive, a required node drained, down or quarantined. Fix: per reason.
     save-dir       the save dir is gone or unreadable while the job runs. Fix: ``scancel JOB``.
+    storage        the save dir's file system has no room for the next save and a save on notice
+                   (2 x the last checkpoint's size; the free space, the checkpoint's size and the
+                   last verified checkpoint said). Fix: free space there (``status`` names the
+                   checkpoints set aside), or raise the quota.
     ledger         a corrupt line in the run's ledger (skipped by every reader; said here).
 
 ``--act`` runs the fix of every *sure* finding (stall, stuck exit, storm) through Slurm;
@@ -67,15 +71,15 @@ from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import cli
 from hpc_train.contract import STOPPING
 from hpc_train.faults import quarantine
-from hpc_train.runs import index
+from hpc_train.runs import index, storage
 from hpc_train.runs.metrics import RunView, all_jobs_runs, job_records, observe
 
 NOTIFY_TIMEOUT_S = 10.0
 RENOTIFY_S = 6 * 3600.0  # a finding that persists is told again this often (--renotify)
 NOTIFIED = "doctor-notified.json"  # what was told, in the state dir (notified_path)
 FORGET_S = 7 * 24 * 3600.0  # a record of a run no pass has checked for this long is dropped
-STALL, EXIT, STORM, PENDING, SAVE_DIR, LEDGER = (
-    "stalled", "stuck-at-exit", "requeue-storm", "pending-forever", "save-dir", "ledger",
+STALL, EXIT, STORM, PENDING, SAVE_DIR, LEDGER, STORAGE = (
+    "stalled", "stuck-at-exit", "requeue-storm", "pending-forever", "save-dir", "ledger", "storage",
 )  # fmt: skip
 # Reasons Slurm gives a pending job that no scheduling pass will clear by itself.
 NEVER_CLEARS = ("PartitionDown", "PartitionInactive", "PartitionConfig", "BadConstraints",
@@ -126,16 +130,14 @@ def diagnose(
     def found(check: str, what: str, fix: str, action: Sequence[str] = ()) -> None:
         out.append(RunFinding(check, job, name, save, what, fix, bool(action), tuple(action)))
 
-    for problem in view.problems:
-        if view.missing:
-            found(SAVE_DIR, f"{problem} while the job is {view.state}: it can save nowhere",
-                  f"scancel {job}  # then restore the save dir, and resubmit")  # fmt: skip
-        else:
-            found(LEDGER, problem,
-                  f"less {RunDir(Path(save)).ledger}  # the line is skipped by every reader")  # fmt: skip
+    for check, what, fix in file_problems(view):
+        found(check, what, fix)
     state = view.job_state
     if state is None or state.finished:
         return out
+    short = short_of_room(view)
+    if short is not None:
+        found(STORAGE, *short)
     storm = storm_count(view, limits)
     if storm >= limits.storm_restarts:
         hold = "requeuehold" if state.state == "RUNNING" else "hold"
@@ -175,6 +177,37 @@ def diagnose(
     found(STALL, what, f"scontrol requeue {job}  # resumes from the last checkpoint",
           ("scontrol", "requeue", job) if sure else ())  # fmt: skip
     return out
+
+
+def file_problems(view: RunView) -> list[tuple[str, str, str]]:
+    """(check, what, fix) of each problem with the run's files: a save dir gone while the job
+    runs (it can save nowhere), a ledger line no reader can use."""
+    job, _, save = view.labels
+    if view.missing:
+        fix = f"scancel {job}  # then restore the save dir, and resubmit"
+        return [(SAVE_DIR, f"{p} while the job is {view.state}: it can save nowhere", fix)
+                for p in view.problems]  # fmt: skip
+    fix = f"less {RunDir(Path(save)).ledger}  # the line is skipped by every reader"
+    return [(LEDGER, problem, fix) for problem in view.problems]
+
+
+def short_of_room(view: RunView) -> tuple[str, str] | None:
+    """(what, fix) when the save dir's file system has no room for the next save and a save on
+    notice (``runs.storage``): the room, a checkpoint's size, the last verified checkpoint."""
+    if view.missing:
+        return None
+    found = storage.of(RunDir(view.run.save_dir), view.events, view.room)
+    short = found.short()
+    if short is None or found.room is None:
+        return None
+    aside = f"; {len(found.set_aside)} checkpoint(s) set aside there" if found.set_aside else ""
+    what = (
+        f"no room for the next save and a save on notice: {short}{aside}; {found.verified_line()}"
+    )
+    return (
+        what,
+        f"df -h {found.room.path}  # free space there (or raise the quota) before the next save",
+    )
 
 
 def training_over(view: RunView) -> bool:

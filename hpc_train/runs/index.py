@@ -20,7 +20,7 @@ from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train.contract import Cause
-from hpc_train.runs import follow, goodput
+from hpc_train.runs import follow, goodput, storage
 from hpc_train.runs.named_nodes import NodeNote, node_notes
 
 
@@ -104,6 +104,7 @@ class RunStatus:
     nodes_named: list[NodeNote] = field(default_factory=list)
     blocked: str | None = None  # why its requeue cannot start (``blocked_requeue``)
     spares: list[str] = field(default_factory=list)  # hot spares standing by in this start
+    storage: storage.SaveDir | None = None  # room, checkpoint size, last verified, set aside
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +124,7 @@ class RunStatus:
             "nodes_named": [n.as_json() for n in self.nodes_named],
             "blocked": self.blocked,
             "spares": self.spares,
+            "storage": self.storage.as_json() if self.storage else None,
         }
 
 
@@ -203,6 +205,7 @@ def status_of(
         nodes_named=node_notes(events),
         blocked=blocked_requeue(events),
         spares=standing_by(events) if alive else [],
+        storage=storage.of(run.dir, events, storage.measure(run.dir)),
     )
 
 

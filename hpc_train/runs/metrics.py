@@ -28,13 +28,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpc_core import ledger, slurm
+from hpc_core import ledger, slurm, space
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import cli
 from hpc_train.contract import Beat, read_beats
 from hpc_train.job.limits import HangLimits
-from hpc_train.runs import follow, goodput, index
+from hpc_train.runs import follow, goodput, index, storage
 from hpc_train.runs.logparse import RunSummary
 from hpc_train.runs.named_nodes import NodeNote, node_notes
 from hpc_train.watch import hangs
@@ -62,6 +62,7 @@ class RunView:
     problems: list[str] = field(default_factory=list)  # corrupt ledger lines, unreadable files
     missing: bool = False  # the save dir is gone (or unreadable)
     now: float = 0.0
+    room: space.Space | None = None  # its file system's room (``runs.storage``; None: unknown)
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -246,6 +247,7 @@ def observe(run: index.Run, job_state: slurm.JobState | None, now: float) -> Run
         except OSError as err:
             problems.append(f"train.log {rd.train_log} cannot be read: {err.strerror or err}")
         view.beats = current_beats(rd, view.current_start)
+        view.room = storage.measure(rd)
     if job_state is not None and job_state.state != "GONE":
         view.state = job_state.state
     else:

@@ -74,7 +74,9 @@ def table(rows: list[list[str]]) -> str:
 
 
 def detail(s: index.RunStatus) -> str:
-    """The one-run view: the row, each restart and its cause, the nodes it named, the goodput."""
+    """The one-run view: the row, each restart and its cause, the nodes it named, the save dir's
+    storage (its room, a checkpoint's size, the last verified checkpoint, those set aside), the
+    goodput."""
     lines = [table([row(s)]), f"save dir: {s.run.save_dir}"]
     if s.blocked:
         lines.append(f"requeue blocked: {s.blocked}")
@@ -83,6 +85,8 @@ def detail(s: index.RunStatus) -> str:
     for n, (update, why) in enumerate(s.restarts, 1):
         lines.append(f"restart {n}: resumed at update {update}; before it: {why}")
     lines += [n.describe() for n in s.nodes_named]
+    if s.storage:
+        lines += s.storage.lines()
     if s.goodput:
         lines.append(s.goodput.describe())
     lines += tracking.lines(s.run.dir)

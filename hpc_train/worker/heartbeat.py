@@ -8,7 +8,9 @@ phase ``train``, before the ranks' per-update notice agreement), once they agree
 validate-and-save, ``hpc_train.worker.validation_beats`` adds a beat per validation batch
 (``validate``) and one as each save begins (``checkpoint``). A write is a small
 JSON renamed into place without fsync (three small renames per update, counted in its test):
-whole for a reader, never durable (a heartbeat only matters while the job runs). It also arms faulthandler: SIGUSR1 writes the rank's Python stacks (all threads) to
+whole for a reader, never durable (a heartbeat only matters while the job runs). A write that
+fails (the save dir's file system full or read-only) says so once on stderr and training goes on:
+the launcher's hang watcher, seeing no progress, is what acts. It also arms faulthandler: SIGUSR1 writes the rank's Python stacks (all threads) to
 ``rank-<r>.stacks``, even while blocked in a collective. With ``hpc_train.worker.compute_time``
 installed, each beat also carries ``compute_s``: the median of the rank's own compute per update
 over its recent updates, which ``hpc_train.watch.stragglers`` compares across nodes.
@@ -20,6 +22,7 @@ import faulthandler
 import json
 import os
 import statistics
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -56,22 +59,47 @@ class Heartbeat:
         self.update = 0
         self.computes: deque[float] = deque(maxlen=COMPUTE_RECENT)
         self._computing = 0.0  # this update's compute so far (``compute``)
-        directory.mkdir(parents=True, exist_ok=True)
+        self.write_error: OSError | None = None  # the last beat's, until one is written again
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            self._failed(err)
         self._stacks: IO[str] | None = None
 
     def arm_stacks(self, directory: Path) -> None:
-        """SIGUSR1 → this rank's Python stacks in ``rank-<r>.stacks`` (faulthandler, C level);
-        then the first beat (``startup``: no update yet)."""
-        self._stacks = open(stacks_file(directory, self.rank), "w")  # noqa: SIM115  kept open
-        faulthandler.register(STACKS_SIGNAL, file=self._stacks, all_threads=True, chain=False)
+        """SIGUSR1 → this rank's Python stacks in ``rank-<r>.stacks`` (faulthandler, C level;
+        to stderr, the task log, when that file cannot be made); then the first beat
+        (``startup``: no update yet)."""
+        try:
+            self._stacks = open(stacks_file(directory, self.rank), "w")  # noqa: SIM115  kept open
+        except OSError as err:
+            self._failed(err)
+        where = self._stacks if self._stacks is not None else sys.stderr
+        faulthandler.register(STACKS_SIGNAL, file=where, all_threads=True, chain=False)
         self._write(STARTUP)  # a rank hung in start-up now has a pid to ask for its stacks
+
+    def _failed(self, err: OSError) -> None:
+        """A heartbeat file not written (the save dir's file system full or read-only): one
+        line on stderr when it begins, never an exception that ends the rank."""
+        if self.write_error is None:
+            print(f"hpc-train: rank {self.rank}'s heartbeat not written ({type(err).__name__}: "
+                  f"{err}); training goes on, its launcher sees no progress from it",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        self.write_error = err
 
     def _write(self, phase: str) -> None:
         slowest = max(self.recent) if self.recent else None
         compute = statistics.median(self.computes) if self.computes else None
         now = self.clock()
         beat = Beat(self.rank, self.node, self.pid, self.update, now, phase, slowest, compute)
-        atomic_write(self.path, json.dumps(asdict(beat)), durable=False)
+        try:
+            atomic_write(self.path, json.dumps(asdict(beat)), durable=False)
+        except OSError as err:
+            self._failed(err)
+            return
+        if self.write_error is not None:
+            print(f"hpc-train: rank {self.rank}'s heartbeat written again", file=sys.stderr)
+            self.write_error = None
 
     def stepped(self, update: int) -> None:
         """Update ``update`` trained (its optimizer step is done and fairseq has logged it), before

@@ -8,7 +8,7 @@ Both hooks wrap fairseq functions the training loop looks up at call time:
 With async saves (``hpc_train.worker.async_save``) a save's event is recorded once it is durable:
 ``seconds`` is the training stall, ``snapshot_s`` / ``write_s`` what the snapshot and the
 background write took (tiered saves: ``write_s`` the local write, ``copy_s`` the copy to the
-save dir).
+save dir); ``sha256`` the digest recorded in the file as it was written (``hpc_core.integrity``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hpc_core import ledger
+from hpc_core import integrity, ledger
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train.worker import async_save, preemption
@@ -79,14 +79,9 @@ def install(run: RunDir, start: tuple[str, int] | None, rank: int) -> bool:
             }  # fmt: skip
             if saver is not None and saver.last is not None and saver.last.copy_s is not None:
                 timing["copy_s"] = round(saver.last.copy_s, 3)  # tiered: local → save dir
-            note(
-                Kind.CHECKPOINT,
-                update=update,
-                seconds=round(seconds, 3),
-                bytes=size,
-                notice=notice,
-                **timing,
-            )
+            digest = integrity.recorded(last) if size else None
+            note(Kind.CHECKPOINT, update=update, seconds=round(seconds, 3), bytes=size,
+                 notice=notice, sha256=digest, **timing)  # fmt: skip
 
         async_save.when_durable(record, "the ledger's checkpoint event")
         return out

@@ -4,8 +4,11 @@
 (``RunDir.local_tier``). The background writer (``hpc_train.worker.async_save``) hands a periodic save
 to ``write_then_copy``: the snapshot is written to the local disk (atomic, durable there), then
 that file is copied to the save dir with the same protocol (``copy_durable``: temp, fsync,
-rename, dir fsync; always the bytes, never a link), then the node's older local checkpoints are
-deleted (``prune``: it keeps the newest only). The writer then makes fairseq's extra names.
+verified, rename, dir fsync; always the bytes, never a link), then the node's older local
+checkpoints are deleted (``prune``: it keeps the newest only). The copy's verification reads it
+back (its CRCs and the digest recorded as the local file was written: ``hpc_core.integrity``);
+a copy that does not match never gets its name: the local file is set aside, and the snapshot,
+held until then, is written to the save dir directly. The writer then makes fairseq's extra names.
 Still one save in flight, and everything that waits for "durable" (``async_save.flush``,
 ``when_durable``: the stop marker, the ledger's event, the launcher) waits for the copy in the
 save dir: nothing ever believes in a checkpoint that is only local. Resume reads the save dir
@@ -21,8 +24,8 @@ more (the local file is in the page cache, so the read is cheap), and a save bec
 the save dir later than with a direct write (local write + copy). What it buys on FSx for
 Lustre (~150 MB/s for a whole 1.2 TiB file system): ``torch.save``'s stream of small writes, and
 its serialization of the snapshot, run against fast NVMe; the shared file system sees one
-sequential copy in large blocks, the pattern it streams best; the snapshot's memory is released
-once the local write is done (the reused ``HostPool`` buffers stay); and a save that fails on
+sequential copy in large blocks, the pattern it streams best (and the copy's verification reads
+it back: one more read, from the page cache); and a save that fails on
 the shared side is still whole on the node. It does not yet let the next snapshot start while
 the copy runs (one save in flight), nor does a restart read the local copy.
 
@@ -41,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hpc_core import integrity
 from hpc_core.rundir import RunDir, atomic_writer
 
 logger = logging.getLogger("hpc_train.worker.local_tier")
@@ -79,10 +83,12 @@ def usable(directory: Path | None) -> Path | None:
 
 
 def copy_durable(src: Path, dst: Path) -> None:
-    """``dst`` a whole, durable copy of ``src`` (``rundir.atomic_writer``: temp, fsync, rename,
-    dir fsync). The bytes are copied, never hard-linked: the save dir must not share the local
-    disk's inode (on one file system, as in the tests, a link would succeed)."""
-    with open(src, "rb") as source, atomic_writer(dst) as fh:
+    """``dst`` a whole, durable, verified copy of ``src`` (``rundir.atomic_writer``: temp, fsync,
+    verified (``integrity.refuse_copy``: its CRCs and the digest recorded when ``src`` was
+    written), rename, dir fsync). The bytes are copied, never hard-linked: the save dir must not
+    share the local disk's inode (on one file system, as in the tests, a link would succeed).
+    CorruptCheckpoint when the copy does not verify: ``dst`` is untouched."""
+    with open(src, "rb") as source, atomic_writer(dst, check=integrity.refuse_copy) as fh:
         shutil.copyfileobj(source, fh, COPY_BLOCK)
 
 
@@ -98,9 +104,9 @@ def write_then_copy(
 ) -> tuple[float, float] | None:
     """Write ``held[0]`` (the snapshot) to ``local`` with ``write``, copy it to ``target``,
     prune the older local files; (write seconds, copy seconds). ``held`` is emptied once the
-    local write is done (the snapshot's memory goes back before the copy). A local write that
-    fails (OSError) logs one line and returns None with ``held`` intact: the caller writes the
-    snapshot to ``target`` itself and stops using the tier."""
+    copy has verified. A local write that fails (OSError), or a copy that does not verify (the
+    local file set aside, never deleted), logs one line and returns None with ``held`` intact:
+    the caller writes the snapshot to ``target`` itself and stops using the tier."""
     started = time.monotonic()
     try:
         write(held[0], str(local))
@@ -110,9 +116,17 @@ def write_then_copy(
             "saving to the save dir directly from now on"
         )
         return None
-    held.clear()
     written = time.monotonic()
-    copy_durable(local, target)
+    try:
+        copy_durable(local, target)
+    except integrity.CorruptCheckpoint as err:
+        aside = integrity.set_aside(local, str(err))
+        logger.error(
+            f"{err}: copied from {local}, set aside as {aside.moved_to}; {target.name} written "
+            "to the save dir directly, and every save after it"
+        )
+        return None
+    held.clear()
     copy_s = time.monotonic() - written
     prune(local)
     return written - started, copy_s

@@ -205,8 +205,10 @@ def install_extensions(
     # 2. --optimizer fused_adamw registered with fairseq's optimizer registry
     from hpc_train.worker import optim  # noqa: F401
 
-    # 3. atomic checkpoint files (temp, fsync, rename) instead of fairseq's in-place copies
+    # 3. atomic checkpoint files (temp, fsync, rename; the digest recorded as each is written)
+    #    instead of fairseq's in-place copies, and every load verified beside it (CRCs, digest)
     checkpoints.install_atomic_writes()
+    checkpoints.install_verified_loads(run, worker.start, rank)
     # 4. async saves: after 3, because its deferred copies are the atomic ones
     async_save.install(
         run,

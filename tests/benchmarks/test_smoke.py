@@ -206,6 +206,28 @@ def test_bench_tracking_smoke(tmp_path: Path) -> None:
     assert r["goal"]["call_over_update"] == pytest.approx(share, rel=1e-3)
 
 
+@pytest.mark.fairseq  # builds fairseq's model (the tiny preset's dimensions): not fast tier
+@smoke("bench-verify")
+def test_bench_verify_smoke(tmp_path: Path) -> None:
+    """The tiny preset's checkpoint (~50 MB), one repeat: every figure there, the file the size
+    the preset's estimate says, its digest verified, a flipped bit caught, the file removed."""
+    command, out = make_command("bench-verify", tmp_path, None)
+    work = Path(command[command.index("--work-dir") + 1])
+    proc, took = run_bench(command, 300)
+    r = result(proc, out / "verify_cost.json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert r["preset"] == "tiny" and r["repeat"] == 1
+    assert abs(r["file_bytes"] / r["estimate_bytes"] - 1) < 0.05
+    assert r["digest_verified"] and r["flipped_bit_caught"] and r["task0_check_ok"]
+    for mode in ("warm", "cold"):
+        median = r[mode]["median_s"]
+        assert set(median) == {"load", "verify", "verify_beside_load"}
+        assert all(v > 0 for v in median.values())
+        assert r[mode]["overhead_serial"] == round(median["verify"] / median["load"], 3)
+    assert not any((REPO / work).glob("verify_cost-*"))  # the checkpoint removed
+    print(f"bench-verify smoke: {took:.1f} s")
+
+
 @pytest.mark.fairseq  # the training environment's imports under strace, ~35 s: not fast tier
 @smoke("bench-import")
 def test_bench_import_smoke(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpc_core import ledger
+from hpc_core.ledger import Kind
 
 
 def test_events_round_trip_in_order(tmp_path):
@@ -88,3 +89,18 @@ def test_the_index_keeps_one_entry_per_job_the_newest(tmp_path, monkeypatch):
     ledger.index_run("5", tmp_path / "a2", "again", 30)
     runs = ledger.indexed_runs()
     assert [(r["job"], r["name"]) for r in runs] == [("6", "second"), ("5", "again")]
+
+
+def test_a_ledger_on_a_read_only_file_system_is_said_not_fatal(small_fs, capfd):
+    """The ledger on a tmpfs of its own remounted read-only (the save dir's FSx made read-only):
+    record() says the event on stderr, whole, and returns; nothing raises."""
+    fs = small_fs("2m")
+    path = fs.root / ".hpc-train" / "ledger.jsonl"
+    ledger.record(path, Kind.STARTED, "41", 0, nodes=["n1"])
+    fs.read_only()
+    event = ledger.record(path, Kind.FINISHED, "41", 0, why="done")
+    assert event.kind == Kind.FINISHED
+    err = capfd.readouterr().err
+    assert err.startswith(f"hpc-train: ledger not written ({path}: OSError: [Errno 30]")
+    assert '"event": "finished"' in err and '"why": "done"' in err
+    assert [e.kind for e in ledger.read(path)] == [Kind.STARTED]

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from hpc_core import rundir
-from hpc_core.rundir import RunDir
+from hpc_core.rundir import RunDir, set_aside_name
 
 
 def test_layout_names_every_path_under_the_save_dir(tmp_path):
@@ -18,7 +18,16 @@ def test_layout_names_every_path_under_the_save_dir(tmp_path):
     assert run.task_log("17", 1, "err") == tmp_path / "slurm" / "17_1_log.err"
     assert run.stop_marker("12", 3) == tmp_path / ".hpc-train" / "stopped-12-3.json"
     assert run.resume_decision("12", 3).name == "resume-12-3.json"
-    assert run.bad_last().name.startswith("checkpoint_last.pt.bad-")
+    assert set_aside_name(run.checkpoint_last).name.startswith("checkpoint_last.pt.bad-")
+
+
+def test_set_aside_files_are_no_checkpoint_and_are_listed(tmp_path):
+    run = RunDir(tmp_path)
+    (tmp_path / "checkpoint_1_5.pt").write_bytes(b"x")
+    moved = set_aside_name(tmp_path / "checkpoint_1_5.pt")
+    (tmp_path / "checkpoint_1_5.pt").rename(moved)
+    assert run.set_aside_files() == [moved]
+    assert run.checkpoint_files() == [] and run.interval_checkpoints() == []
 
 
 def test_interval_checkpoints_newest_update_first(tmp_path):

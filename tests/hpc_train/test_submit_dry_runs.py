@@ -90,12 +90,15 @@ def run_main(argv: list[str], capsys) -> str:
 
 @pytest.fixture(autouse=True)
 def fixed_terminal(monkeypatch):
-    """argparse wraps help to $COLUMNS; the dry run asks no Slurm for a GraceTime; no W&B key
+    """argparse wraps help to $COLUMNS; the dry run asks no Slurm for a GraceTime, nor this
+    machine's disks for the save dir's room (/lustre is not here: its nearest directory, /, has
+    this machine's free space; the warning's own tests: test_submit_space.py); no W&B key
     (``--wandb-mode auto`` decides offline)."""
     monkeypatch.setenv("COLUMNS", "100")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", "/nonexistent/.netrc")
     monkeypatch.setattr(submit, "grace_time_s", lambda partition, dry_run=False: None)
+    monkeypatch.setattr(submit, "save_dir_room", lambda save_dir: None)
 
 
 def test_help_is_unchanged(capsys):

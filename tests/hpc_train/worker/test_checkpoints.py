@@ -55,7 +55,9 @@ def test_bad_last_falls_back_to_newest_valid_interval_and_is_kept_aside(save_dir
     assert resume.fairseq_args() == ["--continue-once", str(resume.continue_from)]
     assert reason in resume.reason
     assert not last.exists()
-    assert resume.moved_aside.read_bytes() == bad_bytes  # kept, never deleted
+    (aside,) = resume.set_aside
+    assert aside.file == checkpoints.LAST and reason in aside.why
+    assert aside.moved_to.read_bytes() == bad_bytes  # kept, never deleted
 
 
 def test_fallback_skips_a_bad_interval_checkpoint_too(save_dir):
@@ -64,12 +66,14 @@ def test_fallback_skips_a_bad_interval_checkpoint_too(save_dir):
     newest.write_bytes(b"junk")
     resume = checkpoints.choose_resume(save_dir)
     assert resume.continue_from.name.endswith("_5.pt")
+    assert [a.file for a in resume.set_aside] == [checkpoints.LAST, newest.name]
+    assert [a.moved_to.read_bytes() for a in resume.set_aside] == [b"", b"junk"]
 
 
 def test_valid_last_or_empty_dir_needs_no_extra_args(save_dir, tmp_path):
     assert checkpoints.choose_resume(save_dir).fairseq_args() == []
     kept = checkpoints.choose_resume(save_dir)
-    assert kept.continue_from is None and kept.at_update == 12 and kept.moved_aside is None
+    assert kept.continue_from is None and kept.at_update == 12 and kept.set_aside == ()
     assert kept.reason == f"resume from {checkpoints.LAST}"
     fresh = checkpoints.choose_resume(tmp_path / "nothing-yet")
     assert fresh.fairseq_args() == [] and "fresh start" in fresh.reason

@@ -157,3 +157,36 @@ def test_a_step_then_its_agreement_time_the_update_once(tmp_path):
     clock.now += 30.0  # a peer slow to agree: not this update's own time
     hb.completed(2)
     assert list(hb.recent) == [4.0] and read_beats(tmp_path)[0].phase == CHECKPOINT
+
+
+def test_a_read_only_or_full_file_system_never_ends_the_rank(small_fs, capfd):
+    """The heartbeat dir on a tmpfs of its own (standing for the save dir's FSx), made
+    read-only mid-run, then writable again; then one that is read-only from the start (no stacks
+    file: faulthandler writes to stderr) and one full to the last byte. The beats that cannot be
+    written are said once on stderr; training (here: the calls) goes on. (A file kept open for
+    writing would make the remount fail with EBUSY: FSx needs no remount to go read-only.)"""
+    fs = small_fs("2m")
+    beats = fs.root / "heartbeats" / "n1"
+    hb = Heartbeat(beats, rank=2)
+    hb.completed(1)
+    fs.read_only()
+    for update in range(2, 6):
+        hb.completed(update)  # no exception
+    err = capfd.readouterr().err
+    assert err.count("rank 2's heartbeat not written") == 1 and "Read-only file system" in err
+    assert [b.update for b in read_beats(beats)] == [1]
+    late = Heartbeat(fs.root / "later", rank=4)  # its dir cannot even be made: said, not raised
+    late.arm_stacks(fs.root / "later")
+    assert "rank 4's heartbeat not written" in capfd.readouterr().err
+    fs.writable()
+    hb.completed(6)
+    assert [b.update for b in read_beats(beats)] == [6]
+    assert "heartbeat written again" in capfd.readouterr().err
+
+    full = small_fs("1m")
+    (full.root / "hb").mkdir()
+    full.fill(leave=0)
+    filled = Heartbeat(full.root / "hb", rank=0)
+    filled.completed(1)
+    assert "rank 0's heartbeat not written" in capfd.readouterr().err
+    assert "No space left on device" in str(filled.write_error)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpc_core import ledger
+from hpc_core import integrity, ledger
 from hpc_core.rundir import RunDir
 from hpc_train import contract, submit
 from hpc_train.job import options
@@ -167,6 +167,40 @@ def test_a_full_local_disk_falls_back_to_the_save_dir_and_loses_no_save(tmp_path
     assert saver.local_dir is None and saver.last is not None and saver.last.copy_s is None
     lines = [r for r in caplog.records if "unusable" in r.getMessage()]
     assert len(lines) == 1 and "No space left" in lines[0].getMessage()
+
+
+def test_a_copy_that_does_not_verify_never_takes_its_name_and_the_save_is_not_lost(
+    tmp_path, caplog
+):
+    """A bit flips in the local file after it was written (a real bit, flipped in the real file,
+    standing for a failing local NVMe or a bad copy): the copy to the save dir fails its
+    verification (the digest recorded as the local file was written), is never renamed into
+    place, the local file is set aside, and the snapshot, held until then, is written to the
+    save dir directly, whole; later saves skip the tier."""
+    local, shared = tmp_path / "local", tmp_path / "shared"
+    shared.mkdir()
+
+    def write_then_rot(snap, path: str) -> None:
+        checkpoints.atomic_save(snap, path)
+        if Path(path).parent == local:
+            with open(path, "r+b") as fh:
+                fh.seek(os.path.getsize(path) // 2)
+                byte = fh.read(1)[0]
+                fh.seek(-1, os.SEEK_CUR)
+                fh.write(bytes([byte ^ 0x10]))
+
+    saver = async_save.AsyncSaver(write_then_rot, local_dir=local)
+    target = shared / "checkpoint_1_5.pt"
+    saver.save(state(5), str(target))
+    saver.flush()
+    assert integrity.verify(target).ok and integrity.recorded(target) is not None
+    assert torch.load(target, weights_only=True)["n"] == 5
+    assert saver.local_dir is None and saver.last.copy_s is None  # written directly
+    (kept,) = RunDir(local).set_aside_files()
+    assert not integrity.verify(kept).ok  # the rotten local file, kept for a look
+    assert not RunDir(shared).partial_writes() and not RunDir(shared).set_aside_files()
+    lines = [r.getMessage() for r in caplog.records if "failed verification" in r.getMessage()]
+    assert len(lines) == 1 and "set aside" in lines[0] and "directly" in lines[0]
 
 
 # --- against real fairseq ----------------------------------------------------------------------
