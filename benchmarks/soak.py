@@ -70,7 +70,7 @@ Figures (keys of the JSON), per way under ``ways.<name>``:
   highest update before the resume minus the update it resumed from);
 - ``updates_recomputed``: update numbers logged more than once in the budget;
 - ``replaced``: the nodes the stand-in for clustermgtd brought back, and when;
-- ``ledger_goodput``: the toolkit's own account of the budget (``hpc_train.runs.goodput``), to
+- ``ledger_goodput``: the toolkit's own account of the budget (``hpc_train.planning.goodput``), to
   set beside the figures the benchmark measured from outside;
 - ``alive_at_end``: the Slurm job was RUNNING or PENDING (not dead) when the budget ended;
 - ``ledger``: the toolkit runs' ledger events (kind, time, data), for the record.
@@ -115,7 +115,7 @@ from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train import chaos, testing
 from hpc_train.cluster import requeue_hold
-from hpc_train.runs import goodput as run_goodput
+from hpc_train.planning import goodput as run_goodput
 from hpc_train.runs import logparse
 from hpc_train.worker import speed
 

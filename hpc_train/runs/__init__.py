@@ -2,8 +2,8 @@
 
 - ``index``: finding a run again (save dir or job id, the user's index) and where it stands;
   ``status`` and ``logs`` print it; ``follow``: the merged tail, ``--follow`` and the end-of-run
-  report; ``logparse``: fairseq's train.log (pure); ``goodput``: ETTR and lost time by cause
-  (pure); ``named_nodes``: the nodes a run blamed or found straggling; ``plot``: loss over
+  report (its ETTR and lost time by cause: ``planning.goodput``); ``logparse``: fairseq's
+  train.log (pure); ``named_nodes``: the nodes a run blamed or found straggling; ``plot``: loss over
   updates with the restarts marked; ``tracking``: where its TensorBoard and W&B curves are;
   ``storage``: the save dir as storage (its room, a checkpoint's size, the last verified
   checkpoint, those set aside);

@@ -18,7 +18,8 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_core.wait import Backoff
-from hpc_train.runs import goodput, named_nodes, tracking
+from hpc_train.planning import goodput
+from hpc_train.runs import named_nodes, tracking
 from hpc_train.runs.logparse import RunSummary, line_time, summarize_text
 
 

@@ -20,7 +20,8 @@ from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train.contract import Cause
-from hpc_train.runs import follow, goodput, storage
+from hpc_train.planning import goodput
+from hpc_train.runs import follow, storage
 from hpc_train.runs.named_nodes import NodeNote, node_notes
 
 

@@ -10,7 +10,7 @@ Every scrape reads what the toolkit already keeps: the runs index (``hpc-train s
 each run's ledger, its train.log, its ranks' heartbeats (``hpc_train.contract.read_beats``) and
 Slurm's word on every job in ONE ``scontrol show job`` (after a ``ping``; a dead controller is
 ``hpc_train_slurm_up 0``, and the states then come from the ledgers). The goodput is
-``hpc_train.runs.goodput``'s, as ``hpc-train status`` shows it. Nothing is cached: a scrape is a
+``hpc_train.planning.goodput``'s, as ``hpc-train status`` shows it. Nothing is cached: a scrape is a
 fresh read (a few small files per run). Labels: ``job`` (the newest Slurm job of the run),
 ``run`` (its name), ``save_dir``. See docs/operations.md for the alert rules over these.
 """
@@ -34,7 +34,8 @@ from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import cli
 from hpc_train.contract import Beat, read_beats
 from hpc_train.job.limits import HangLimits
-from hpc_train.runs import follow, goodput, index, storage
+from hpc_train.planning import goodput
+from hpc_train.runs import follow, index, storage
 from hpc_train.runs.logparse import RunSummary
 from hpc_train.runs.named_nodes import NodeNote, node_notes
 from hpc_train.watch import hangs

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from hpc_core import ledger
 from hpc_core.rundir import RunDir, atomic_writer
 from hpc_train import cli
-from hpc_train.runs import goodput, index
+from hpc_train.planning import goodput
+from hpc_train.runs import index
 from hpc_train.runs.logparse import RunSummary, summarize_text
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ import sys
 import time
 
 from hpc_train import cli
-from hpc_train.runs import goodput, index, tracking
+from hpc_train.planning import goodput
+from hpc_train.runs import index, tracking
 
 
 def age(seconds: float | None) -> str:

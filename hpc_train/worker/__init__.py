@@ -22,6 +22,5 @@ and runs fairseq's training loop. The modules, by what they add to the rank:
   and one gloo all-reduce per update; no training figure comes from it).
 
 Nothing here runs in the launcher but ``checkpoints``: task 0 verifies ``checkpoint_last.pt`` with
-the rank's own loader (torch's weights_only allow-list; an exception import-linter allows). One
-import points up: ``tracking`` reads the run's goodput with ``hpc_train.runs.goodput`` (pure).
+the rank's own loader (torch's weights_only allow-list; an exception import-linter allows).
 """

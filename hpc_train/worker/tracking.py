@@ -30,13 +30,13 @@ fairseq's ``--tensorboard-logdir`` and ``--wandb-*`` are refused at submit (``jo
   loses a point rather than drawing one twice; a step at or below it is not logged again. After
   a resume from an older checkpoint the recomputed updates keep their first values.
 - **Each restart at its update** (its own TensorBoard folder and W&B prefix, ``restarts``): at a
-  start that is not the run's first, rank 0 reads the ledger (``runs.goodput``'s segments): the
+  start that is not the run's first, rank 0 reads the ledger (``planning.goodput``'s segments): the
   update it resumed at, the cause of the previous start's end (the ``stopped`` event's
   ``cause``, as ``goodput.segments`` reads it), that end in the launcher's words, and the
   updates recomputed. In W&B the point goes with the next log call, on its own x-axis
   (``restarts/update``): W&B takes no step below one it has.
 - **The toolkit's figures** (folder and prefix ``hpc-train``), at every ``train_inner`` step:
-  ETTR and the seconds by cause (``runs.goodput.account``), restarts, recomputed updates, this
+  ETTR and the seconds by cause (``planning.goodput.account``), restarts, recomputed updates, this
   start's nodes and world, the last save's stall and size; words/s is fairseq's ``wps``.
 
 - **Written before the start ends.** TensorBoard's files are flushed at every call. W&B writes
@@ -68,7 +68,7 @@ from hpc_core.ledger import Event, Kind
 from hpc_core.rundir import RunDir
 from hpc_train import contract
 from hpc_train.contract import TrackingRecord, WandbRun, WorkerEnv
-from hpc_train.runs import goodput
+from hpc_train.planning import goodput
 from hpc_train.worker import preemption
 
 log = logging.getLogger(__name__)

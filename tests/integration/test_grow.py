@@ -10,7 +10,8 @@ import pytest
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train import chaos
-from hpc_train.runs import audit, goodput
+from hpc_train.planning import goodput
+from hpc_train.runs import audit
 
 pytestmark = pytest.mark.slurm
 PACE_S = 0.1  # chaos pace: at most 10 updates/s, so a run is sized in seconds (worker.pace)

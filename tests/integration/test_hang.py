@@ -12,7 +12,7 @@ import pytest
 from hpc_core import ledger, slurm
 from hpc_core.rundir import SUSPECT, RunDir, incident_reports
 from hpc_train import chaos
-from hpc_train.runs import goodput
+from hpc_train.planning import goodput
 
 pytestmark = pytest.mark.slurm
 

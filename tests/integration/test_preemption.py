@@ -13,7 +13,7 @@ import pytest
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train import chaos
-from hpc_train.runs import goodput
+from hpc_train.planning import goodput
 from hpc_train.worker import checkpoints
 
 pytestmark = pytest.mark.slurm

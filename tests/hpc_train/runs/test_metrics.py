@@ -77,7 +77,7 @@ def test_a_runs_progress_goodput_restarts_and_nodes_are_metrics(tmp_path):
     assert got[("run_restarts_total", (*lab, "crash"))] == 1
     assert got[("node_blamed_total", (*lab, "n2"))] == 2
     assert got[("node_quarantined", (*lab, "n2"))] == 1
-    # the goodput is hpc_train.runs.goodput's: the parts and the productive rest make the wall
+    # the goodput is hpc_train.planning.goodput's: the parts and the productive rest make the wall
     lost = sum(v for (name, _), v in got.items() if name == "run_lost_seconds_total")
     assert lost + got[("run_productive_seconds_total", lab)] == pytest.approx(
         got[("run_wall_seconds_total", lab)]

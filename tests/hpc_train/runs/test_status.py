@@ -232,7 +232,7 @@ def test_a_requeue_by_scontrol_shows_as_a_requeue_not_a_cancel(tmp_path, monkeyp
     out = capsys.readouterr().out
     assert "1 (requeued)" in out and "cancelled" not in out, out
     assert "restart 1: resumed at update 30; before it: requeued (by Slurm, with no notice" in out
-    from hpc_train.runs import goodput
+    from hpc_train.planning import goodput
 
     events = ledger.read(run.ledger)
     assert [s.cause for s in goodput.segments(events, 1200.0)] == ["requeued", "running"]

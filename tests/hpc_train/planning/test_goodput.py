@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpc_core.ledger import Event
-from hpc_train.runs import goodput
+from hpc_train.planning import goodput
 
 
 def ev(kind: str, t: float, restart: int = 0, **data) -> Event:
