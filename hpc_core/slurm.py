@@ -171,6 +171,19 @@ def requeue(job_id: str | int) -> None:
             raise
 
 
+def hold(job_id: str | int, reason: str) -> None:
+    """Requeue the running job held, saying why: its comment first (``scontrol update JobId=
+    Comment=``, which a job's own user may set; ``scontrol show job`` shows it), then ``scontrol
+    requeuehold``: pending with priority 0 (Reason JobHeldUser) until ``scontrol release JOB``.
+    Asked from inside the job, the requeue's SIGTERM may end the client first (as ``requeue``)."""
+    run(["scontrol", "update", f"JobId={job_id}", f"Comment={reason}"])
+    try:
+        run(["scontrol", "requeuehold", str(job_id)])
+    except SlurmError as err:
+        if not str(err).endswith(TERMINATED):
+            raise
+
+
 def drain(node: str, reason: str) -> None:
     run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
 
