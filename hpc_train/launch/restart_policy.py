@@ -430,10 +430,12 @@ def _unless_lost(ev: EndEvidence, found: Suspect) -> tuple[Suspect, list[str]]:
         why = f"{found.why}, then Slurm lost it: {word.state} ({word.reason})"
         return found._replace(why=why, evidence=Evidence.LOST), said
     if node not in ev.slurm.steps:
-        _ask(Question(steps=(node,), slurmd_timeout=True))
+        _ask(Question(steps=(node,)))
     starts, probed = ev.slurm.steps[node]
     if starts:
         return found, said
+    if ev.slurm.slurmd_timeout_s is None:  # how long Slurm waits for a silent slurmd
+        _ask(Question(slurmd_timeout=True))
     timeout = ev.slurm.slurmd_timeout_s or DEFAULT_SLURMD_TIMEOUT_S
     if word.time < probed:  # no word since the probe: ask at once, and say the wait
         waiting = f"no step starts on {node}: waiting up to {timeout:.0f} s for Slurm's word"
