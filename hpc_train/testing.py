@@ -40,12 +40,14 @@ from hpc_train.faults.end_evidence import (
     JobWord,
     NodeWord,
     PartitionWord,
+    Question,
     SlurmWord,
     Where,
 )
 from hpc_train.faults.failures import Failure, NodeExit
 from hpc_train.faults.suspects import Evidence, RankReport, Suspect
-from hpc_train.launch.restart_policy import EndOptions
+from hpc_train.launch.restart_policy import EndOptions, after_end
+from hpc_train.launch.transition import AskSlurm
 from hpc_train.runs import follow
 
 STEADY = Backoff(0.5, 1.0, 0.5)  # rehearsals poll at a steady 0.5 s
@@ -228,3 +230,22 @@ def on_task(case: EndCase, task: int) -> EndCase:
     """``case`` as task ``task`` of its round meets it."""
     where = replace(case.evidence.where, task=task, node=HOSTS[task])
     return replace(case, evidence=replace(case.evidence, where=where))
+
+
+def questions(case: EndCase) -> list[Question]:
+    """What the policy asks of Slurm for ``case`` when none of Slurm's word is given yet, each
+    answered in turn from the case's own (as ``recovery.what_follows`` answers with
+    ``end_evidence.ask``), until it decides."""
+    full, word, asked = case.evidence.slurm, SlurmWord(), []
+    while isinstance(found := after_end(replace(case.evidence, slurm=word), case.options),
+                     AskSlurm):  # fmt: skip
+        q = found.question
+        asked.append(q)
+        word = replace(
+            word, job=full.job if q.job else word.job,
+            nodes={**word.nodes, **{n: full.nodes[n] for n in q.nodes}},
+            steps={**word.steps, **{n: full.steps[n] for n in q.steps}},
+            slurmd_timeout_s=full.slurmd_timeout_s if q.slurmd_timeout else word.slurmd_timeout_s,
+            partition=full.partition if q.partition else word.partition,
+        )  # fmt: skip
+    return asked

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 
 from hpc_train.contract import Cause
-from hpc_train.faults.end_evidence import SlurmWord
 from hpc_train.faults.suspects import Evidence
 from hpc_train.launch import restart_policy
 from hpc_train.launch.transition import (
@@ -29,7 +27,7 @@ from hpc_train.launch.transition import (
     Stop,
     Transition,
 )
-from hpc_train.testing import MODES, end_case, end_cases, on_task
+from hpc_train.testing import MODES, end_case, end_cases, on_task, questions
 
 # what follows each cause, in each mode: a requeue, an in-job round, hot spares
 TABLE: dict[Cause, tuple[type, type, type]] = {
@@ -162,17 +160,18 @@ def test_the_other_tasks_follow_task_0_in_a_round_and_fail_without_one(tmp_path)
 def test_a_decision_that_needs_slurms_word_asks_for_it_then_decides(tmp_path):
     """Without Slurm's word the policy asks, one question at a time, for what its decision
     needs: the job's state (a cancel?), the node it blames (its machine), then the partition
-    the requeue must start in; given each answer, it decides."""
-    case = end_case(tmp_path, Cause.HANG, "requeue")
-    full, word, asked = case.evidence.slurm, SlurmWord(), []
-    while isinstance(t := restart_policy.after_end(
-            replace(case.evidence, slurm=word), case.options), AskSlurm):  # fmt: skip
-        q = t.question
-        asked.append("job" if q.job else "partition" if q.partition else ",".join(q.nodes))
-        word = replace(word, job=full.job if q.job else word.job,
-                       nodes={**word.nodes, **{n: full.nodes[n] for n in q.nodes}},
-                       partition=full.partition if q.partition else word.partition)  # fmt: skip
-    assert asked == ["job", "n2", "partition"] and isinstance(t, Requeue)
+    the requeue must start in; given each answer, it decides. A kill by a signal asks too
+    whether a step still starts on its node; a finish asks nothing."""
+
+    def kinds(cause: Cause, mode: str = "requeue") -> list[str]:
+        return ["job" if q.job else "partition" if q.partition else
+                "step" if q.steps else ",".join(q.nodes)
+                for q in questions(end_case(tmp_path, cause, mode))]  # fmt: skip
+
+    assert kinds(Cause.HANG) == ["job", "n2", "partition"]
+    assert kinds(Cause.CRASH) == ["job", "n2", "step", "partition"]
+    assert kinds(Cause.CRASH, "in-job") == ["job", "n2", "step"]  # no requeue: no partition
+    assert kinds(Cause.FINISHED) == [] and kinds(Cause.NO_PROGRESS) == []
 
 
 def test_the_same_evidence_gives_the_same_transition(tmp_path):
