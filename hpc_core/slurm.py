@@ -174,7 +174,8 @@ def requeue(job_id: str | int) -> None:
 def hold(job_id: str | int, reason: str) -> None:
     """Requeue the running job held, saying why: its comment first (``scontrol update JobId=
     Comment=``, which a job's own user may set; ``scontrol show job`` shows it), then ``scontrol
-    requeuehold``: pending with priority 0 (Reason JobHeldUser) until ``scontrol release JOB``.
+    requeuehold``: pending with priority 0 (Reason job_requeued_in_held_state, 22.05) until
+    ``scontrol release JOB``.
     Asked from inside the job, the requeue's SIGTERM may end the client first (as ``requeue``)."""
     run(["scontrol", "update", f"JobId={job_id}", f"Comment={reason}"])
     try:
