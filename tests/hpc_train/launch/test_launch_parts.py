@@ -37,7 +37,15 @@ from hpc_train.launch import lifecycle, recovery, release, requeue, restart_poli
 from hpc_train.launch.context import Here
 from hpc_train.launch.rounds import Onward
 from hpc_train.launch.starts import Start
-from hpc_train.launch.transition import Finish, InJobRound, Requeue, Stop, Transition
+from hpc_train.launch.transition import (
+    Finish,
+    Hold,
+    InJobRound,
+    Requeue,
+    Stop,
+    StoppedLine,
+    Transition,
+)
 
 
 def here_of(
@@ -91,6 +99,24 @@ def test_the_requeue_excludes_the_blamed_node_and_tells_the_others(tmp_path, fak
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
     assert read_verdict(here.run, "41", 0).action == RoundAction.REQUEUE
     assert [k for k, _ in notes] == ["requeued"]
+
+
+def test_a_storage_fault_holds_the_job_and_the_others_wait_for_slurm(tmp_path, fake_slurm):
+    """A ``Hold`` carried out: the stop and its cause in the ledger, the round's word a
+    requeue (the other launchers and the spares wait for Slurm to end them), the job requeued
+    held with the reason (``slurm.hold``), this task failing once Slurm has not ended it."""
+    start = dataclasses.replace(TWO, standby=("n3",))
+    here, notes = here_of(tmp_path, start)
+    why = "torchrun exited with 1 (storage: OSError: [Errno 28] No space left on device); held"
+    ev = end_evidence.at_start(Ending.EXITED, here.where())
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        recovery.carry_out(here, Hold(Cause.STORAGE, why, StoppedLine(Cause.STORAGE, why, 1)), ev)
+    assert fake_slurm.held == [("41", f"hpc-train: {why}")] and fake_slurm.requeued == []
+    verdict = read_verdict(here.run, "41", 0)
+    assert (verdict.action, verdict.standby) == (RoundAction.REQUEUE, ["n3"])
+    assert [(k, d.get("cause") or d.get("by")) for k, d in notes] == [
+        ("stopped", Cause.STORAGE), ("requeued", "task 0, held: scontrol release 41")
+    ]  # fmt: skip
 
 
 def test_a_requeue_that_could_not_start_stops_the_run_and_requeues_nothing(
