@@ -121,7 +121,7 @@ class Decision:
     max_restarts: int = 0  # RESTART: --max-restarts
 
     def restarting(self, in_job: bool) -> str:
-        """What a RESTART is, said truthfully once task 0 has chosen (``Launcher._after``):
+        """What a RESTART is, said truthfully once task 0 has chosen (``after_end``):
         ``<why>: in-job round n/m`` or ``<why>: requeue n/m`` (restart n of --max-restarts m,
         in-job rounds and requeues counted together)."""
         how = "in-job round" if in_job else "requeue"
@@ -147,8 +147,9 @@ def after_exit(
     ``crash``: (class, description) of the exception the workers reported (``hpc_train.faults.failures``);
     ``repeated``: it is the same user error at the same update as in the round before, so the
     run stops instead of spending its restarts on it. ``blame``: a hang, or a crash that is not
-    the training code's: task 0 looks for the node at fault (``hpc_train.faults.node_blame``).
-    Only task 0 restarts the run (``Action.RESTART``: ``Launcher._after`` chooses a round in
+    the training code's: task 0 looks for the node at fault (``after_end``, with the picks of
+    ``hpc_train.faults.suspects``).
+    Only task 0 restarts the run (``Action.RESTART``: ``after_end`` chooses a round in
     the allocation or a requeue), so one job restarts once however many nodes saw the failure.
     """
     if cancelled:
