@@ -102,8 +102,12 @@ def carry_out(here: Here, t: to.Transition, ev: EndEvidence, path: EndPath = End
     return Onward.ends(here.done())
 
 
-def _record(here: Here, t: to.Stop | to.Hold | to.Requeue | to.InJobRound, ev: EndEvidence, deputy: bool,
-            note: Callable[..., Any]) -> None:  # fmt: skip
+Stopping = to.Stop | to.Hold | to.Requeue | to.InJobRound  # the cases with a ``stopped`` line
+
+
+def _record(
+    here: Here, t: Stopping, ev: EndEvidence, deputy: bool, note: Callable[..., Any]
+) -> None:
     """The start's end in the ledger (``stopped``), then its blames."""
     if t.stopped is not None:
         note(Kind.STOPPED, **t.stopped.data())
@@ -133,10 +137,10 @@ def _to_spares(here: Here, action: RoundAction, why: str) -> None:
 def _stop(here: Here, t: to.Stop, ev: EndEvidence, path: EndPath, deputy: bool) -> Onward:
     """The run ends here: a task that fails raises (task 0 first tells the other launchers and
     the spares); one that ends well returns its result (task 0 releases the spares)."""
-    _record(here, t, ev, deputy, here.deputy_note if deputy else here.note)
+    note = here.deputy_note if deputy else here.note
+    _record(here, t, ev, deputy, note)
     if t.blocked:
-        (here.deputy_note if deputy else here.note)(Kind.REQUEUE_BLOCKED, why=t.blocked,
-                                                    waiting=False)  # fmt: skip
+        note(Kind.REQUEUE_BLOCKED, why=t.blocked, waiting=False)
     if not t.fails:
         _to_spares(here, RoundAction.DONE, t.why)
         return Onward.ends(here.done(**t.result))

@@ -391,13 +391,9 @@ def _exit_settled(
     finished = bool(own) and min(b.update for b in own) >= opt.updates and not ev.failures
     returncode, hang, stuck = ended.returncode, ended.hang, ended.stuck
     if stuck is not None and hang is None:
-        if ended.saved or finished:
-            return (
-                0,
-                None,
-                stuck,
-                [f"torchrun was stuck after its ranks finished ({stuck}): killed"],
-            )
+        if ended.saved or finished:  # the kill was ours: the start ends as its ranks left it
+            killed = f"torchrun was stuck after its ranks finished ({stuck}): killed"
+            return 0, None, stuck, [killed]
         return returncode, f"torchrun stuck: {stuck}", stuck, []
     if returncode != 0 and hang is None and finished:
         stuck = f"torchrun exited {returncode} after its ranks finished training"
@@ -513,13 +509,14 @@ def _after_exit(ev: EndEvidence, opt: EndOptions) -> Transition:
     if crash and crash[0] == Cause.CRASH and suspect is not None:  # the blamed node says why
         crash = (Cause.CRASH, f"{suspect.node}: {suspect.why}")
     detail = crash[1] if crash else hang or f"torchrun exited with {returncode}"
+    progress = _progress(ev)
     if outcome.action is Action.FINISHED:
         why = f"{outcome.why}; then {stuck}: killed" if stuck else outcome.why
-        found: Transition = Finish(why, _progress(ev))
+        found: Transition = Finish(why, progress)
     else:
-        found = _outcome(ev, opt, outcome, StoppedLine(outcome.cause, outcome.why, returncode,
-                                                   crash[1] if crash else None,
-                                                   progress=_progress(ev)), detail, blames)  # fmt: skip
+        error = crash[1] if crash else None
+        line = StoppedLine(outcome.cause, outcome.why, returncode, error, progress=progress)
+        found = _outcome(ev, opt, outcome, line, detail, blames)
     said = [*said, *told, *found.said]
     return replace(found, blames=blames, hang=verdict, said=tuple(said))
 

@@ -34,7 +34,8 @@ VERDICT_WAIT_S = 240.0  # for task 0's word after a bad end (its evidence waits 
 @dataclass(frozen=True)
 class Onward:
     """This node after one start: its task's result for submitit (``result``: the task ends),
-    or its next start in the allocation (``start``) and why (``came_from``)."""
+    or its next start in the allocation (``start``) and why (``came_from``); neither: the
+    start goes on (``came_from``: how the start before ended, weighed at its beginning)."""
 
     result: dict[str, Any] | None = None
     start: Start | None = None
