@@ -68,8 +68,9 @@ class Kind(StrEnum):
     # a start's bad or early end: cause (hpc_train.contract.Cause: notice, crash, hang ...), why;
     # reached, last_progress: how far the start got
     STOPPED = "stopped", TASK0, "cause why returncode error saved reached last_progress"
-    # a node blamed: its machine, why, the evidence and the verdict on it, drained; rank (a hang's)
-    BLAMED = "blamed", TASK0, "node machine why evidence verdict drained rank"
+    # a node blamed: its machine, why, the evidence and the verdict on it, drained; rank (a hang's
+    # or a crash's suspect); cause: the cause of the stop it was blamed for (a straggler evicted)
+    BLAMED = "blamed", TASK0, "node machine why evidence verdict drained rank cause"
     STRAGGLER = "straggler", TASK0, "node ratio seconds compute_s median_s"  # a slow node
     REQUEUED = "requeued", TASK0, "by"  # by task 0 (a crash, a hang) or submitit (a notice)
     # a requeue that could not start: too few usable nodes (which, and why); waiting
@@ -135,9 +136,13 @@ def record(
     path: Path, kind: Kind, job: str, restart: int, when: float | None = None, **data: Any
 ) -> Event:
     """Append one event to the ledger at ``path`` (``when``: its time, now by default); an
-    unknown kind is refused before anything is written."""
+    unknown kind, or a field its kind does not have (``Kind.fields``), is refused before
+    anything is written."""
     if kind not in EVENTS:
         raise ValueError(f"unknown ledger event {kind!r} (one of {', '.join(EVENTS)})")
+    unknown = sorted(set(data) - set(next(k.fields for k in EVENTS if k == kind)))
+    if unknown:
+        raise ValueError(f"ledger event {kind} has no field {', '.join(unknown)}")
     event = Event(kind, time.time() if when is None else when, str(job), int(restart), data)
     line = {"event": kind, "time": event.time, "job": event.job, "restart": restart, **data}
     try:

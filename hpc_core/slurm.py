@@ -222,6 +222,20 @@ def requeue(job_id: str | int, patience: float = SILENCE_PATIENCE_S) -> None:
     patient(once, f"scontrol requeue {job_id}", patience)
 
 
+def hold(job_id: str | int, reason: str) -> None:
+    """Requeue the running job held, saying why: its comment first (``scontrol update JobId=
+    Comment=``, which a job's own user may set; ``scontrol show job`` shows it), then ``scontrol
+    requeuehold``: pending with priority 0 (Reason job_requeued_in_held_state, 22.05) until
+    ``scontrol release JOB``.
+    Asked from inside the job, the requeue's SIGTERM may end the client first (as ``requeue``)."""
+    run(["scontrol", "update", f"JobId={job_id}", f"Comment={reason}"])
+    try:
+        run(["scontrol", "requeuehold", str(job_id)])
+    except SlurmError as err:
+        if not str(err).endswith(TERMINATED):
+            raise
+
+
 def drain(node: str, reason: str) -> None:
     run(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"])
 

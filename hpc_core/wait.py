@@ -26,6 +26,10 @@ class Backoff:
             yield delay
             delay = min(self.most, delay * self.factor)
 
+    def delay(self, n: int) -> float:
+        """The ``n``-th delay (0: ``first``), as ``delays`` yields them."""
+        return min(self.most, self.first * self.factor ** max(0, n)) if n else self.first
+
 
 FAST = Backoff(0.1, 1.5, 1.0)  # things that happen within seconds (a file, a process exit)
 

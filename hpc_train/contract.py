@@ -14,33 +14,33 @@ Nothing else names an ``HPC_TRAIN_*`` variable a rank reads.
 | ``.hpc-train/next-<job>-<restart>.json`` | ``RoundVerdict`` (its ``RoundAction``) | task 0, when a start ends badly (and when it ends at all, with hot spares) | every launcher of that start and the spares standing by (restart in the allocation, or not) |
 | ``.hpc-train/stopped-<job>-<restart>.json`` | ``StopMarker`` | rank 0, after the save on notice | the launchers (``checkpoint()``, the restart policy) |
 | ``.hpc-train/notice-<job>-<restart>.json`` | ``{"signal", "node", "time"}`` (``record_notice``) | a launcher, on USR2 (its torchrun ignores it, its ranks may not have a handler yet) | every rank, each update until it has a notice (``worker.preemption``, ``read_notice``) |
-| ``heartbeats/<job>-<restart>/<node>/rank-<r>.json`` | ``Beat`` | each rank, every update (``worker.heartbeat``) | that node's hang monitor, task 0's straggler monitor, ``faults.node_blame`` |
+| ``heartbeats/<job>-<restart>/<node>/rank-<r>.json`` | ``Beat`` | each rank, every update (``worker.heartbeat``) | that node's hang monitor, task 0's straggler monitor, ``faults.end_evidence`` |
 | ``.hpc-train/launchers/<job>-<restart>-task<t>.json`` | ``LauncherBeat`` | each launcher's pulse thread, every few seconds | task 0 watches every other node's; task 1 watches task 0's (``watch.launchers``) |
 | ``rank-<r>.stacks`` | text | a rank's faulthandler on ``STACKS_SIGNAL`` | the hang monitor |
-| ``.hpc-train/failures/<job>-<restart>-rank<r>.json`` | ``FailureRecord`` | a rank, as an exception ends it (``worker.crash``) | task 0 (``faults.failures``) |
+| ``.hpc-train/failures/<job>-<restart>-rank<r>.json`` | ``FailureRecord`` | a rank, as an exception ends it (``worker.crash``) | every launcher at its start's end (``faults.end_evidence``, ``faults.failures``) |
 | ``.hpc-train/chaos-crash.json`` | ``CrashRequest`` | ``hpc-train chaos JOB crash`` | every rank, each update (``worker.crash``) |
 | ``.hpc-train/chaos-slow-save.json`` | ``{"seconds": S}`` (``ask_slow_saves``) | ``hpc-train chaos JOB slow-save`` | each rank's checkpoint writer, per save (``worker.async_save``) |
 | ``.hpc-train/chaos-pace.json`` | ``{"seconds": S}`` (``ask_pace``) | ``hpc-train chaos JOB pace``; the tests' runs, before they are submitted | every rank, each update (``worker.pace``) |
-| ``.hpc-train/nodes/<job>-<restart>-task<t>.exit.json`` | ``faults.agent_exit.NodeExit`` | each launcher (launcher to launcher) | task 0 |
+| ``.hpc-train/nodes/<job>-<restart>-task<t>.exit.json`` | ``faults.failures.NodeExit`` | each launcher (launcher to launcher) | task 0 (``faults.end_evidence``) |
 | ``.hpc-train/audit/<job>-<restart>/rank-<r>.jsonl`` | ``AuditLine`` (one a line) | each rank (``--audit-samples``) | ``runs.audit`` |
 | ``.hpc-train/audit/plan-epoch<e>.json`` (``RunDir.audit_plan``) | the epoch's sample ids, a sorted JSON list | rank 0, at its first step of the epoch (``worker.data_position``, ``--audit-samples``) | ``runs.audit`` (each id once per epoch) |
 | ``.hpc-train/ledger.jsonl``, one event a line (the kinds below) | ``hpc_core.ledger.Event``; each kind and its fields: ``hpc_core.ledger.Kind`` | submit, task 0's launcher, rank 0 (``worker.ledger_hooks``) | ``runs``, ``costs``, the launcher, the benchmarks |
 | ``ledger.jsonl``: ``submitted`` | ``Kind.SUBMITTED`` | ``submit`` | ``runs`` (``index``, ``goodput``, ``metrics``: the doctor's limits) |
-| ``ledger.jsonl``: ``started`` | ``Kind.STARTED`` | task 0 (``launch.lifecycle``) | ``runs`` (``index``, ``goodput``, ``metrics``, ``doctor``), ``launch.starts``, ``faults.node_blame`` |
+| ``ledger.jsonl``: ``started`` | ``Kind.STARTED`` | task 0 (``launch.lifecycle``) | ``runs`` (``index``, ``goodput``, ``metrics``, ``doctor``), ``launch.starts``, ``faults.end_evidence`` |
 | ``ledger.jsonl``: ``first_update`` | ``Kind.FIRST_UPDATE`` | rank 0 (``worker.ledger_hooks``) | ``runs`` (``index``, ``goodput``, ``metrics``) |
 | ``ledger.jsonl``: ``checkpoint`` | ``Kind.CHECKPOINT`` | rank 0 (``worker.ledger_hooks``) | ``planning.costs`` (the measured saves), ``runs`` (``index``, ``goodput``, ``metrics``, ``storage``) |
 | ``ledger.jsonl``: ``verified`` | ``Kind.VERIFIED`` | rank 0, as it loads a checkpoint (``worker.checkpoints``) | ``runs.storage`` (``status``, ``doctor``) |
 | ``ledger.jsonl``: ``set_aside`` | ``Kind.SET_ASIDE`` | task 0 choosing the resume (``launch.starts``), rank 0 as it loads (``worker.checkpoints``) | ``runs.storage`` (``status``, ``doctor``) |
 | ``ledger.jsonl``: ``notice`` | ``Kind.NOTICE`` | task 0 (``launch.launcher``: ``checkpoint()``) | the user (a record) |
-| ``ledger.jsonl``: ``stopped`` | ``Kind.STOPPED`` | task 0, or task 1 for a stuck task 0 (``launch``: ``launcher``, ``lifecycle``, ``recovery``); its ``cause``: a ``Cause`` | ``runs`` (``index``, ``goodput``, ``metrics``), ``launch.starts``, ``launch.launcher``, ``launch.notify``, ``faults.node_blame`` |
-| ``ledger.jsonl``: ``blamed`` | ``Kind.BLAMED`` | task 0, or task 1 for a stuck task 0 (``faults.node_blame``) | ``faults.quarantine``, ``faults.node_blame``, ``runs`` (``named_nodes``, ``metrics``) |
+| ``ledger.jsonl``: ``stopped`` | ``Kind.STOPPED`` | task 0, or task 1 for a stuck task 0 (``launch.recovery``, the executor); its ``cause``: a ``Cause`` | ``runs`` (``index``, ``goodput``, ``metrics``), ``launch.starts``, ``launch.launcher``, ``launch.notify``, ``faults.end_evidence`` |
+| ``ledger.jsonl``: ``blamed`` | ``Kind.BLAMED`` | task 0, or task 1 for a stuck task 0 (``faults.node_blame.Blamer``, by the executor); its ``cause``: a ``Cause`` | ``faults.suspects`` (the quarantine's count), ``faults.end_evidence``, ``runs`` (``named_nodes``, ``metrics``) |
 | ``ledger.jsonl``: ``straggler`` | ``Kind.STRAGGLER`` | task 0's straggler thread (``watch.straggler_monitor``) | ``runs.named_nodes`` |
-| ``ledger.jsonl``: ``requeued`` | ``Kind.REQUEUED`` | task 0, or task 1 for a stuck task 0 (``launch.requeue``; on a notice ``launch.launcher``) | ``runs.metrics``, ``launch.notify`` |
-| ``ledger.jsonl``: ``requeue_blocked`` | ``Kind.REQUEUE_BLOCKED`` | task 0, or task 1 for a stuck task 0 (``launch.requeue``) | ``runs.index`` |
-| ``ledger.jsonl``: ``restarted`` | ``Kind.RESTARTED`` | task 0 (``launch.rounds``) | ``contract.last_round``, ``launch.launcher``, ``faults.node_blame``, ``runs.index`` |
+| ``ledger.jsonl``: ``requeued`` | ``Kind.REQUEUED`` | task 0, or task 1 for a stuck task 0 (``launch.recovery``; on a notice, submitit's requeue recorded there) | ``runs.metrics``, ``launch.notify`` |
+| ``ledger.jsonl``: ``requeue_blocked`` | ``Kind.REQUEUE_BLOCKED`` | task 0, or task 1 for a stuck task 0 (``launch.recovery``) | ``runs.index`` |
+| ``ledger.jsonl``: ``restarted`` | ``Kind.RESTARTED`` | task 0 (``launch.recovery``) | ``contract.last_round``, ``launch.launcher``, ``faults.end_evidence``, ``runs.index`` |
 | ``ledger.jsonl``: ``released`` | ``Kind.RELEASED`` | task 0's release thread (``launch.release``) | the user (a record) |
 | ``ledger.jsonl``: ``grown`` | ``Kind.GROWN`` | task 0's grow thread (``launch.lifecycle``) | ``launch.starts`` |
-| ``ledger.jsonl``: ``finished`` | ``Kind.FINISHED`` | task 0 (``launch.launcher``) | ``runs`` (``index``, ``goodput``, ``doctor``), ``launch.notify`` |
+| ``ledger.jsonl``: ``finished`` | ``Kind.FINISHED`` | task 0 (``launch.recovery``) | ``runs`` (``index``, ``goodput``, ``doctor``), ``launch.notify`` |
 | ``profile.json`` (``RunDir.profile``) | ``worker.profile_table.ProfileWindow.to_json`` | rank 0, when its ``HPC_TRAIN_PROFILE`` window closes | ``benchmarks.gpu_session``, ``benchmarks.levers_cpu``, the user |
 | ``checkpoint_last.pt`` (``hpc_core.rundir.LAST``) | fairseq's checkpoint: a torch zip archive, its digest in its comment (``hpc_core.integrity``) | the ranks (fairseq, atomic, sealed before the rename) | task 0 (``worker.checkpoints.choose_resume``), the rank that loads it (verified: ``worker.checkpoints.install_verified_loads``) |
 | ``.hpc-train/tracking.json`` (``RunDir.tracking_record``) | ``TrackingRecord`` | rank 0, at each start (``worker.tracking``, ``--tensorboard``, ``--wandb-project``) | ``runs.tracking`` (``status``, ``logs``: where the curves are) |

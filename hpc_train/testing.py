@@ -1,11 +1,17 @@
 """Rehearsals: a tiny run submitted and watched as a user would, for the integration tests and
-the benchmarks. Not part of the product.
+the benchmarks; and the policy's table of ends. Not part of the product.
 
 ``submit_tiny`` submits through the real CLI (``python -m hpc_train.submit``), then
 ``wait_for_update`` waits on the run's train.log and ``wait_for_event`` on its ledger, each
 through ``hpc_core.wait.wait_until`` (a deadline, a steady poll). What rank 0's tracking wrote is
 read back raw: ``tensorboard_series`` (the event files record by record), ``wandb_runs`` and
 ``wandb_history`` (W&B's offline files record by record).
+
+``end_cases`` is one start's end of every cause (``contract.Cause``) in every recovery mode
+(a requeue, an in-job round, hot spares): the evidence as ``faults.end_evidence`` would read
+it and Slurm's word already given, for ``restart_policy.after_end`` to weigh without a file or
+a Slurm call (tests/hpc_train/launch/test_end_policy.py asserts what follows each; ``make
+bench-decision`` times them).
 
 No module of ``hpc_train``, ``hpc_core`` or ``nccl_checks`` imports this one: import-linter's
 contract "Product code never imports the rehearsal helpers" (pyproject.toml) checks it.
@@ -18,14 +24,32 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hpc_core import ledger, procs
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.slurm_env import JOB_ID
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import contract
+from hpc_train.contract import Beat, Cause, StartFiles
+from hpc_train.faults.end_evidence import (
+    Ended,
+    EndEvidence,
+    Ending,
+    JobWord,
+    NodeWord,
+    PartitionWord,
+    Question,
+    SlurmWord,
+    Where,
+)
+from hpc_train.faults.failures import Failure, NodeExit
+from hpc_train.faults.suspects import Evidence, RankReport, Suspect
+from hpc_train.launch.restart_policy import EndOptions, after_end
+from hpc_train.launch.transition import AskSlurm
 from hpc_train.runs import follow
 
 STEADY = Backoff(0.5, 1.0, 0.5)  # rehearsals poll at a steady 0.5 s
@@ -200,3 +224,135 @@ def wandb_runs(
         return found if len(found) == starts and len(done) == starts else None
 
     return [wandb_history(path) for path in wait_until(files, f"{starts} W&B runs", timeout)]
+
+
+# --- the policy's table: one end of each cause in each recovery mode ----------------------------
+
+MODES = ("requeue", "in-job", "spares")  # no in-job restarts; --restart-in-job; --spares 1
+HOSTS = ("n1", "n2")  # task 0 on n1; n2 is the node each end points to
+UPDATES = 100
+
+
+@dataclass(frozen=True)
+class EndCase:
+    """One end for the policy: its ``cause`` in recovery ``mode``, the evidence and options."""
+
+    cause: Cause
+    mode: str
+    evidence: EndEvidence
+    options: EndOptions
+
+
+class StorageFailure(Failure):
+    """A rank's report of a storage error. Faked: until issue 41's classifier reads a report's
+    errno, no report classifies as storage; this one says so, as its reports will."""
+
+    @property
+    def cause(self) -> Cause:
+        return Cause.STORAGE
+
+
+def _word(partition: dict[str, str] | None = None) -> SlurmWord:
+    """Slurm's word, given: the job running, every node up on its own machine, a step still
+    starting on n2, four idle nodes in the partition."""
+    nodes = {n: NodeWord("ALLOCATED", "", f"10.0.0.{n[1]}", 1.0) for n in ("n1", "n2", "n3")}
+    states = partition or {f"n{i}": "idle" for i in range(1, 5)}
+    return SlurmWord(JobWord("RUNNING", 0), nodes, {n: 1 for n in nodes}, {"n2": (True, 1.0)},
+                     20.0, PartitionWord(states))  # fmt: skip
+
+
+def _beats(*ranks: tuple[int, str, int]) -> dict[str, tuple[Beat, ...]]:
+    """Each node's heartbeats: (rank, node, update)."""
+    out: dict[str, tuple[Beat, ...]] = {h: () for h in HOSTS}
+    for rank, node, update in ranks:
+        out[node] = (*out[node], Beat(rank, node, 100 + rank, update, 1.0))
+    return out
+
+
+def _exited(cause: Cause) -> dict[str, Any]:
+    """The evidence fields of torchrun's end on task 0 for ``cause``."""
+    crashed = (NodeExit(0, "n1", 1), NodeExit(1, "n2", -9))
+    failed = (NodeExit(0, "n1", 1), NodeExit(1, "n2", 1))
+    beats = _beats((0, "n1", 40), (1, "n2", 40))
+    report = {
+        Cause.INFRASTRUCTURE: Failure(
+            1, 40, "DistBackendError", "NCCL error: unhandled cuda error"
+        ),
+        Cause.USER_ERROR: Failure(0, 40, "ValueError", "bad batch"),
+        Cause.STORAGE: StorageFailure(0, 40, "OSError", "[Errno 28] No space left on device"),
+    }.get(cause)
+    hang = tuple(RankReport(r, n, 40, 1.0, n == "n1") for r, n in ((0, "n1"), (1, "n2")))
+    fields: dict[str, dict[str, Any]] = {
+        Cause.FINISHED: {"ended": Ended(0, False), "beats": _beats((0, "n1", UPDATES))},
+        Cause.NOTICE: {"ended": Ended(0, True), "beats": beats},
+        Cause.CRASH: {"ended": Ended(1, False), "beats": beats, "exits": crashed},
+        Cause.NO_NODES: {"ended": Ended(1, False), "beats": beats, "exits": crashed},
+        Cause.HANG: {"ended": Ended(-9, False, hang="no update for 300 s"), "beats": beats,
+                     "hang_ranks": hang, "hang_reported": HOSTS},
+        Cause.STRAGGLER: {"ended": Ended(0, True, evicted=Suspect(
+            "n2", "computes an update in 1.40x the median", Evidence.STRAGGLER)), "beats": beats},
+        Cause.CANCELLED: {"ended": Ended(1, False), "signals": ("SIGTERM",), "beats": beats,
+                          "exits": failed},
+    }  # fmt: skip
+    if report is not None:
+        return {"ended": Ended(1, False), "beats": beats, "exits": failed, "failures": (report,)}
+    return fields[cause]
+
+
+ENDINGS = {Cause.BAD_NODE: Ending.REFUSED, Cause.NO_PROGRESS: Ending.NO_PROGRESS,
+           Cause.GROW: Ending.NOTICE}  # fmt: skip
+
+
+def end_case(root: Path, cause: Cause, mode: str) -> EndCase:
+    """The end of ``cause`` in ``mode`` on task 0 of job 41's first start (run dir ``root``,
+    never read): n2's machine was blamed once before (a blame on it drains it), and for
+    ``NO_NODES`` the partition has n2 drained beside n1 and the run needs two nodes."""
+    files = StartFiles(RunDir(root), "41", 0)
+    standby = ("n3",) if mode == "spares" else ()
+    where = Where(files, 0, HOSTS, len(HOSTS), standby, "n1", 0)
+    earlier = ledger.Event(Kind.BLAMED, 0.5, "40", 0, {"node": "n2", "machine": "10.0.0.2"})
+    partition = {"n1": "idle", "n2": "drained"} if cause == Cause.NO_NODES else None
+    fields: dict[str, Any] = {"events": (earlier,), "slurm": _word(partition)}
+    ending = ENDINGS.get(cause, Ending.EXITED)
+    if ending is Ending.EXITED:
+        fields.update(_exited(cause))
+    elif ending is Ending.REFUSED:
+        fields.update(detail="n2: GPU check failed: GPU 3: 2 uncorrectable ECC errors",
+                      nodes=("n2",))  # fmt: skip
+    elif ending is Ending.NO_PROGRESS:
+        fields["detail"] = "3 restarts in a row resumed from update 40"
+    else:
+        fields.update(saved=True, own_cause=Cause.GROW, beats=_beats((0, "n1", 40)))
+    options = EndOptions(UPDATES, 20, mode != "requeue", 2 if cause == Cause.NO_NODES else 1,
+                         True, "no", None)  # fmt: skip
+    return EndCase(cause, mode, EndEvidence(ending, where, 2.0, **fields), options)
+
+
+def end_cases(root: Path) -> list[EndCase]:
+    """Every cause in every mode (``end_case``)."""
+    return [end_case(root, cause, mode) for cause in Cause for mode in MODES]
+
+
+def on_task(case: EndCase, task: int) -> EndCase:
+    """``case`` as task ``task`` of its round meets it."""
+    where = replace(case.evidence.where, task=task, node=HOSTS[task])
+    return replace(case, evidence=replace(case.evidence, where=where))
+
+
+def questions(case: EndCase) -> list[Question]:
+    """What the policy asks of Slurm for ``case`` when none of Slurm's word is given yet, each
+    answered in turn from the case's own (as ``recovery.what_follows`` answers with
+    ``end_evidence.ask``), until it decides."""
+    full, word, asked = case.evidence.slurm, SlurmWord(), []
+    while isinstance(found := after_end(replace(case.evidence, slurm=word), case.options),
+                     AskSlurm):  # fmt: skip
+        q = found.question
+        asked.append(q)
+        word = replace(
+            word, job=full.job if q.job else word.job,
+            nodes={**word.nodes, **{n: full.nodes[n] for n in q.nodes}},
+            steps={**word.steps, **{n: full.steps[n] for n in q.steps}},
+            slurmd_timeout_s=full.slurmd_timeout_s if q.slurmd_timeout else word.slurmd_timeout_s,
+            partition=full.partition if q.partition else word.partition,
+        )  # fmt: skip
+    return asked

@@ -11,62 +11,26 @@ only its torchrun agent saw it die, and says so on stderr in its failure summary
 
 The launcher passes torchrun's stderr through (``Tee``: every line still reaches the task log,
 by way of a file that never blocks a writer) and keeps that record, and the failure reports its
-ranks could not write to the save dir and said on stderr instead (``Tee.failures``). Each node's launcher writes
-its ``NodeExit`` to the run directory; task 0 reads them all when it looks for the node at fault
-(``hpc_train.faults.node_blame``). An agent that is itself killed says nothing: its launcher's
-exit status for torchrun is the record then.
+ranks could not write to the save dir and said on stderr instead (``Tee.failures``). Each node's
+launcher writes it in its exit record (``faults.failures.NodeExit``); task 0 reads them all with
+the rest of a start's end (``hpc_train.faults.end_evidence``). An agent that is itself killed
+says nothing: its launcher's exit status for torchrun is the record then.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
-import signal
 import tempfile
 import threading
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 from typing import IO
 
-from hpc_core.rundir import atomic_write
-from hpc_train.contract import FAILURE_LINE, FailureRecord, StartFiles, failure_of_line
+from hpc_train.contract import FAILURE_LINE, FailureRecord, failure_of_line
 
 ROOT = "Root Cause (first observed failure):"
 RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
 EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
-# signals a rank or an agent receives from its own side: the agent stopping its other ranks, Slurm
-# ending the step (a requeue, a cancel), a user's Ctrl-C. Not evidence against the node.
-STOPPED_BY_US = frozenset({-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP})
-# a rank that dies of SIGABRT raised it itself (C++'s terminate: gloo or NCCL aborting on a lost
-# peer, seen on the local cluster as the surviving node's root cause): not a kill from outside
-SELF_ABORT = -signal.SIGABRT
-
-
-@dataclass(frozen=True)
-class NodeExit:
-    task: int
-    node: str
-    returncode: int  # torchrun's (negative: killed by that signal)
-    root_rank: int | None = None  # the rank torchrun names as the root cause
-    root_exitcode: int | None = None  # its exit status (negative: killed by that signal)
-
-    def killed(self) -> str | None:
-        """Why this node looks at fault: its agent or its root-cause rank died of a signal it
-        did not get from us; None otherwise."""
-        if self.returncode < 0 and self.returncode not in STOPPED_BY_US:
-            return f"torchrun on {self.node} was killed ({_signal_name(self.returncode)})"
-        code = self.root_exitcode
-        if code is not None and code < 0 and code not in STOPPED_BY_US and code != SELF_ABORT:
-            return f"rank {self.root_rank} on {self.node} was killed ({_signal_name(code)})"
-        return None
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
 
 
 def root_cause(lines: Iterable[str]) -> tuple[int, int] | None:
@@ -161,18 +125,3 @@ class Tee:
         self.finish(timeout=1.0)
         self._reader.close()
         self.file.close()
-
-
-def write(files: StartFiles, record: NodeExit) -> None:
-    atomic_write(files.node_exit(record.task), json.dumps(asdict(record)))
-
-
-def read(files: StartFiles, tasks: int) -> dict[int, NodeExit]:
-    """The exit records written so far for the start ``files``, by task."""
-    found = {}
-    for task in range(tasks):
-        try:
-            found[task] = NodeExit(**json.loads(files.node_exit(task).read_text()))
-        except (OSError, ValueError, TypeError):
-            continue
-    return found

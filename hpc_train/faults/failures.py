@@ -1,4 +1,5 @@
-"""Why a start crashed, and whether trying again can help.
+"""Why a start crashed, and whether trying again can help: each rank's report and each node's
+exit record, read by task 0 (``hpc_train.faults.end_evidence``) and weighed here (pure).
 
 A worker that dies of a Python exception leaves a report (``RunDir.failure_report``): its rank,
 the update it had reached, the exception's type and first line, and a class:
@@ -15,16 +16,21 @@ the update it had reached, the exception's type and first line, and a class:
                      budget on it.
 
 A rank killed by a signal (the OOM killer, a node failure, a hang's kill) leaves no report: its
-start counts as a crash, retried. The rank's side (writing the report, a crash injected by
-``chaos JOB crash``) is ``hpc_train.worker.crash``; this module is task 0's reading of them.
+start counts as a crash, retried. Only its torchrun agent saw it die: each node's launcher
+writes the agent's exit status and the rank it names as the root cause (``NodeExit``, from
+``faults.agent_exit.Tee``), and a rank or an agent killed by a signal we did not send points to
+its node (``NodeExit.killed``). The rank's side (writing the report, a crash injected by ``chaos
+JOB crash``) is ``hpc_train.worker.crash``; ``explain`` says what a start's reports come to.
 """
 
 from __future__ import annotations
 
+import json
+import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from hpc_core.rundir import RunDir
+from hpc_core.rundir import RunDir, atomic_write
 from hpc_train.contract import Cause, FailureRecord, StartFiles, write_failure
 from hpc_train.faults import signatures
 
@@ -100,6 +106,23 @@ def repeated(now: Sequence[Failure], before: Sequence[Failure]) -> Failure | Non
     return this if this.signature == last.signature else None
 
 
+def explain(
+    now: Sequence[Failure], before: Sequence[Failure]
+) -> tuple[tuple[Cause, str] | None, bool]:
+    """(class, description) of the exception that ended a round's workers (``now``: its
+    reports), if any said, and whether the round just before it (``before``: its reports; this
+    start's last round, else the last round of the Slurm start before, ``StartFiles.round_before``)
+    died of the same user error at the same update: the same bad input in in-job rounds 0 and 1
+    of one start is the same failure again, as it is across a requeue (pure)."""
+    cause = first(now)
+    if cause is None:
+        return None, False
+    again = repeated(now, before) is not None
+    if all(f.witness for f in now):  # only peers saw a rank go away: the peers' symptom
+        return (Cause.CRASH, f"a rank died without a word; its peers saw {cause.describe()}"), False
+    return (cause.cause, cause.describe()), again
+
+
 def write(run: RunDir, job: str, restart: int, failure: FailureRecord) -> None:
     write_failure(run, job, restart, failure)
 
@@ -113,3 +136,67 @@ def read(files: StartFiles) -> list[Failure]:
         except TypeError:
             continue  # not a report of this schema: no evidence
     return out
+
+
+# --- each node's exit record: how its torchrun ended ---------------------------------------------
+
+# signals a rank or an agent receives from its own side: the agent stopping its other ranks, Slurm
+# ending the step (a requeue, a cancel), a user's Ctrl-C. Not evidence against the node.
+STOPPED_BY_US = frozenset({-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP})
+# a rank that dies of SIGABRT raised it itself (C++'s terminate: gloo or NCCL aborting on a lost
+# peer, seen on the local cluster as the surviving node's root cause): not a kill from outside
+SELF_ABORT = -signal.SIGABRT
+
+
+@dataclass(frozen=True)
+class NodeExit:
+    """How torchrun ended on one node (its launcher writes it, ``write_exit``; task 0 reads them
+    all, ``read_exits``): its exit status and the rank it names as the root cause."""
+
+    task: int
+    node: str
+    returncode: int  # torchrun's (negative: killed by that signal)
+    root_rank: int | None = None  # the rank torchrun names as the root cause
+    root_exitcode: int | None = None  # its exit status (negative: killed by that signal)
+
+    def killed(self) -> str | None:
+        """Why this node looks at fault: its agent or its root-cause rank died of a signal it
+        did not get from us; None otherwise."""
+        if self.returncode < 0 and self.returncode not in STOPPED_BY_US:
+            return f"torchrun on {self.node} was killed ({_signal_name(self.returncode)})"
+        code = self.root_exitcode
+        if code is not None and code < 0 and code not in STOPPED_BY_US and code != SELF_ABORT:
+            return f"rank {self.root_rank} on {self.node} was killed ({_signal_name(code)})"
+        return None
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def write_exit(files: StartFiles, record: NodeExit) -> None:
+    atomic_write(files.node_exit(record.task), json.dumps(asdict(record)))
+
+
+def read_exit(path_text: str) -> NodeExit | None:
+    """One exit record from its file's text; None when it is not one (pure)."""
+    try:
+        return NodeExit(**json.loads(path_text))
+    except (ValueError, TypeError):
+        return None
+
+
+def read_exits(files: StartFiles, tasks: int) -> dict[int, NodeExit]:
+    """The exit records written so far for the start ``files``, by task (each file read once)."""
+    found = {}
+    for task in range(tasks):
+        try:
+            record = read_exit(files.node_exit(task).read_text())
+        except OSError:
+            continue
+        if record is not None:
+            found[task] = record
+    return found

@@ -1,10 +1,12 @@
-"""Machines blamed twice within a window stay out of the run.
+"""Machines blamed twice within a window stay out of the run: the list in the save dir, what it
+holds now, and a drained node's reason. The rules (what drains, what a machine's earlier blames
+count, what is quarantined) are pure and live with the suspects (``hpc_train.faults.suspects``).
 
 A blame on evidence about the node itself (a hang's suspect with no stack, a node short of GPUs,
-a rank's hardware error: ``hpc_train.faults.evidence``) drains the node with a reason (unless
+a rank's hardware error: ``faults.suspects.drain_verdict``) drains the node with a reason (unless
 ``--no-drain``) and excludes it from the requeued job; an administrator may resume it after a
 look. A blame on weaker evidence (a kill by a signal) is recorded and drains at the machine's
-second (``earlier``). A machine blamed twice within ``WINDOW_S`` is quarantined: it is listed
+second (``suspects.earlier``). A machine blamed twice within ``WINDOW_S`` is quarantined: it is listed
 in ``<save-dir>/.hpc-train/quarantine.json`` with the reasons, its drain reason says so, the
 next ``submit`` of this save dir excludes its node (``sbatch --exclude``) and a start that lands
 on it anyway (an administrator's resume, a plain requeue) is refused and requeued without it.
@@ -20,75 +22,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from hpc_core import ledger, slurm
-from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
-
-WINDOW_S = 24 * 3600.0  # a node blamed twice within a day is not a coincidence
-TIMES = 2
+from hpc_train.faults.suspects import TIMES, WINDOW_S, Entry, holds, quarantined
 
 
-@dataclass(frozen=True)
-class Entry:
-    node: str
-    reasons: tuple[str, ...]  # why it was blamed, oldest first
-    since: float  # the blame that quarantined it (time.time())
-    machine: str = ""  # the node's machine then (hpc_core.slurm.machine); "": not known
-
-
-def machine_of(event: ledger.Event) -> str:
-    """The machine a ``blamed`` event recorded ("": not known, a blame of an older version or
-    one Slurm could not say the machine of: it counts with the name's other unknown ones)."""
-    return str(event.get("machine") or "")
-
-
-def _blames(events: Sequence[ledger.Event]) -> dict[tuple[str, str], list[ledger.Event]]:
-    """The ``blamed`` events by (node, machine), in the ledger's order."""
-    blames: dict[tuple[str, str], list[ledger.Event]] = {}
-    for event in events:
-        if event.kind == Kind.BLAMED and event.get("node"):
-            blames.setdefault((event.get("node"), machine_of(event)), []).append(event)
-    return blames
-
-
-def earlier(
-    events: Sequence[ledger.Event], node: str, machine: str, now: float, window_s: float = WINDOW_S
-) -> int:
-    """How often ``node`` on ``machine`` was blamed within ``window_s`` before ``now``: counted
-    as ``quarantined`` counts (a name's other machine is another; "" with the name's other unknown
-    ones), so the blame that finds one earlier is the one that quarantines it (pure)."""
-    found = _blames(events).get((node, machine), [])
-    return sum(1 for e in found if now - window_s <= e.time <= now)
-
-
-def quarantined(events: Sequence[ledger.Event], window_s: float = WINDOW_S) -> list[Entry]:
-    """The quarantined machines: blamed ``TIMES`` times within ``window_s`` (pure)."""
-    blames = _blames(events)
-    out = []
-    for (node, machine), found in blames.items():
-        for i in range(TIMES - 1, len(found)):
-            if found[i].time - found[i - TIMES + 1].time <= window_s:
-                reasons = tuple(str(e.get("why", "")) for e in found)
-                out.append(Entry(node, reasons, found[i].time, machine))
-                break
-    return sorted(out, key=lambda e: (e.node, e.since))
-
-
-def holds(entries: Sequence[Entry], node: str, machine: str | None) -> bool:
-    """Is ``node`` on ``machine`` (None: not known) quarantined by ``entries``? An entry of an
-    unknown machine holds the name; a machine not known now is held (pure)."""
-    return any(
-        e.node == node and (not e.machine or machine is None or e.machine == machine)
-        for e in entries
-    )
-
-
-def update(run: RunDir, also: Sequence[ledger.Event] = ()) -> list[Entry]:
-    """Rewrite the save dir's list from the ledger (and ``also``: a blame about to be
-    recorded); the quarantined nodes."""
-    entries = quarantined([*ledger.read(run.ledger), *also])
+def update(run: RunDir, events: Sequence[ledger.Event] | None = None) -> list[Entry]:
+    """Rewrite the save dir's list from the ledger's ``events`` (read here if None; the
+    executor passes the ones it read, and the blames about to be recorded); the quarantined
+    nodes."""
+    entries = quarantined(ledger.read(run.ledger) if events is None else events)
     listed = [
         {"node": e.node, "machine": e.machine, "since": e.since, "reasons": list(e.reasons)}
         for e in entries

@@ -1,9 +1,10 @@
-"""The node a stop points to (pure): the one ``Suspect`` type, and who it is after a hang or a crash.
+"""The node a stop points to, what the blame rests on, and whether that drains it (pure).
 
-Every blame names a ``Suspect``: the node, why, what the blame rests on (``faults.evidence``),
-and the rank where one is known. ``hpc_train.faults.node_blame`` reads the evidence of a stop,
-asks the pick below, and blames the suspect; the watchers only report (a hang's node reports,
-``watch.hang_monitor``; a straggler, ``watch.straggler_monitor``).
+Every blame names a ``Suspect``: the node, why, what the blame rests on (``Evidence``), and the
+rank where one is known. ``hpc_train.faults.end_evidence`` reads a stop's evidence once; the
+policy (``hpc_train.launch.restart_policy``) asks the picks below and decides the blame; the
+watchers only report (a hang's node reports, ``watch.hang_monitor``; a straggler,
+``watch.straggler_monitor``); the executor (``hpc_train.launch.recovery``) records and drains.
 
 - a hang (``hang_suspect``), among the ranks of all nodes: a node that sent no report, else a
   rank that gave no Python stack when asked (SIGSTOPped, or stuck outside the interpreter),
@@ -11,18 +12,151 @@ asks the pick below, and blames the suspect; the watchers only report (a hang's 
 - a crash (``crash_suspect``): a rank whose own error is the machine's, else the one node whose
   torchrun (or the rank it names as the root cause) was killed by a signal we did not send,
   else the one node whose launcher wrote no exit record. None when it is the training code's.
+
+Whether a blame drains (``drain_verdict``): a drained node is out of the run, and on
+ParallelCluster clustermgtd terminates it and asks EC2 for another, which for p3dn, p4d and p5
+may not come (InsufficientInstanceCapacity). So a node is drained at once only on evidence about
+the node itself (``ABOUT_THE_NODE``: a hardware finding, a failed health check, a lost node, a
+hang with no Python stack, a measured straggler). Anything else (a rank or torchrun killed by a
+signal we did not send, a rank's own error that is no hardware finding, a hang in which every
+rank gave its stack) restarts first, on the node, and drains it at its second blame of the same
+machine within the quarantine's window, whatever the first one's evidence (``earlier``; a
+name's new machine starts at none). A machine blamed twice within ``WINDOW_S`` is quarantined
+(``quarantined``; the list in the save dir and what it keeps out: ``faults.quarantine``). The
+table, with where each piece of evidence comes from: docs/faults.md, "Bad nodes".
+
+A blame counts against the machine, not the name: each records the node's machine
+(``hpc_core.slurm.machine``: its NodeAddr, which ParallelCluster sets to the instance's IP).
+Where the cluster replaces drained nodes, two blames of two machines under one name are two
+bad days, not one bad machine, and the name's new machine is not held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import NamedTuple
 
+from hpc_core import ledger
+from hpc_core.ledger import Kind
 from hpc_train.contract import Cause
-from hpc_train.faults.agent_exit import NodeExit
-from hpc_train.faults.evidence import Evidence, of_hang
-from hpc_train.faults.failures import Failure
+from hpc_train.faults.failures import Failure, NodeExit
+
+WINDOW_S = 24 * 3600.0  # a node blamed twice within a day is not a coincidence
+TIMES = 2
+
+
+class Evidence(StrEnum):
+    """What a blame rests on."""
+
+    HARDWARE = "a hardware finding"
+    HEALTH_CHECK = "a failed health check"
+    LOST = "a lost node"
+    HANG_NO_STACK = "a hang with no Python stack"
+    STRAGGLER = "a measured straggler"
+    SIGNAL = "a kill by a signal"
+    OWN_ERROR = "a rank's own error, no hardware finding"
+    HANG_WITH_STACKS = "a hang, every rank in Python"
+
+
+# evidence about the node itself: drained at once
+ABOUT_THE_NODE = frozenset({
+    Evidence.HARDWARE, Evidence.HEALTH_CHECK, Evidence.LOST, Evidence.HANG_NO_STACK,
+    Evidence.STRAGGLER,
+})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DrainVerdict:
+    """Drain the node (and keep it out of the restart and the requeue), or restart on it."""
+
+    drain: bool
+    why: str
+
+
+def drain_verdict(evidence: Evidence, earlier: int) -> DrainVerdict:
+    """Drain or not, for a blame on ``evidence`` of a machine blamed ``earlier`` times before
+    within the quarantine's window (``earlier``)."""
+    if evidence in ABOUT_THE_NODE:
+        return DrainVerdict(True, f"drained: {evidence} is evidence about the node itself")
+    window = f"{WINDOW_S / 3600:.0f} h"
+    if earlier > 0:
+        return DrainVerdict(
+            True, f"drained: {evidence}, and this machine was blamed {earlier}x before in {window}"
+        )
+    return DrainVerdict(
+        False,
+        f"not drained: {evidence} is no evidence about the node itself and this machine's first "
+        f"blame in {window}: the run restarts on it; a second blame drains it",
+    )
+
+
+def of_hang(stack: bool) -> Evidence:
+    """The evidence of a hang's suspect: did its rank give a Python ``stack`` when asked (none
+    when its node's launcher sent no report; ``hang_suspect``)?"""
+    return Evidence.HANG_WITH_STACKS if stack else Evidence.HANG_NO_STACK
+
+
+# --- a machine's earlier blames: the ledger's ``blamed`` events ---------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    node: str
+    reasons: tuple[str, ...]  # why it was blamed, oldest first
+    since: float  # the blame that quarantined it (time.time())
+    machine: str = ""  # the node's machine then (hpc_core.slurm.machine); "": not known
+
+
+def machine_of(event: ledger.Event) -> str:
+    """The machine a ``blamed`` event recorded ("": not known, a blame of an older version or
+    one Slurm could not say the machine of: it counts with the name's other unknown ones)."""
+    return str(event.get("machine") or "")
+
+
+def _blames(events: Sequence[ledger.Event]) -> dict[tuple[str, str], list[ledger.Event]]:
+    """The ``blamed`` events by (node, machine), in the ledger's order."""
+    blames: dict[tuple[str, str], list[ledger.Event]] = {}
+    for event in events:
+        if event.kind == Kind.BLAMED and event.get("node"):
+            blames.setdefault((event.get("node"), machine_of(event)), []).append(event)
+    return blames
+
+
+def earlier(
+    events: Sequence[ledger.Event], node: str, machine: str, now: float, window_s: float = WINDOW_S
+) -> int:
+    """How often ``node`` on ``machine`` was blamed within ``window_s`` before ``now``: counted
+    as ``quarantined`` counts (a name's other machine is another; "" with the name's other unknown
+    ones), so the blame that finds one earlier is the one that quarantines it."""
+    found = _blames(events).get((node, machine), [])
+    return sum(1 for e in found if now - window_s <= e.time <= now)
+
+
+def quarantined(events: Sequence[ledger.Event], window_s: float = WINDOW_S) -> list[Entry]:
+    """The quarantined machines: blamed ``TIMES`` times within ``window_s``."""
+    blames = _blames(events)
+    out = []
+    for (node, machine), found in blames.items():
+        for i in range(TIMES - 1, len(found)):
+            if found[i].time - found[i - TIMES + 1].time <= window_s:
+                reasons = tuple(str(e.get("why", "")) for e in found)
+                out.append(Entry(node, reasons, found[i].time, machine))
+                break
+    return sorted(out, key=lambda e: (e.node, e.since))
+
+
+def holds(entries: Sequence[Entry], node: str, machine: str | None) -> bool:
+    """Is ``node`` on ``machine`` (None: not known) quarantined by ``entries``? An entry of an
+    unknown machine holds the name; a machine not known now is held."""
+    return any(
+        e.node == node and (not e.machine or machine is None or e.machine == machine)
+        for e in entries
+    )
+
+
+# --- who a stop points to ------------------------------------------------------------------------
 
 
 class Suspect(NamedTuple):
@@ -37,7 +171,7 @@ class Suspect(NamedTuple):
 @dataclass(frozen=True)
 class RankReport:
     """What a node's launcher saw of one of its ranks when the hang was declared (its hang
-    report: ``watch.hang_monitor`` writes it, ``node_blame.hang_suspect`` reads it)."""
+    report: ``watch.hang_monitor`` writes it, ``faults.end_evidence`` reads it)."""
 
     rank: int
     node: str
@@ -102,3 +236,30 @@ def crash_suspect(
         why = "its launcher wrote no exit record (the node or its task is gone)"
         return Suspect(silent[0], why, Evidence.LOST)
     return None
+
+
+@dataclass(frozen=True)
+class Blame:
+    """A node blamed, as the policy decided it (``launch.restart_policy``): why (the ledger's),
+    what it rests on, the verdict on that (drain, or restart on it), the node's machine then
+    (Slurm's word: the blame counts against it), the cause of the stop it is blamed for, and the
+    rank where the stop named one (``ranked``: a crash's or a hang's suspect, rank or None)."""
+
+    node: str
+    why: str
+    evidence: Evidence
+    verdict: DrainVerdict
+    machine: str
+    cause: Cause
+    rank: int | None = None
+    ranked: bool = False
+
+    @property
+    def leaves(self) -> bool:
+        """Its verdict leaves the node out of what follows (the restart, the requeued job)."""
+        return self.verdict.drain
+
+    def event(self, job: str, restart: int, when: float) -> ledger.Event:
+        """This blame as the ledger's ``blamed`` event it becomes (what the quarantine counts)."""
+        return ledger.Event(Kind.BLAMED, when, job, restart,
+                            {"node": self.node, "why": self.why, "machine": self.machine})  # fmt: skip

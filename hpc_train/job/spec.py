@@ -180,8 +180,8 @@ class SlurmJob:
 class Recovery:
     """What follows a failure, a notice or a narrow start (``JobSpec.recovery``): the restart
     budget, growing back, in-job restarts and hot spares (``launch.restart_policy``), and what
-    follows a blame: drained or not, a straggler evicted (``faults.node_blame``,
-    ``launch.requeue``)."""
+    follows a blame: drained or not, a straggler evicted (the policy and its executor,
+    ``launch.recovery``)."""
 
     max_restarts: int = option(
         "--max-restarts",

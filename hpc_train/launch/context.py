@@ -2,9 +2,11 @@
 
 ``Here`` is one node's start (``starts.Start``) with the run's spec, the start's files
 (``contract.StartFiles``: the run directory bound to the start's key once, here, and passed on
-as a value: no part passes the key apart) and task 0's ledger (``Launcher.note``). The parts
-(``lifecycle``, ``recovery``, ``requeue``, ``rounds``, ``signals``) take it instead of the
-launcher; ``blamer`` is its word to ``hpc_train.faults.node_blame``, which blames.
+as a value: no part passes the key apart), the policy's options (``restart_policy.EndOptions``,
+derived from the spec once) and task 0's ledger (``Launcher.note``). The parts (``lifecycle``,
+``recovery``, ``requeue``, ``rounds``, ``signals``) take it instead of the launcher; ``where``
+is the start as its end's evidence names it (``faults.end_evidence.Where``); ``blamer`` is the
+executor's one ``hpc_train.faults.node_blame.Blamer``, which records a blame.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_core.rundir import RunDir
-from hpc_train.contract import StartFiles
+from hpc_train.contract import StartFiles, node_name
 from hpc_train.faults import node_blame
+from hpc_train.faults.end_evidence import Where
 from hpc_train.job.spec import JobSpec
+from hpc_train.launch.restart_policy import EndOptions
 from hpc_train.launch.starts import Start
 
 
@@ -36,6 +40,7 @@ class Here:
     files: StartFiles  # start.files(run): this start's files, its key bound once
     note: Callable[..., Any]  # task 0's ledger (a no-op on the other tasks)
     deputy_note: Callable[..., Any]  # the ledger from task 1, acting for a stuck task 0
+    options: EndOptions  # what the policy reads of the spec (``EndOptions.of(spec)``)
 
     @classmethod
     def of(
@@ -45,7 +50,8 @@ class Here:
         note: Callable[..., Any],
         deputy_note: Callable[..., Any] | None = None,
     ) -> Here:
-        return cls(spec, start, start.files(spec.run_dir), note, deputy_note or note)
+        files = start.files(spec.run_dir)
+        return cls(spec, start, files, note, deputy_note or note, EndOptions.of(spec))
 
     @property
     def run(self) -> RunDir:
@@ -60,12 +66,17 @@ class Here:
         return self.start.task == 0
 
     def blamer(self, deputy: bool = False) -> node_blame.Blamer:
-        """Who blames for this start (``faults.node_blame``): task 0, or task 1 acting for a
-        stuck task 0 (``deputy``: its own ledger note)."""
+        """Who records this start's blames (``faults.node_blame``): task 0, or task 1 acting
+        for a stuck task 0 (``deputy``: its own ledger note)."""
         note = self.deputy_note if deputy else self.note
-        return node_blame.Blamer(
-            self.files, self.start.hosts, not self.spec.recovery.no_drain, note, log
-        )
+        return node_blame.Blamer(self.files, self.options.drain, note, log)
+
+    def where(self, spent: int = 0) -> Where:
+        """This start as its end's evidence names it (``spent``: the restarts the budget
+        counted before it)."""
+        start = self.start
+        return Where(self.files, start.task, start.hosts, start.num_nodes, start.standby,
+                     node_name(), spent)  # fmt: skip
 
     def done(self, **extra: Any) -> dict[str, Any]:
         """This node's result for submitit: its host and the start's restart count."""

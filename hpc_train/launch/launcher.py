@@ -6,8 +6,9 @@ workers. Resume state always comes from the save dir, never from the pickled sub
 requeue Slurm performs by itself (node failure, spot loss, ``scontrol requeue``) resumes too.
 
 ``Launcher`` holds what submitit pickles and what its hooks need; each concern is a part of
-``hpc_train.launch`` (its docstring lists them). After a bad end, task 0 chooses here
-(``_after``) between a round in the allocation (``rounds``) and a requeue (``requeue``).
+``hpc_train.launch`` (its docstring lists them). Every end of a start goes the same three steps:
+its evidence read once (``faults.end_evidence``), the pure policy (``restart_policy.after_end``,
+by way of ``recovery.what_follows``) and the one executor (``recovery.carry_out``).
 
 Interruptions:
 - USR2 (preemption, time limit, spot notice): the workers save at the next update and exit;
@@ -43,23 +44,14 @@ from hpc_core import ledger
 from hpc_core.ledger import Kind
 from hpc_core.slurm_env import SlurmEnv
 from hpc_core.wait import wait_until
-from hpc_train.contract import (
-    ENDED,
-    ENDING,
-    WAITING,
-    Cause,
-    RoundAction,
-    RoundVerdict,
-    node_name,
-)
-from hpc_train.faults import agent_exit
+from hpc_train.contract import ENDED, ENDING, WAITING, Cause, RoundAction, node_name
+from hpc_train.faults import agent_exit, end_evidence, failures
+from hpc_train.faults.end_evidence import Ended, Ending
 from hpc_train.job import command_lines, upgrade
 from hpc_train.job.spec import JobSpec
 from hpc_train.launch import lifecycle, notify, recovery, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here, log
-from hpc_train.launch.recovery import Aftermath, Ended
-from hpc_train.launch.restart_policy import Action
-from hpc_train.launch.rounds import Next
+from hpc_train.launch.rounds import Onward
 from hpc_train.launch.signals import SAVE_WAIT_ENV as SAVE_WAIT_ENV
 from hpc_train.launch.starts import Start, allocation_start
 from hpc_train.watch import launchers
@@ -162,18 +154,18 @@ class Launcher:
         """Every start of this node in this allocation: the first, then each in-job restart
         task 0 decides after a crash or a hang (``_start_once`` returns the next start)."""
         while True:
-            result = self._start_once(start, gpus, came_from)
-            if isinstance(result, dict):
-                return result
-            start, came_from = result
+            onward = self._start_once(start, gpus, came_from)
+            if onward.start is None:
+                return onward.result or {}
+            start, came_from = onward.start, onward.came_from
 
     def _stand_by(self, spare: Start, gpus: int, trains: int) -> dict[str, Any]:
         """A hot spare (``rounds.stand_by``; ``trains``: the nodes that train): it trains once
         a round takes it in."""
-        result = rounds.stand_by(self.here(spare), trains)
-        if isinstance(result, dict):
-            return result
-        return self.run(result[0], gpus, result[1])
+        onward = rounds.stand_by(self.here(spare), trains)
+        if onward.start is None:
+            return onward.result or {}
+        return self.run(onward.start, gpus, onward.came_from)
 
     def restarts_spent(self, start: Start) -> int:
         """Restarts this run has had, as the one budget (``--max-restarts``) counts them
@@ -185,7 +177,7 @@ class Launcher:
                  and e.get("cause") == Cause.GROW and e.restart < start.restart}  # fmt: skip
         return restart_policy.restarts_spent(start.restart, max(in_job, start.round), len(grows))
 
-    def _start_once(self, start: Start, gpus: int, came_from: str | None) -> Next:
+    def _start_once(self, start: Start, gpus: int, came_from: str | None) -> Onward:
         """One start on this node, its launcher beating and watching another's all along
         (``hpc_train.watch.launchers``); this node's result, or its next start in the allocation."""
         here = self._begin(start)
@@ -201,19 +193,20 @@ class Launcher:
 
     def _start_body(
         self, here: Here, gpus: int, came_from: str | None, pulse: launchers.Pulse
-    ) -> Next:
-        """Decide (``lifecycle``), train (torchrun), then what follows (``recovery``)."""
+    ) -> Onward:
+        """Decide (``lifecycle``), train (torchrun), then what follows: the end's evidence read
+        once, the policy's transition, carried out (``recovery``)."""
         spent = self.restarts_spent(here.start)
         decision, before = lifecycle.begin(here, spent, gpus, came_from)
         args = lifecycle.announce(here, decision, before)
         if decision.at_update >= self.spec.updates:
-            log(f"checkpoint is at update {decision.at_update}: max-update reached, done")
-            here.note(Kind.FINISHED, why="max-update reached before this start")
-            rounds.release_spares(here, RoundAction.DONE, "max-update reached")
-            return here.done()
+            reached = f"checkpoint is at update {decision.at_update}: max-update reached, done"
+            ev = end_evidence.at_start(Ending.REACHED, here.where(spent), detail=reached)
+            return recovery.carry_out(here, recovery.what_follows(ev, here.options), ev)
         ended = self._train(here, decision.use_gpu, decision.ranks_per_node, args, spent, pulse)
-        cancelled = partial(signals.cancelled, self._signals, here.job_id)
-        return self._after(here, recovery.assess(here, ended, spent, cancelled), pulse)
+        ev = end_evidence.at_exit(here.where(spent), ended, self._signals, self.spec.updates)
+        finished = recovery.EndPath(finished=partial(self._await_watched, here, pulse))
+        return recovery.carry_out(here, recovery.what_follows(ev, here.options), ev, finished)
 
     def _train(self, here: Here, use_gpu: bool, nproc: int, args: list[str], spent: int,
                pulse: launchers.Pulse) -> Ended:  # fmt: skip
@@ -237,49 +230,13 @@ class Launcher:
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
                 root = tee.finish(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
-                agent_exit.write(here.files, agent_exit.NodeExit(
+                failures.write_exit(here.files, failures.NodeExit(
                     here.start.task, node_name(), returncode, *(root or (None, None))))  # fmt: skip
         finally:
             hang, evicted, stuck = watchers.stop()
         pulse.beat(ENDING)
         saved = here.files.stop() is not None
         return Ended(returncode, saved, hang, evicted, stuck)
-
-    def _after(self, here: Here, rec: Aftermath, pulse: launchers.Pulse) -> Next:
-        """Act on the recovery decision: finish, stop, fail, or restart: task 0 chooses a round
-        in the allocation or a requeue, and the log and the ledger say which."""
-        outcome, start = rec.outcome, here.start
-        progress = here.files.progress(start.hosts) if here.task0 else {}
-        if outcome.action is Action.FINISHED:
-            why = f"{outcome.why}; then {rec.stuck}: killed" if rec.stuck else outcome.why
-            log(why)
-            here.note(Kind.FINISHED, why=why, **progress)
-            rounds.release_spares(here, RoundAction.DONE, why)
-            self._await_watched(here, pulse)
-            return here.done()
-        restart = outcome.action is Action.RESTART
-        nxt = (
-            rounds.choose_round(here, rec) if restart else None
-        )  # a round in the allocation, or not
-        why = outcome.restarting(in_job=nxt is not None) if restart else outcome.why
-        error = {"error": rec.crash[1]} if rec.crash else {}
-        here.note(Kind.STOPPED, cause=outcome.cause, why=why, returncode=rec.returncode,
-                  **error, **progress)  # fmt: skip
-        if outcome.action in (Action.CANCELLED, Action.SAVED_ON_NOTICE):
-            log(why)
-            rounds.release_spares(here, RoundAction.DONE, why)
-            saved = outcome.action is Action.SAVED_ON_NOTICE
-            return here.done(**({"stopped": True} if saved else {}))
-        if outcome.action is Action.FAIL:
-            log(why)
-            if start.task != 0 and self.spec.recovery.in_job_restarts:  # task 0 decides
-                return rounds.follow(here, why)
-            here.files.write_verdict(RoundVerdict(RoundAction.FAIL, why))
-            raise RuntimeError(why)
-        log(f"job {start.job_id}: {why}")
-        if nxt is None:
-            requeue.requeue(here, list(rec.leave_out))
-        return rounds.restart(here, rec, nxt)
 
     def _await_watched(self, here: Here, pulse: launchers.Pulse) -> None:
         """Training is over: wait for the launchers this one watches to end their part (a stuck
@@ -297,9 +254,14 @@ class Launcher:
             requeue.await_end()  # the requeue ends this task; never report success meanwhile
 
     def _on_silent(self, start: Start, silence: launchers.Silence) -> None:
-        """The pulse found a watched launcher stuck (``recovery.on_silent``)."""
+        """The pulse found a watched launcher stuck: that end's evidence, the policy's
+        transition, carried out from the pulse's thread (task 0 while training: its own
+        notice, submitit's requeue; else a requeue, or the job's end)."""
         here = self._here if self._here is not None else self.here(start)
-        recovery.on_silent(here, silence, not self._training_over, self._own_notice)
+        ev = end_evidence.at_start(Ending.SILENT, here.where(), detail=silence.describe(),
+                                   nodes=(silence.node,), training=not self._training_over)  # fmt: skip
+        path = recovery.EndPath(own_notice=self._own_notice, pulse=True)
+        recovery.carry_out(here, recovery.what_follows(ev, here.options), ev, path)
 
     def save_wait_s(self) -> float:
         """The longest checkpoint() waits for the save on notice (``signals.save_wait_s``)."""
@@ -328,8 +290,7 @@ class Launcher:
         proc = self._proc
         exited = signals.workers_exited(proc.pid if proc else None)
         saved = signals.wait_for_save(self._marker, self.save_wait_s(), exited)
-        why = "saved on notice" if saved else "notice, but no save on notice in time"
-        progress = here.files.progress(here.start.hosts) if here else {}
-        self.note(Kind.STOPPED, cause=self._own_notice.cause(), why=why, saved=saved, **progress)
-        self.note(Kind.REQUEUED, by="submitit (notice)")
+        if here is not None:  # the stop and submitit's requeue, recorded by the executor
+            ev = end_evidence.at_notice(here.where(), saved, self._own_notice.cause())
+            recovery.carry_out(here, recovery.what_follows(ev, here.options), ev)
         return submitit.helpers.DelayedSubmission(Launcher(self.spec))

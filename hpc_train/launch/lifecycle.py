@@ -1,13 +1,13 @@
 """A start's lifecycle on one node, before and around torchrun.
 
 ``Launcher._start_body`` runs these in order: ``begin`` (why the last start ended, the restart
-budget, task 0's ``starts.decide_start``: geometry, batch plan, resume point; a refused start
-goes to ``recovery.refuse``), ``announce`` (the fairseq arguments; ``started`` in the ledger),
+budget, task 0's ``starts.decide_start``: geometry, batch plan, resume point; a refused start,
+or one that would not advance, ends through ``recovery``'s decision and executor), ``announce`` (the fairseq arguments; ``started`` in the ledger),
 ``environment`` (the ranks' ``contract.WorkerEnv``), then torchrun with its ``Watchers``: the
 spot notice (``watch.spot``), the hang monitor (``watch.hang_monitor``), task 0's straggler
 and grow-back threads (``watch.straggler_monitor``, ``watch.grow_monitor``). When torchrun
 exits, what it left running of this start is ended (``end_leftovers``: the ranks of a killed
-agent), and ``recovery.assess`` says what follows.
+agent), and ``recovery`` decides and carries out what follows.
 """
 
 from __future__ import annotations
@@ -24,19 +24,12 @@ from pathlib import Path
 from hpc_core import instances, procs, slurm
 from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, process_exited, wait_until
-from hpc_train.contract import (
-    SAVE_DIR,
-    START,
-    Cause,
-    RoundAction,
-    StartDecision,
-    WorkerEnv,
-    node_name,
-)
-from hpc_train.faults import node_blame
+from hpc_train.contract import SAVE_DIR, START, Cause, StartDecision, WorkerEnv, node_name
+from hpc_train.faults import end_evidence
+from hpc_train.faults.end_evidence import Ending
 from hpc_train.faults.suspects import Suspect
 from hpc_train.job import command_lines, tracking
-from hpc_train.launch import recovery, requeue, restart_policy, rounds, signals
+from hpc_train.launch import recovery, requeue, restart_policy, signals
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import batch_plan_of, decide_start, previous_stop
 from hpc_train.planning import costs
@@ -103,11 +96,17 @@ def end_leftovers(here: Here, returncode: int) -> list[int]:
 
 
 def previous_end(here: Here, came_from: str | None) -> str:
-    """Why the start before this one ended (task 0 blames the nodes Slurm lost meanwhile)."""
+    """Why the start before this one ended (task 0 blames the nodes Slurm lost meanwhile: the
+    start before's end, weighed now, ``Ending.UNRECORDED``)."""
     if came_from is not None:
         return came_from
     said = previous_stop(here.files)
-    return node_blame.lost(here.blamer(), said) if here.task0 else said
+    if not here.task0:
+        return said
+    ev = end_evidence.at_next_start(here.where(), said)
+    if not ev.nodes:  # the toolkit said how it ended: nobody to ask about
+        return said
+    return recovery.carry_out(here, recovery.what_follows(ev, here.options), ev).came_from
 
 
 def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[StartDecision, str]:
@@ -121,13 +120,13 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
         raise RuntimeError(f"restart budget exhausted (--max-restarts {budget})")
     spec.training.save_dir.mkdir(parents=True, exist_ok=True)
     decision = decide_start(here.run, here.start, spec, gpus, log)
-    if decision.refused:
-        recovery.refuse(here, decision, spent)
-    if decision.stop:  # task 0 saw no progress over the last restarts: every task fails
-        log(f"stopping the run: {decision.stop}")
-        here.note(Kind.STOPPED, cause=Cause.NO_PROGRESS, why=decision.stop)
-        rounds.release_spares(here, RoundAction.FAIL, decision.stop)
-        raise RuntimeError(decision.stop)
+    if decision.refused or decision.stop:  # task 0 saw no progress over the last restarts
+        ending, why = (Ending.REFUSED, decision.refused) if decision.refused else (
+            Ending.NO_PROGRESS, decision.stop)  # fmt: skip
+        ev = end_evidence.at_start(ending, here.where(spent), detail=why,
+                                   nodes=tuple(decision.bad_nodes))  # fmt: skip
+        recovery.carry_out(here, recovery.what_follows(ev, here.options), ev)
+        raise RuntimeError(why)  # (the executor raised first: this start ends on every task)
     return decision, before
 
 
@@ -212,7 +211,7 @@ def watch_stragglers(here: Here, spent: int) -> straggler_monitor.StragglerWatch
         spent, spec.recovery.max_restarts
     )
     return straggler_monitor.watch(here.files, here.start, spec.watch.stragglers, evict,
-                                   not spec.recovery.no_drain, here.note, log)  # fmt: skip
+                                   here.note, log)  # fmt: skip
 
 
 def watch_growth(here: Here, own_notice: signals.OwnNotice) -> GrowWatch | None:

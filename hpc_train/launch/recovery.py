@@ -1,195 +1,252 @@
-"""What follows a start's end: the recovery decision; a start refused; a stuck launcher.
+"""What follows a start's end, carried out: the decision, and the one executor of its outcome.
 
-"What happens when a rank crashes", in order: the rank's crash report (``worker.crash``) and its
-node's agent exit (``faults.agent_exit``) are read back here (``crash_report``);
-``restart_policy.after_exit`` (pure) says FINISHED, SAVED_ON_NOTICE, CANCELLED, RESTART or FAIL;
-task 0 blames the node behind it (``faults.node_blame``), then (``Launcher._after`` chooses)
-requeues without it (``launch.requeue``) or restarts training in the allocation on the healthy
-nodes and the hot spares (``launch.rounds``, where the other tasks wait for task 0's word).
+"What happens when a rank crashes", in three files: the evidence, read once
+(``hpc_train.faults.end_evidence``: every node's exit record, the ranks' failure reports, the
+heartbeats, the hang reports, the round before's reports, the ledger, Slurm's word); the
+policy, pure (``launch.restart_policy.after_end``: one ``launch.transition.Transition``); and
+this module:
 
-- ``assess``: torchrun's exit and what the watchers saw -> ``Aftermath`` (outcome, suspect, crash);
-- ``refuse``: a start that could not run (a node short of GPUs): blame, requeue or fail;
-  a node is left out where its blame's verdict drains it (``faults.evidence``), never on a blame
-  alone: a first signal kill restarts on its node, in the job or by a requeue that may use it;
-- ``on_silent``: a stuck launcher found by the pulse (``watch.launchers``): blame, save, requeue.
+- ``what_follows``: the policy's answer for an end; where it waits on Slurm's word
+  (``AskSlurm``), Slurm is asked (``end_evidence.ask``, after the back-off it says) and the
+  policy asked again;
+- ``carry_out``: the one executor, on every end path (after torchrun, a refused start, a run
+  with no progress, max-update reached, the notice, a stuck launcher): the ledger
+  (``stopped``, ``finished``, ``requeued``, ``restarted``...), each blame through the start's
+  one ``Blamer``, a hang's ``suspect.json``, the round's verdict (the other launchers and the
+  hot spares follow it; the spares are released once, here), then the in-job round, the
+  requeue or the hold, or the task's end;
+- every Slurm change after a start's end is made here, each named once below (``drain``,
+  ``requeue_job``, ``exclude``, ``hold``, ``cancel``, ``notice``; the release of nodes left out,
+  a thread of task 0, is started here: ``launch.release``), and every Slurm read of a decision
+  in ``end_evidence.ask``: the one place each, to batch them at scale.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from hpc_core import ledger, slurm
+from hpc_core import slurm
 from hpc_core.ledger import Kind
-from hpc_train.contract import Cause, StartDecision, node_name, read_beats
-from hpc_train.faults import failures, node_blame
-from hpc_train.faults.suspects import Suspect
-from hpc_train.launch import requeue, restart_policy
+from hpc_core.rundir import SUSPECT, atomic_write
+from hpc_train.contract import RoundAction, RoundVerdict
+from hpc_train.faults import end_evidence
+from hpc_train.faults.end_evidence import EndEvidence, Ending
+from hpc_train.launch import release, requeue, restart_policy, rounds
+from hpc_train.launch import transition as to
 from hpc_train.launch.context import Here, log
-from hpc_train.launch.restart_policy import Action
+from hpc_train.launch.restart_policy import EndOptions
+from hpc_train.launch.rounds import Onward
 from hpc_train.launch.signals import OwnNotice, save_wait_s, wait_for_save
-from hpc_train.launch.starts import Start
-from hpc_train.watch.launchers import Silence
+
+
+def what_follows(
+    ev: EndEvidence, opt: EndOptions, sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> to.Transition:  # fmt: skip
+    """The policy's transition for the end ``ev``: while it waits on Slurm's word, ask Slurm
+    (after the back-off it says) and decide again (``sleep`` and ``clock``: a test's own)."""
+    while True:
+        found = restart_policy.after_end(ev, opt)
+        if not isinstance(found, to.AskSlurm):
+            return found
+        for line in found.said:
+            log(line)
+        sleep(found.after_s)
+        ev = ev.answered(end_evidence.ask(found.question, ev.slurm, ev.where.files.job, clock))
 
 
 @dataclass(frozen=True)
-class Ended:
-    """How torchrun ended on this node, and what its watchers saw meanwhile."""
+class EndPath:
+    """How an end path carries out: what it does when training is over (``finished``: wait for
+    the launchers this one watches), task 0's own notice, and whether it runs on the pulse's
+    thread (``pulse``: a requeue returns, Slurm ends the task; no raise)."""
 
-    returncode: int
-    saved: bool  # the save on notice is durable (the stop marker)
-    hang: str | None = None  # the hang the hang monitor stopped the ranks for
-    evicted: Suspect | None = None  # the straggler evicted (--evict-stragglers)
-    stuck: str | None = None  # torchrun outlived its ranks: the hang monitor killed it
-
-
-@dataclass(frozen=True)
-class Aftermath:
-    """What follows a start's end (``assess``)."""
-
-    outcome: restart_policy.Decision
-    returncode: int
-    crash: tuple[Cause, str] | None  # (class, description) of what ended the workers
-    suspect: Suspect | None  # the node blamed (or evicted)
-    stuck: str | None  # why torchrun was killed after its ranks ended, if it was
-    hang: str | None  # the hang that stopped the ranks
-    leave_out: tuple[str, ...] = ()  # the suspect, where its blame's verdict drains it
-
-    @property
-    def detail(self) -> str:
-        """What ended the workers, for the verdict and the ledger."""
-        if self.crash:
-            return self.crash[1]
-        return self.hang or f"torchrun exited with {self.returncode}"
+    finished: Callable[[], None] = lambda: None
+    own_notice: OwnNotice | None = None
+    pulse: bool = False
 
 
-def assess(here: Here, ended: Ended, spent: int, cancelled: Callable[[], bool]) -> Aftermath:
-    """The restart policy's outcome for this end, and (task 0) the node blamed for it."""
-    spec, returncode, hang, stuck = here.spec, ended.returncode, ended.hang, ended.stuck
-    if stuck is not None and hang is None:
-        returncode, hang = after_stuck_agent(here, stuck, ended.saved, returncode)
-    elif returncode != 0 and hang is None and ranks_finished(here):
-        # the agent failed after its ranks finished (its exit barrier lost a stuck peer's
-        # store): training is done, no rank reported an error
-        stuck = f"torchrun exited {returncode} after its ranks finished training"
-        log(stuck)
-        returncode = 0
-    # a SIGTERM after the save on notice is the requeue ending the job, not a cancel
-    was_cancelled = returncode != 0 and not ended.saved and cancelled()
-    # the watchdog's kill makes the peers report lost connections: that is not the cause
-    crash, repeated = (None, False) if returncode == 0 or hang else crash_report(here)
-    outcome = restart_policy.after_exit(
-        returncode, ended.saved, here.start.task, spent, spec.recovery.max_restarts, was_cancelled,
-        hang, crash, repeated,
-    )  # fmt: skip
-    outcome = restart_policy.evicting(outcome, ended.evicted.node if ended.evicted else None)
-    if outcome.blame:
-        suspect, leave = node_blame.for_stop(here.blamer(), outcome.cause)
-    else:  # a straggler evicted: blamed as it was (always drained: a measured straggler)
-        suspect, leave = ended.evicted, ended.evicted is not None
-    if crash and crash[0] == Cause.CRASH and suspect is not None:  # the blamed node says why
-        crash = (Cause.CRASH, f"{suspect.node}: {suspect.why}")
-    left = (suspect.node,) if suspect is not None and leave else ()
-    return Aftermath(outcome, returncode, crash, suspect, stuck, hang, left)
-
-
-def after_stuck_agent(
-    here: Here, stuck: str, saved: bool, returncode: int
-) -> tuple[int, str | None]:
-    """torchrun outlived this node's ranks and its monitor killed it: the start ends as the
-    ranks left it: finished or saved on notice (the kill was ours: exit 0), else a hang."""
-    if saved or ranks_finished(here):
-        log(f"torchrun was stuck after its ranks finished ({stuck}): killed")
-        return 0, None
-    return returncode, f"torchrun stuck: {stuck}"
-
-
-def ranks_finished(here: Here) -> bool:
-    """Did every rank of this node reach max-update (its heartbeat) with no crash report?"""
-    beats = read_beats(here.files.heartbeats(node_name()))
-    return (
-        bool(beats)
-        and min(b.update for b in beats) >= here.spec.updates
-        and not failures.read(here.files)
-    )
-
-
-def crash_report(here: Here) -> tuple[tuple[Cause, str] | None, bool]:
-    """(class, description) of the exception that ended this round's workers, if any said,
-    and whether the round just before it (``StartFiles.round_before``: this start's last round,
-    else the last round of the Slurm start before) died of the same user error at the same
-    update: the same bad input in in-job rounds 0 and 1 of one start is the same failure
-    again, as it is across a requeue."""
-    files, start = here.files, here.start
-    # task 0 decides: every node's exit record and its ranks' reports
-    now = node_blame.crash_evidence(files, start.hosts) if start.task == 0 else failures.read(files)
-    cause = failures.first(now)
-    if cause is None:
-        return None, False
-    before = files.round_before(ledger.read(files.run.ledger))
-    repeated = failures.repeated(now, failures.read(before) if before else []) is not None
-    if all(f.witness for f in now):  # only peers saw a rank go away: the peers' symptom
-        return (Cause.CRASH, f"a rank died without a word; its peers saw {cause.describe()}"), False
-    return (cause.cause, cause.describe()), repeated
-
-
-def refuse(here: Here, decision: StartDecision, spent: int) -> None:
-    """The start cannot run (a node short of GPUs): task 0 blames those nodes, drains them
-    (unless --no-drain), requeues without them while the budget lasts (``spent``: the
-    restarts it has counted, ``restarts_spent``); every task fails this start."""
-    why = f"start refused: {decision.refused}"
-    log(why)
-    if here.start.task != 0:
-        raise RuntimeError(f"{why}; task 0 requeues")
-    here.note(Kind.STOPPED, cause=Cause.BAD_NODE, why=decision.refused)
-    left_out = node_blame.refused(here.blamer(), decision.bad_nodes, decision.refused)
-    outcome = restart_policy.after_refusal(why, spent, here.spec.recovery.max_restarts)
-    if outcome.action is Action.FAIL:
-        raise RuntimeError(outcome.why)
-    log(outcome.restarting(in_job=False))
-    left = ", ".join(left_out)
-    requeue.requeue(here, left_out, f"{why}: requeued without {left}")
-
-
-def on_silent(here: Here, silence: Silence, training: bool, own_notice: OwnNotice) -> None:
-    """The pulse thread found a watched launcher stuck: blame its node (drained unless
-    --no-drain), then requeue without it; while training, after a save on notice (the
-    ranks are alive). Task 0 leaves the requeue to submitit's ``checkpoint()`` as for any
-    notice, the notice its own (``own_notice.send(Cause.HANG, ...)``: the cause handed over
-    before the USR2 that runs ``checkpoint()`` in this very process); task 1, acting for a
-    stuck task 0 (``deputy``), waits for the save itself."""
-    start, deputy = here.start, here.start.task != 0
-    why = f"stuck launcher: {silence.describe()}"
-    gone = start_over(start)
-    if gone:  # e.g. this node's slurmd died: the job was requeued and its processes left
-        log(f"{why}; not acted on: {gone}")
-        return
-    log(why)
-    leave = node_blame.stuck_launcher(here.blamer(deputy), silence.node, why)
-    if training and not deputy:
-        own_notice.send(Cause.HANG, start.job_id)  # the save on notice, then submitit's requeue
-        return
-    saved = False
-    if training:  # the save on notice: rank 0's marker alone says it (this node's ranks do not)
-        slurm.signal(start.job_id, "USR2")
-        saved = wait_for_save(here.files.stop_marker, save_wait_s(here.spec))
+def carry_out(here: Here, t: to.Transition, ev: EndEvidence, path: EndPath = EndPath()) -> Onward:
+    """Apply ``t`` (the policy's, for ``ev``) on this node: say it, record the start's end and
+    its blames, write the round's word, then finish, stop, hold, requeue, restart in the
+    allocation, or follow task 0. Returns this node's way on; raises where the task fails."""
+    for line in t.said:
+        log(line)
+    deputy = ev.ending is Ending.SILENT and here.start.task != 0
     note = here.deputy_note if deputy else here.note
-    note(Kind.STOPPED, cause=Cause.HANG, why=why, saved=saved)
-    if requeue.send(here, [silence.node] if leave else [], why, deputy) is not None:
-        slurm.cancel(start.job_id)  # nothing can replace the node: end the job, not hold it
+    if isinstance(t, to.Finish):
+        note(Kind.FINISHED, why=t.why, **t.progress)
+        _blames(here, t, ev, deputy)
+        _to_spares(here, RoundAction.DONE, t.why)
+        path.finished()
+        return Onward.ends(here.done())
+    if isinstance(t, to.Stop):
+        return _stop(here, t, ev, path, deputy)
+    if isinstance(t, to.Hold):
+        _record(here, t, ev, deputy, note)
+        _held(here, t)
+    if isinstance(t, to.Requeue):
+        return _requeue(here, t, ev, path, deputy)
+    if isinstance(t, to.InJobRound):
+        _record(here, t, ev, deputy, note)
+        return _in_job_round(here, t)
+    if isinstance(t, to.Follow):
+        return rounds.follow(here, t.why)
+    if isinstance(t, to.Proceed):
+        _blames(here, t, ev, deputy)
+        return Onward(came_from=t.why)
+    assert isinstance(t, to.Ignore | to.AskSlurm)  # decided: never an AskSlurm here
+    return Onward.ends(here.done())
 
 
-def start_over(start: Start) -> str:
-    """Why this launcher's start is no longer the job's ("" while it is): the job is not
-    RUNNING at the restart it was started at. A launcher its slurmd left behind (a node
-    lost, its processes alive) must not blame, drain or signal the job's next start."""
+Stopping = to.Stop | to.Hold | to.Requeue | to.InJobRound  # the cases with a ``stopped`` line
+
+
+def _record(
+    here: Here, t: Stopping, ev: EndEvidence, deputy: bool, note: Callable[..., Any]
+) -> None:
+    """The start's end in the ledger (``stopped``), then its blames."""
+    if t.stopped is not None:
+        note(Kind.STOPPED, **t.stopped.data())
+    _blames(here, t, ev, deputy)
+
+
+def _blames(here: Here, t: to.Transition, ev: EndEvidence, deputy: bool) -> None:
+    """A hang's suspect in its incident's ``suspect.json``, then each blame through the one
+    ``Blamer`` (the quarantine counts this decision's earlier ones)."""
+    if t.hang is not None:
+        found = t.hang.suspect
+        record = {"suspect": found._asdict() if found else None, "time": time.time()}
+        atomic_write(t.hang.incident / SUSPECT, json.dumps(record))
+    blamer, events = here.blamer(deputy), list(ev.events)
+    files = here.files
+    for blame in t.blames:
+        blamer.record(blame, events, drain)
+        events.append(blame.event(files.name, files.restart, time.time()))
+
+
+def _to_spares(here: Here, action: RoundAction, why: str) -> None:
+    """Task 0, as the run ends in this allocation: the hot spares standing by end too."""
+    if here.start.task == 0 and here.start.standby:
+        here.files.write_verdict(RoundVerdict(action, why, [], list(here.start.standby)))
+
+
+def _stop(here: Here, t: to.Stop, ev: EndEvidence, path: EndPath, deputy: bool) -> Onward:
+    """The run ends here: a task that fails raises (task 0 first tells the other launchers and
+    the spares); one that ends well returns its result (task 0 releases the spares)."""
+    note = here.deputy_note if deputy else here.note
+    _record(here, t, ev, deputy, note)
+    if t.blocked:
+        note(Kind.REQUEUE_BLOCKED, why=t.blocked, waiting=False)
+    if not t.fails:
+        _to_spares(here, RoundAction.DONE, t.why)
+        return Onward.ends(here.done(**t.result))
+    if here.start.task == 0 or deputy:
+        here.files.write_verdict(RoundVerdict(RoundAction.FAIL, t.why, [],
+                                              list(here.start.standby)))  # fmt: skip
+    if path.pulse:  # nothing can replace the node: end the job, not hold it
+        cancel(here.job_id)
+        return Onward.ends(here.done())
+    raise RuntimeError(t.why)
+
+
+def _held(here: Here, t: to.Hold) -> None:
+    """Requeue the job held, the others told (they wait for Slurm to end them): it waits for
+    ``scontrol release``."""
+    here.files.write_verdict(RoundVerdict(RoundAction.REQUEUE, t.why, [], list(here.start.standby)))
+    here.note(Kind.REQUEUED, by=f"task {here.start.task}, held: scontrol release {here.job_id}")
+    hold(here.job_id, f"hpc-train: {t.why}")
+    requeue.await_end()
+    raise RuntimeError(t.why)
+
+
+def _requeue(here: Here, t: to.Requeue, ev: EndEvidence, path: EndPath, deputy: bool) -> Onward:
+    """Requeue the job: submitit's (after ``checkpoint()``: recorded), task 0's own notice (the
+    save on notice, then submitit's), or this task's ``scontrol requeue`` (task 1's for a stuck
+    task 0 after the save on notice), the nodes excluded once it is pending."""
+    note = here.deputy_note if deputy else here.note
+    if t.by is to.RequeueBy.SUBMITIT:
+        _record(here, t, ev, deputy, note)
+        note(Kind.REQUEUED, by="submitit (notice)")
+        return Onward.ends(here.done())
+    if t.by is to.RequeueBy.OWN_NOTICE:
+        _blames(here, t, ev, deputy)
+        assert path.own_notice is not None
+        path.own_notice.send(t.cause, here.job_id)  # the save on notice, then submitit's requeue
+        return Onward.ends(here.done())
+    if t.save_first and t.stopped is not None:  # rank 0's marker alone says it
+        notice(here.job_id)
+        saved = wait_for_save(here.files.stop_marker, save_wait_s(here.spec))
+        t = replace(t, stopped=replace(t.stopped, saved=saved))
+    _record(here, t, ev, deputy, note)
+    if t.waiting:
+        note(Kind.REQUEUE_BLOCKED, why=t.waiting, waiting=True)
+    here.files.write_verdict(RoundVerdict(RoundAction.REQUEUE, t.why))
+    note(Kind.REQUEUED, by=f"task {here.start.task}")
+    requeue_job(here.job_id)
+    if t.exclude:
+        exclude(here.job_id, t.exclude)
+    if path.pulse:
+        return Onward.ends(here.done())
+    requeue.await_end()  # the requeue ends this task; never report success meanwhile
+    raise RuntimeError(t.why)
+
+
+def _in_job_round(here: Here, t: to.InJobRound) -> Onward:
+    """Restart training in the allocation on ``t.members``: the round's verdict for every other
+    launcher and spare, each node left out released once its task has ended (a thread),
+    ``restarted`` in the ledger; this node's next start (or its end, if left out itself)."""
+    start = here.start
+    members, standby = list(t.members), list(t.standby)
+    here.files.write_verdict(RoundVerdict(RoundAction.RESTART_IN_JOB, t.why, members, standby))
+    tasks = {start.hosts.index(n): n for n in t.left_out}
+    release.start(release.LeftOut(here.files, tasks), log, here.note)
+    spares = {"spare_in": list(t.spare_in), "spares": standby} if start.standby else {}
+    here.note(Kind.RESTARTED, why=t.why, members=members, left_out=list(t.left_out),
+              round=start.round + 1, **spares)  # fmt: skip
+    log(f"in-job restart on {', '.join(members)} (without {', '.join(t.left_out) or 'none'}"
+        + (f"; hot spare {', '.join(t.spare_in)} in" if t.spare_in else "") + ")")  # fmt: skip
+    return rounds.next_round(here, members, t.why, standby)
+
+
+# --- Slurm, changed after a start's end: each change named once, here ---------------------------
+
+
+def drain(node: str, reason: str) -> bool:
+    """Drain ``node`` with ``reason`` (a blame whose verdict drains); whether it was."""
     try:
-        state = slurm.job_state(start.job_id)
-    except slurm.SlurmError:
-        return ""  # cannot tell: act as the one in charge
-    if state.state == "RUNNING" and state.restarts == start.restart:
-        return ""
-    return (
-        f"job {start.job_id} is {state.state} at restart {state.restarts}; this launcher "
-        f"belongs to restart {start.restart}"
-    )
+        slurm.drain(node, reason)
+    except slurm.SlurmError as err:
+        log(f"could not drain {node}: {err}")
+        return False
+    return True
+
+
+def requeue_job(job_id: str) -> None:
+    slurm.requeue(job_id)
+
+
+def exclude(job_id: str, nodes: tuple[str, ...]) -> None:
+    """Keep ``nodes`` out of the requeued job (Slurm takes it once the job is pending)."""
+    try:
+        excluded = slurm.exclude(job_id, list(nodes))
+        log(f"job {job_id} excludes {','.join(excluded)} from now on")
+    except (slurm.SlurmError, TimeoutError) as err:
+        log(f"could not exclude {', '.join(nodes)} from job {job_id}: {err}")
+
+
+def hold(job_id: str, reason: str) -> None:
+    slurm.hold(job_id, reason[:200])
+
+
+def cancel(job_id: str) -> None:
+    slurm.cancel(job_id)
+
+
+def notice(job_id: str) -> None:
+    """The notice (USR2) to every task of the job: the ranks save on it."""
+    slurm.signal(job_id, "USR2")

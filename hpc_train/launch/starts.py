@@ -61,15 +61,6 @@ def allocation_start(
     return Start(job_id, task, len(members), members[0], restart, members, 0, standby)
 
 
-def refill(
-    members: Sequence[str], standby: Sequence[str], width: int
-) -> tuple[list[str], list[str]]:
-    """An in-job restart's nodes: ``members`` (the healthy ones) topped up to ``width`` from the
-    hot spares in ``standby``; returns (members, the spares left)."""
-    taken = list(standby[: max(0, width - len(members))])
-    return [*members, *taken], [n for n in standby if n not in taken]
-
-
 def previous_stop(files: StartFiles) -> str:
     """Why the job's Slurm start before ``files``' ended (its last round), for the log. Asked
     with the start's files, it reads the job's id (``files.job``), never a round's name."""

@@ -70,7 +70,7 @@ from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_train import cli
 from hpc_train.contract import STOPPING
-from hpc_train.faults import quarantine
+from hpc_train.faults import suspects
 from hpc_train.runs import index, storage
 from hpc_train.runs.metrics import RunView, all_jobs_runs, job_records, observe
 
@@ -263,7 +263,7 @@ def pending_forever(
     if "ReqNodeNotAvail" in reason:
         listed = UNAVAILABLE_RE.search(reason)
         names = listed.group(1).split(",") if listed else []
-        held = {n.node for n in quarantine.quarantined(view.events)}
+        held = {n.node for n in suspects.quarantined(view.events)}
         gone = sorted(
             n for n in names
             if n in held or any(s in node_states.get(n, "") for s in GONE_NODE_STATES)

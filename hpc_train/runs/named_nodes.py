@@ -11,7 +11,8 @@ from typing import Any
 
 from hpc_core import ledger
 from hpc_core.ledger import Kind
-from hpc_train.faults import quarantine
+from hpc_train.contract import Cause
+from hpc_train.faults.suspects import Evidence, machine_of, quarantined
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,16 @@ class NodeNote:
 def node_notes(events: Sequence[ledger.Event]) -> list[NodeNote]:
     """The nodes the ledger names, in its order (pure)."""
 
-    def eviction(e: ledger.Event) -> bool:  # the blame of a straggler it then evicted
-        return e.kind == Kind.BLAMED and str(e.get("why", "")).startswith("straggler")
+    def eviction(e: ledger.Event) -> bool:
+        """The blame of a straggler it then evicted: its cause (a line written before blames
+        recorded their cause: its evidence, a measured straggler, which only an eviction has)."""
+        said = e.get("cause") or (
+            Cause.STRAGGLER if e.get("evidence") == Evidence.STRAGGLER else ""
+        )
+        return e.kind == Kind.BLAMED and said == Cause.STRAGGLER
 
     evicted = {(e.job, e.restart, e.get("node")) for e in events if eviction(e)}
-    held = {(q.node, q.machine) for q in quarantine.quarantined(events)}
+    held = {(q.node, q.machine) for q in quarantined(events)}
     out = []
     for e in events:
         node = str(e.get("node") or "")
@@ -64,7 +70,7 @@ def node_notes(events: Sequence[ledger.Event]) -> list[NodeNote]:
                 NodeNote(
                     node, Kind.BLAMED, str(e.get("why", "")), e.job, e.restart + 1,
                     drained=bool(e.get("drained")),
-                    quarantined=(node, quarantine.machine_of(e)) in held,
+                    quarantined=(node, machine_of(e)) in held,
                 )
             )  # fmt: skip
     return out

@@ -10,13 +10,13 @@ hang, seen here or declared by another node (``hang.json`` in the incident dir):
    ``node-<node>.json`` (each rank's last update, heartbeat time, whether it gave a stack);
    GPU ranks also get a write on their NCCL flight-recorder FIFO (``flight_recorder_env``):
    their dumps of the last collectives are copied there too (``nccl_trace_rank_<r>``);
-2. it waits (at most ``faults.node_blame.REPORT_WAIT_S``) for every node's report, so no node
+2. it waits (at most ``faults.end_evidence.REPORT_WAIT_S``) for every node's report, so no node
    stops its ranks before the others have dumped theirs;
 3. it kills this node's ranks and torchrun: the launcher then sees the hang
-   (``restart_policy.after_exit(hang=…)``). This thread only reports: task 0 asks
-   ``hpc_train.faults.node_blame``, which names the suspect from every node's report
-   (``faults.suspects.hang_suspect``, written to ``suspect.json``), records it and drains it
-   unless ``--no-drain``; the launcher requeues without it. Lost work: the updates since the
+   (``Ended.hang``). This thread only reports: task 0 reads every node's report with the rest
+   of the start's end (``hpc_train.faults.end_evidence``), its policy names the suspect
+   (``faults.suspects.hang_suspect``) and the executor writes it to ``suspect.json``, records
+   it and drains it unless ``--no-drain``, then restarts without it. Lost work: the updates since the
    last checkpoint.
 
 The agent is watched too: once every rank of this node has exited (a zombie counts: a stopped
@@ -52,7 +52,7 @@ from hpc_core.rundir import (
 )
 from hpc_core.wait import FAST, Backoff, process_exited, process_state, wait_until
 from hpc_train.contract import STACKS_SIGNAL, Beat, StartFiles, read_beats
-from hpc_train.faults import node_blame
+from hpc_train.faults import end_evidence
 from hpc_train.faults.suspects import RankReport
 from hpc_train.job.limits import HangLimits
 from hpc_train.watch import hangs
@@ -231,7 +231,7 @@ class Monitor(Watcher[str | None]):
         self._started = time.time()
 
     def join_s(self) -> float:
-        return STACK_WAIT_S + node_blame.REPORT_WAIT_S + FLIGHT_RECORDER_WAIT_S
+        return STACK_WAIT_S + end_evidence.REPORT_WAIT_S + FLIGHT_RECORDER_WAIT_S
 
     def result(self) -> str | None:
         """After ``stop()`` (torchrun has exited): the hang it acted on, or one another node
@@ -308,7 +308,7 @@ class Monitor(Watcher[str | None]):
         atomic_write(incident_report(self.incident, self.node), json.dumps(report))
         stackless = [r.rank for r in ranks if not r.stack]
         self.log(f"hang: {len(ranks) - len(stackless)} stack(s) saved; no stack from {stackless}")
-        got = node_blame.wait_for_reports(self.incident, self.nodes, node_blame.REPORT_WAIT_S)
+        got = end_evidence.wait_for_reports(self.incident, self.nodes, end_evidence.REPORT_WAIT_S)
         self.log(f"hang: {got}/{self.nodes} node report(s): stopping this node's ranks")
 
     def stop_ranks(self) -> None:

@@ -19,7 +19,8 @@ start-up 900 s. A RoBERTa-base update takes about 1 s on 8 GPUs, so 300 s is far
 healthy update and far below the 24 h a hung job would otherwise hold its nodes.
 
 Who is to blame for a hang is not decided here: the hang monitor reports what each rank did, and
-``hpc_train.faults.node_blame`` names the suspect (``faults.suspects.hang_suspect``).
+task 0's policy (``hpc_train.launch.restart_policy``) names the suspect
+(``faults.suspects.hang_suspect``).
 """
 
 from __future__ import annotations

@@ -10,13 +10,15 @@ reads every 5 s; ``make bench-scale``). A straggler is logged once
 ("straggler: node n2 computes an update in ... 1.40x the median ... for 300 s") and recorded in
 the ledger (``straggler``: node, ratio, seconds, compute_s, median_s).
 
-``--evict-stragglers`` treats the first one as a bad node at the next checkpoint: it is blamed
-(``hpc_train.faults.node_blame.straggler``: a ledger ``blamed``, the quarantine list, drained with
-the reason ``hpc-train: straggler in job J: ...`` unless ``--no-drain``), and
-this node's ranks get the notice (SIGUSR2). The workers agree on it (all-reduce), all save
-``checkpoint_last.pt`` at the same update and stop; the launcher then requeues the job itself
-(not submitit: its requeue ends the launcher at once) and excludes the node once the job is
-pending again (``node_blame.exclude``). With ``--nodes MIN-MAX`` the run continues without it.
+``--evict-stragglers`` treats the first one as a bad node at the next checkpoint: this thread
+reports it (``evicted``: the suspect, on a measured straggler) and gives this node's ranks the
+notice (SIGUSR2). The workers agree on it (all-reduce), all save ``checkpoint_last.pt`` at the
+same update and stop. This thread acts no further: once torchrun has exited, task 0's policy
+(``launch.restart_policy``) blames the node (a ledger ``blamed``, the quarantine list, drained
+with the reason ``hpc-train: straggler in job J: ...`` unless ``--no-drain``) and the executor
+(``launch.recovery``) requeues the job itself (not submitit: its requeue ends the launcher at
+once) and excludes the node once the job is pending again. With ``--nodes MIN-MAX`` the run
+continues without it.
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ from typing import Any, Protocol
 
 from hpc_core.ledger import Kind
 from hpc_train.contract import StartFiles, node_name, read_beats
-from hpc_train.faults import node_blame
-from hpc_train.faults.suspects import Suspect
+from hpc_train.faults.suspects import Evidence, Suspect
 from hpc_train.job.limits import StragglerLimits
 from hpc_train.watch import stragglers
 from hpc_train.watch.watcher import Watcher
@@ -50,7 +51,6 @@ class StragglerWatch(Watcher[Suspect | None]):
         hosts: Sequence[str],
         limits: StragglerLimits,
         evict: bool,
-        drain: bool,
         note: Callable[..., Any],
         log: Callable[[str], None],
         clock: Callable[[], float] = time.time,
@@ -59,7 +59,7 @@ class StragglerWatch(Watcher[Suspect | None]):
         job id, ``files.job``)."""
         super().__init__("stragglers", POLL_S)
         self.files, self.hosts = files, list(hosts)
-        self.limits, self.evict, self.drain = limits, evict, drain
+        self.limits, self.evict = limits, evict
         self.note, self.log, self.clock = note, log, clock
         self.samples: list[stragglers.Sample] = []
         self.named: set[str] = set()
@@ -72,7 +72,8 @@ class StragglerWatch(Watcher[Suspect | None]):
         return 30.0
 
     def result(self) -> Suspect | None:
-        """After ``stop()`` (torchrun has exited): the node it evicted, if any."""
+        """After ``stop()`` (torchrun has exited): the node it evicted, if any (its ``why``:
+        the measurement)."""
         return self.evicted
 
     def sample(self) -> stragglers.Sample:
@@ -106,8 +107,9 @@ class StragglerWatch(Watcher[Suspect | None]):
         return new
 
     def evict_node(self, found: stragglers.Straggler) -> None:
-        by = node_blame.Blamer(self.files, self.hosts, self.drain, self.note, self.log)
-        self.evicted = node_blame.straggler(by, found.node, found.describe())
+        """Report ``found`` as evicted and give this node's ranks the notice: they save and
+        stop; the policy blames it once torchrun has exited."""
+        self.evicted = Suspect(found.node, found.describe(), Evidence.STRAGGLER)
         ranks = read_beats(self.files.heartbeats(node_name()))
         for beat in ranks:  # one rank's notice is every rank's (they all-reduce it)
             with contextlib.suppress(ProcessLookupError):
@@ -141,7 +143,6 @@ def watch(
     start: StartView,
     limits: StragglerLimits,
     evict: bool,
-    drain: bool,
     note: Callable[..., Any],
     log: Callable[[str], None],
 ) -> StragglerWatch | None:
@@ -152,4 +153,4 @@ def watch(
     found a straggler)."""
     if start.task != 0 or len(start.hosts) < 2:
         return None
-    return StragglerWatch(files, start.hosts, limits, evict, drain, note, log).start()
+    return StragglerWatch(files, start.hosts, limits, evict, note, log).start()

@@ -248,6 +248,22 @@ def test_bench_import_smoke(tmp_path: Path) -> None:
     print(f"bench-import smoke: {took:.1f} s")
 
 
+@smoke("bench-decision")
+def test_bench_decision_smoke(tmp_path: Path) -> None:
+    """The policy's table timed (no cluster, no file): every end decided, each end's Slurm
+    look-ups listed (a finish asks none, a signal kill's requeue the most)."""
+    command, out = make_command("bench-decision", tmp_path, None)
+    proc, took = run_bench(command, 120)
+    r = result(proc, out / "end_decision.json")
+    assert proc.returncode == 0 and r["repeats"] == 3 and r["decisions"] == 13 * 3
+    assert 0 < r["table_s"]["min"] <= r["table_s"]["median"] <= r["table_s"]["max"]
+    looks = r["slurm_look_ups"]
+    assert looks["finished/spares"] == [] and looks["no progress/requeue"] == []
+    assert "srun --overlap on n2" in looks["crash/requeue"] and "sinfo -N" in looks["crash/requeue"]
+    assert r["slurm_look_ups_most"] == max(len(v) for v in looks.values())
+    print(f"bench-decision smoke: {took:.1f} s")
+
+
 @pytest.mark.nogpu
 @smoke("bench-gpu")
 def test_bench_gpu_smoke_without_a_gpu_plans_every_run_and_measures_nothing(

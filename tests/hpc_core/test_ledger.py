@@ -32,6 +32,17 @@ def test_an_unknown_event_is_refused_before_anything_is_written(tmp_path):
     assert not path.exists()
 
 
+def test_a_field_its_kind_does_not_have_is_refused_before_anything_is_written(tmp_path):
+    """Each kind knows its fields (``Kind.fields``): a writer passing another (a typo, a field
+    of another kind) is told at once, and the ledger keeps only lines its readers know."""
+    path = tmp_path / "ledger.jsonl"
+    with pytest.raises(ValueError, match="ledger event blamed has no field reason"):
+        ledger.record(path, Kind.BLAMED, "1", 0, node="n2", reason="a typo of why")
+    assert not path.exists()
+    ledger.record(path, Kind.BLAMED, "1", 0, node="n2", why="hang", cause="hang")
+    assert ledger.read(path)[0].get("cause") == "hang"
+
+
 def test_bad_lines_are_skipped_with_a_warning_never_fatal(tmp_path):
     path = tmp_path / "ledger.jsonl"
     ledger.record(path, "submitted", "7", 0)
@@ -50,7 +61,7 @@ def test_bad_lines_are_skipped_with_a_warning_never_fatal(tmp_path):
 
 def _append_many(path: str, tag: str) -> None:
     for i in range(200):
-        ledger.record(Path(path), "checkpoint", tag, 0, update=i, pad="x" * 300)
+        ledger.record(Path(path), "stopped", tag, 0, reached=i, why="x" * 300)  # long lines
 
 
 def test_concurrent_writers_leave_only_whole_lines(tmp_path):
@@ -68,7 +79,7 @@ def test_concurrent_writers_leave_only_whole_lines(tmp_path):
     events = ledger.read(path, warned.append)
     assert warned == [] and len(events) == 400
     for tag in ("a", "b"):
-        assert [e.get("update") for e in events if e.job == tag] == list(range(200))
+        assert [e.get("reached") for e in events if e.job == tag] == list(range(200))
 
 
 def test_the_index_lives_where_the_environment_says(tmp_path, monkeypatch):

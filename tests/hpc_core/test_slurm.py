@@ -1,4 +1,5 @@
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -125,6 +126,40 @@ def test_release_gives_a_node_back_from_a_running_job_its_step_goes_on(slurm_clu
         assert not list(Path.cwd().glob(f"slurm_job_{job}_resize.*"))
     finally:
         (tmp_path / "end").touch()
+        slurm.cancel(job, check=False)
+
+
+HOLD_JOB = """#!/bin/bash
+#SBATCH --requeue
+#SBATCH --output={out}/job-%j.out
+if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then
+  {python} -c 'import os; from hpc_core import slurm; slurm.hold(os.environ["SLURM_JOB_ID"], "{why}")'
+  sleep 120
+fi
+touch {out}/released-${{SLURM_RESTART_COUNT:-0}}
+"""
+
+
+@pytest.mark.slurm
+def test_hold_requeues_the_job_held_with_its_reason_until_scontrol_release(slurm_cluster, tmp_path):
+    """On real Slurm, from inside the job as the launcher asks it: ``hold`` leaves the job
+    pending, held (priority 0; 22.05 says job_requeued_in_held_state: it never starts by
+    itself), its comment the reason;
+    ``scontrol release`` starts it again (restart 1) and it runs to its end."""
+    why = "hpc-train: storage: [Errno 28] No space left on device: held"
+    script = tmp_path / "job.sh"
+    script.write_text(HOLD_JOB.format(out=tmp_path, python=sys.executable, why=why))
+    job = slurm.sbatch(["--partition", "low", str(script)])
+    try:
+        held = slurm.wait_for_job(job, lambda s: s.state == "PENDING" and s.restarts == 1,
+                                  timeout=90)  # fmt: skip
+        info = slurm.job_info(job) or {}
+        assert held.reason == "job_requeued_in_held_state" and info.get("Priority") == "0", info
+        assert info.get("Comment") == why and not (tmp_path / "released-1").exists()
+        slurm.run(["scontrol", "release", job])
+        done = slurm.wait_for_job(job, timeout=120)
+        assert done.state == "COMPLETED" and (tmp_path / "released-1").exists(), done
+    finally:
         slurm.cancel(job, check=False)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from hpc_core import slurm
 from hpc_core.wait import FAST
-from hpc_train.faults import node_blame, quarantine
+from hpc_train.faults import end_evidence, quarantine
 from hpc_train.job import container
 from hpc_train.launch import lifecycle, recovery, release, requeue, signals
 
@@ -29,6 +29,7 @@ class FakeSlurm:
         self.state = state
         self.restarts = 0  # Slurm's restart count of the job
         self.requeued: list[str] = []
+        self.held: list[tuple[str, str]] = []  # (job, reason): requeued held
         self.drained: list[tuple[str, str]] = []
         self.excluded: list[tuple[str, list[str]]] = []
         self.signals: list[tuple[str, str]] = []  # scancel --signal
@@ -48,12 +49,16 @@ class FakeSlurm:
             raise slurm.SlurmUnreachable(f"{what}: Unable to contact slurm controller")
 
     DEFAULT_SLURMD_TIMEOUT_S = slurm.DEFAULT_SLURMD_TIMEOUT_S
+    machine = staticmethod(slurm.machine)  # pure: a node's record in, its machine out
 
     def job_state(self, job_id: str) -> slurm.JobState:
         return slurm.JobState(job_id, self.state, self.restarts, "n[1-2]", "")
 
     def requeue(self, job_id: str) -> None:
         self.requeued.append(job_id)
+
+    def hold(self, job_id: str, reason: str) -> None:
+        self.held.append((job_id, reason))
 
     def drain(self, node: str, reason: str) -> None:
         self.drained.append((node, reason))
@@ -118,10 +123,9 @@ def _end_release_watchers(fake: FakeSlurm) -> None:
 @pytest.fixture
 def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSlurm]:
     fake = FakeSlurm()
-    for part in (lifecycle, recovery, requeue, signals):  # the launcher's parts that ask Slurm
+    # the modules that ask Slurm: the evidence's one reader, the executor's changes, the rest
+    for part in (end_evidence, recovery, lifecycle, requeue, signals, quarantine):
         monkeypatch.setattr(part, "slurm", fake)
-    monkeypatch.setattr(node_blame, "slurm", fake)
-    monkeypatch.setattr(quarantine, "slurm", fake)
     monkeypatch.setattr(release, "slurm", fake)
     monkeypatch.setattr(release, "EXIT_GRACE_S", 0.0)
     monkeypatch.setattr(requeue, "REQUEUE_GRACE_S", 0.0)

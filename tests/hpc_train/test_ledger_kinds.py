@@ -139,7 +139,7 @@ def test_the_scan_finds_the_writers_it_must(written):
     where = {w.where.split(":")[0] for w in written}
     assert {"hpc_train/submit.py", "hpc_train/worker/ledger_hooks.py"} <= where
     assert any(w.startswith("hpc_train/launch/") for w in where)
-    assert len(written) >= 20
+    assert len(written) >= 15  # the launcher's own are few: its executor writes for every end
 
 
 def test_every_kind_written_is_a_member_never_a_string(written):

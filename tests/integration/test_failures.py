@@ -12,7 +12,7 @@ import pytest
 from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
 from hpc_train import chaos
-from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Evidence
 
 pytestmark = pytest.mark.slurm
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 from hpc_train.faults import agent_exit
-from hpc_train.faults.agent_exit import NodeExit
 
 SUMMARY = """\
 Traceback (most recent call last):
@@ -40,23 +39,6 @@ Root Cause (first observed failure):
 def test_the_root_cause_is_read_not_the_other_failures():
     assert agent_exit.root_cause(SUMMARY.splitlines()) == (1, -9)
     assert agent_exit.root_cause(["no summary at all"]) is None
-
-
-def test_what_counts_as_killed():
-    assert NodeExit(0, "n1", -9).killed() == "torchrun on n1 was killed (SIGKILL)"
-    assert NodeExit(0, "n1", 1, 3, -9).killed() == "rank 3 on n1 was killed (SIGKILL)"
-    assert NodeExit(0, "n1", -15).killed() is None  # Slurm ended the step
-    assert NodeExit(0, "n1", 1, 0, -15).killed() is None  # its agent stopped it
-    assert NodeExit(0, "n1", 1, 0, 1).killed() is None  # a Python exception: its report says
-
-
-def test_a_rank_that_aborted_itself_was_not_killed():
-    """A peer's rank aborting on the lost connection (SIGABRT, its own) is no kill: the one node
-    whose torchrun was SIGKILLed still stands out (seen on the local Slurm: the survivor's root
-    cause exited -6)."""
-    survivor = agent_exit.NodeExit(0, "n1", 1, 0, -6)
-    assert survivor.killed() is None
-    assert agent_exit.NodeExit(1, "n2", 1, 2, -9).killed() == "rank 2 on n2 was killed (SIGKILL)"
 
 
 def test_the_tee_passes_every_line_through_and_keeps_the_summary():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from hpc_core import ledger
-from hpc_train.faults import evidence, quarantine
-from hpc_train.faults.evidence import Evidence
+from hpc_train.faults import suspects
 from hpc_train.faults.failures import Failure
+from hpc_train.faults.suspects import Evidence
 
 HOUR = 3600.0
 # docs/faults.md's table: evidence -> drained at its first blame of a machine (else: at its second)
@@ -30,20 +30,20 @@ def test_the_table_names_every_kind_of_evidence():
 
 @pytest.mark.parametrize("found", list(Evidence))
 def test_each_row_first_blame_then_a_second_on_the_same_machine(found: Evidence):
-    first = evidence.drain_verdict(found, earlier=0)
+    first = suspects.drain_verdict(found, earlier=0)
     assert first.drain is TABLE[found]
     assert first.why.startswith("drained" if TABLE[found] else "not drained")
     assert str(found) in first.why  # the ledger and the log say on what
-    again = evidence.drain_verdict(found, earlier=1)
+    again = suspects.drain_verdict(found, earlier=1)
     assert again.drain  # whatever the evidence, a machine's second blame drains it
     assert again.why.startswith("drained")
 
 
 def test_a_hangs_suspect_without_a_stack_is_evidence_about_its_node():
-    assert evidence.of_hang(stack=True) is Evidence.HANG_WITH_STACKS
-    assert evidence.of_hang(stack=False) is Evidence.HANG_NO_STACK
-    assert evidence.drain_verdict(evidence.of_hang(stack=False), 0).drain
-    assert not evidence.drain_verdict(evidence.of_hang(stack=True), 0).drain
+    assert suspects.of_hang(stack=True) is Evidence.HANG_WITH_STACKS
+    assert suspects.of_hang(stack=False) is Evidence.HANG_NO_STACK
+    assert suspects.drain_verdict(suspects.of_hang(stack=False), 0).drain
+    assert not suspects.drain_verdict(suspects.of_hang(stack=True), 0).drain
 
 
 @pytest.mark.parametrize(
@@ -84,21 +84,19 @@ def test_earlier_blames_count_per_machine_within_the_window():
         blamed("n3", 2, "10.0.1.5"),  # another name
         ledger.Event("started", 2 * HOUR, "7", 0, {"node": "n2", "machine": "10.0.1.5"}),
     ]
-    assert quarantine.earlier(events, "n2", "10.0.1.5", 3 * HOUR) == 1
-    assert quarantine.earlier(events, "n2", "10.0.1.9", 3 * HOUR) == 1
-    assert quarantine.earlier(events, "n2", "10.0.1.7", 3 * HOUR) == 0  # a new machine: fresh
-    assert quarantine.earlier(events, "n2", "10.0.1.5", 25 * HOUR) == 0  # a day later: fresh
+    assert suspects.earlier(events, "n2", "10.0.1.5", 3 * HOUR) == 1
+    assert suspects.earlier(events, "n2", "10.0.1.9", 3 * HOUR) == 1
+    assert suspects.earlier(events, "n2", "10.0.1.7", 3 * HOUR) == 0  # a new machine: fresh
+    assert suspects.earlier(events, "n2", "10.0.1.5", 25 * HOUR) == 0  # a day later: fresh
     unknown = [blamed("n4", 0), blamed("n4", 1, "10.0.1.4")]  # "": Slurm could not say
-    assert quarantine.earlier(unknown, "n4", "", 2 * HOUR) == 1
-    assert quarantine.earlier(unknown, "n4", "10.0.1.4", 2 * HOUR) == 1
+    assert suspects.earlier(unknown, "n4", "", 2 * HOUR) == 1
+    assert suspects.earlier(unknown, "n4", "10.0.1.4", 2 * HOUR) == 1
 
 
 def test_the_blame_that_finds_an_earlier_one_is_the_one_that_quarantines():
     """Drained at the second blame and quarantined at the second blame: one count."""
     past = [blamed("n2", 0, "10.0.1.5")]
     now = blamed("n2", 5, "10.0.1.5")
-    assert quarantine.quarantined(past) == []
-    assert quarantine.earlier(past, "n2", "10.0.1.5", now.time) == 1
-    assert [(e.node, e.machine) for e in quarantine.quarantined([*past, now])] == [
-        ("n2", "10.0.1.5")
-    ]
+    assert suspects.quarantined(past) == []
+    assert suspects.earlier(past, "n2", "10.0.1.5", now.time) == 1
+    assert [(e.node, e.machine) for e in suspects.quarantined([*past, now])] == [("n2", "10.0.1.5")]

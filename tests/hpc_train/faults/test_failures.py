@@ -7,7 +7,7 @@ import pytest
 from hpc_core.rundir import RunDir
 from hpc_train.contract import Cause, StartFiles
 from hpc_train.faults import failures
-from hpc_train.faults.failures import Failure
+from hpc_train.faults.failures import Failure, NodeExit
 from hpc_train.launch import restart_policy
 from hpc_train.launch.restart_policy import Action
 
@@ -63,3 +63,20 @@ def test_a_repeated_user_error_stops_the_run_an_infrastructure_crash_requeues():
         1, False, 0, 1, 20, crash=(Cause.INFRASTRUCTURE, "NCCL timeout")
     )
     assert infra.action is Action.RESTART and infra.cause == Cause.INFRASTRUCTURE
+
+
+def test_what_counts_as_killed():
+    assert NodeExit(0, "n1", -9).killed() == "torchrun on n1 was killed (SIGKILL)"
+    assert NodeExit(0, "n1", 1, 3, -9).killed() == "rank 3 on n1 was killed (SIGKILL)"
+    assert NodeExit(0, "n1", -15).killed() is None  # Slurm ended the step
+    assert NodeExit(0, "n1", 1, 0, -15).killed() is None  # its agent stopped it
+    assert NodeExit(0, "n1", 1, 0, 1).killed() is None  # a Python exception: its report says
+
+
+def test_a_rank_that_aborted_itself_was_not_killed():
+    """A peer's rank aborting on the lost connection (SIGABRT, its own) is no kill: the one node
+    whose torchrun was SIGKILLed still stands out (seen on the local Slurm: the survivor's root
+    cause exited -6)."""
+    survivor = NodeExit(0, "n1", 1, 0, -6)
+    assert survivor.killed() is None
+    assert NodeExit(1, "n2", 1, 2, -9).killed() == "rank 2 on n2 was killed (SIGKILL)"

@@ -1,8 +1,10 @@
-"""Blaming a node after a crash or a node failure; the drain and the quarantine that follow
-(a fake Slurm records drains: no Slurm in this tier; tests/integration has the real runs)."""
+"""Blaming a node after a crash or a node failure: whom the policy blames on the evidence read
+once, and the drain and the quarantine that follow through the one ``Blamer`` (a fake Slurm
+records drains: no Slurm in this tier; tests/integration has the real runs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -10,17 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from hpc_core import ledger
+from hpc_core import ledger, slurm
 from hpc_core.rundir import RunDir
-from hpc_train.contract import StartFiles
-from hpc_train.faults import node_blame, quarantine
-from hpc_train.faults.agent_exit import NodeExit
-from hpc_train.faults.evidence import Evidence
-from hpc_train.faults.failures import Failure
+from hpc_train.contract import Cause, StartFiles
+from hpc_train.faults import end_evidence, failures, quarantine
+from hpc_train.faults.end_evidence import Ended, Ending, SlurmWord, Where
+from hpc_train.faults.failures import Failure, NodeExit
+from hpc_train.faults.suspects import Blame, Evidence
 from hpc_train.job.limits import Watch
 from hpc_train.job.sizing import Sizing
 from hpc_train.job.spec import JobSpec, Training
-from hpc_train.launch import launcher
+from hpc_train.launch import launcher, recovery
+from hpc_train.launch.context import Here
+from hpc_train.launch.restart_policy import EndOptions
+from hpc_train.launch.transition import InJobRound, Proceed
+from hpc_train.testing import end_case
+from tests.hpc_train.faults.blaming import blame
 
 GLOO_PEER = ("DistBackendError", "[gloo] Connection closed by peer [10.0.0.2]:5")
 HOSTS = ("n1", "n2")
@@ -38,13 +45,11 @@ def test_blamed_twice_the_node_is_quarantined_and_its_drain_reason_says_so(tmp_p
         ledger.record(run.ledger, kind, "9", len(notes), **data)
 
     said: list[str] = []
-    node_blame.blame(StartFiles(run, "9", 0), "n2", "hang in job 9: x", True, note, said.append,
+    blame(StartFiles(run, "9", 0), "n2", "hang in job 9: x", True, note, said.append,
                      Evidence.HANG_NO_STACK)  # fmt: skip
-    node_blame.blame(StartFiles(run, "9", 1), "n2", "crash in job 9: y", True, note, said.append,
+    blame(StartFiles(run, "9", 1), "n2", "crash in job 9: y", True, note, said.append,
                      Evidence.OWN_ERROR)  # its machine's second blame: drained  # fmt: skip
-    node_blame.blame(
-        StartFiles(run, "9", 2), "n3", "z", False, note, said.append, Evidence.HARDWARE
-    )
+    blame(StartFiles(run, "9", 2), "n3", "z", False, note, said.append, Evidence.HARDWARE)
     first, second = fake_slurm.drained
     assert first == ("n2", "hpc-train: hang in job 9: x")
     assert second[1].startswith("hpc-train: quarantined, blamed 2x within 24 h: crash in job 9")
@@ -66,15 +71,13 @@ def test_a_name_blamed_on_two_machines_is_not_quarantined(tmp_path, fake_slurm):
         ledger.record(run.ledger, kind, "9", 0, **data)
 
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.5"}
-    node_blame.blame(
-        StartFiles(run, "9", 0), "n2", "crash", True, note, said.append, Evidence.HARDWARE
-    )
+    blame(StartFiles(run, "9", 0), "n2", "crash", True, note, said.append, Evidence.HARDWARE)
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.9"}  # replaced
-    node_blame.blame(StartFiles(run, "9", 1), "n2", "lost", True, note, said.append, Evidence.LOST)
+    blame(StartFiles(run, "9", 1), "n2", "lost", True, note, said.append, Evidence.LOST)
     assert [d[1] for d in fake_slurm.drained] == ["hpc-train: crash", "hpc-train: lost"]
     assert quarantine.nodes(run) == [] and "quarantined" not in said[1]
     assert [e.get("machine") for e in ledger.read(run.ledger)] == ["10.0.1.5", "10.0.1.9"]
-    node_blame.blame(StartFiles(run, "9", 2), "n2", "hang", True, note, said.append,
+    blame(StartFiles(run, "9", 2), "n2", "hang", True, note, said.append,
                      Evidence.HANG_NO_STACK)  # the new one again  # fmt: skip
     assert "quarantined: machine 10.0.1.9" in said[2] and quarantine.nodes(run) == ["n2"]
 
@@ -88,50 +91,69 @@ def _noting(run: RunDir) -> Callable[..., None]:
     return note
 
 
-def test_task_0_names_a_hangs_suspect_from_the_watchers_reports_and_blames_it(tmp_path, fake_slurm):
+def test_task_0_names_a_hangs_suspect_from_the_watchers_reports_and_blames_it(
+    tmp_path, fake_slurm, monkeypatch
+):
     """The watchers only report (each node's ranks, whether each gave a stack: the hang
-    monitor's ``node-<node>.json``); ``for_stop`` names the suspect (``suspects.hang_suspect``),
-    records it in ``suspect.json`` and blames it on its evidence: one suspect type throughout."""
+    monitor's ``node-<node>.json``); task 0 reads them with the end's evidence, its policy names
+    the suspect (``suspects.hang_suspect``) and the executor records it in ``suspect.json`` and
+    blames it on its evidence: one suspect type throughout."""
     from dataclasses import asdict
 
     from hpc_core.rundir import SUSPECT, incident_report
     from hpc_train.faults.suspects import RankReport, Suspect
 
-    files = StartFiles(RunDir(tmp_path), "9", 0, round=1)
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    spec = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing=Sizing(gpus_per_node=0))
+    notes: list[tuple[str, dict[str, object]]] = []
+    start = launcher.Start("9", 0, 2, "n1", 0, HOSTS, round=1)
+    here = Here.of(spec, start, lambda k, **d: notes.append((k, d)))
+    files = here.files
     for node, stack in (("n1", True), ("n2", False)):
         ranks = [asdict(RankReport(int(node[1]), node, 5, 1.0, stack))]
         report = incident_report(files.incident, node)
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(json.dumps({"node": node, "why": "no update", "ranks": ranks}))
-    notes: list[tuple[str, dict[str, object]]] = []
-    said: list[str] = []
-    by = node_blame.Blamer(files, HOSTS, True, lambda k, **d: notes.append((k, d)), said.append)
-    found, leave = node_blame.for_stop(by, "hang")
-    assert isinstance(found, Suspect) and (found.node, found.rank) == ("n2", 2) and leave
+    ev = end_evidence.at_exit(here.where(), Ended(-9, False, hang="no update"), (), 100)
+    t = recovery.what_follows(ev, here.options)
+    ((found, leave),) = [(b, b.leaves) for b in t.blames]
+    assert t.hang is not None and isinstance(t.hang.suspect, Suspect)
+    assert (found.node, found.rank) == ("n2", 2) and leave
     assert found.evidence is Evidence.HANG_NO_STACK
+    assert t.said[0].startswith("hang: suspect n2")
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        recovery.carry_out(here, t, ev)
     assert json.loads((files.incident / SUSPECT).read_text())["suspect"]["node"] == "n2"
-    ((kind, data),) = notes
+    ((kind, data),) = [(k, d) for k, d in notes if k == "blamed"]
     assert kind == "blamed" and data["node"] == "n2" and data["rank"] == 2
     assert data["why"].startswith("hang in job 9.1: rank 2 on n2 gave no Python stack")
-    assert fake_slurm.drained[0][0] == "n2" and said[0].startswith("hang: suspect n2")
+    assert fake_slurm.drained[0][0] == "n2"
 
 
-def test_blame_has_one_home_and_the_suspect_one_type():
-    """No function named ``blame`` outside ``hpc_train.faults`` (a watcher reports, a launcher
-    asks), and one class for a suspect: ``faults.suspects.Suspect``."""
+def test_blame_is_decided_once_and_recorded_through_one_blamer_with_one_suspect_type():
+    """Whom to blame is decided in one place (the policy: ``restart_policy.blame_of`` builds
+    every ``Blame``), recorded in one (``faults.node_blame.Blamer``, built only by ``Here``: no
+    watcher builds its own), and a suspect has one class: ``faults.suspects.Suspect``."""
     import ast
 
     import hpc_train
 
-    blames, suspects = [], []
+    built: dict[str, list[str]] = {"Blame": [], "Blamer": []}
+    classes = []
     for path in sorted(Path(hpc_train.__file__).parent.rglob("*.py")):
+        where = f"{path.parent.name}/{path.stem}"
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "blame":
-                blames.append(path.parent.name)
-            if isinstance(node, ast.ClassDef) and node.name in ("Suspect", "Blame"):
-                suspects.append(f"{path.parent.name}/{path.stem}.{node.name}")
-    assert blames and set(blames) == {"faults"}
-    assert suspects == ["faults/suspects.Suspect"]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
+                name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                if name in built:
+                    built[name].append(where)
+            if isinstance(node, ast.ClassDef) and node.name in ("Suspect", "Blame", "Blamer"):
+                classes.append(f"{where}.{node.name}")
+    assert set(built["Blame"]) == {"launch/restart_policy"}
+    assert set(built["Blamer"]) == {"launch/context"}
+    assert sorted(classes) == [
+        "faults/node_blame.Blamer", "faults/suspects.Blame", "faults/suspects.Suspect"
+    ]  # fmt: skip
 
 
 def test_a_first_kill_by_a_signal_is_recorded_not_drained_the_second_drains(tmp_path, fake_slurm):
@@ -142,9 +164,7 @@ def test_a_first_kill_by_a_signal_is_recorded_not_drained_the_second_drains(tmp_
     note = _noting(run)
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.5"}
     why = "crash in job 9: rank 1 on n2 was killed (SIGKILL)"
-    first = node_blame.blame(
-        StartFiles(run, "9", 0), "n2", why, True, note, said.append, Evidence.SIGNAL
-    )
+    first = blame(StartFiles(run, "9", 0), "n2", why, True, note, said.append, Evidence.SIGNAL)
     assert not first.drain and fake_slurm.drained == []
     (event,) = ledger.read(run.ledger)
     assert event.kind == "blamed" and event.get("drained") is False
@@ -152,9 +172,7 @@ def test_a_first_kill_by_a_signal_is_recorded_not_drained_the_second_drains(tmp_
     assert event.get("verdict", "").startswith("not drained: a kill by a signal is no evidence")
     assert "not drained" in said[0] and quarantine.nodes(run) == []
     why = "crash in job 9: torchrun on n2 was killed (SIGKILL)"
-    second = node_blame.blame(
-        StartFiles(run, "9", 1), "n2", why, True, note, said.append, Evidence.SIGNAL
-    )
+    second = blame(StartFiles(run, "9", 1), "n2", why, True, note, said.append, Evidence.SIGNAL)
     assert second.drain
     ((node, reason),) = fake_slurm.drained
     assert node == "n2" and reason.startswith("hpc-train: quarantined, blamed 2x within 24 h")
@@ -170,14 +188,10 @@ def test_a_replaced_machine_under_the_same_name_starts_fresh(tmp_path, fake_slur
     note = _noting(run)
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED", "NodeAddr": "10.0.1.5"}
     for restart in (0, 1):
-        node_blame.blame(
-            StartFiles(run, "9", restart), "n2", "kill", True, note, said.append, Evidence.SIGNAL
-        )
+        blame(StartFiles(run, "9", restart), "n2", "kill", True, note, said.append, Evidence.SIGNAL)
     assert [n for n, _ in fake_slurm.drained] == ["n2"]  # the old machine's second
     fake_slurm.nodes["n2"] = {"State": "IDLE", "NodeAddr": "10.0.1.9"}  # replaced
-    fresh = node_blame.blame(
-        StartFiles(run, "9", 2), "n2", "kill", True, note, said.append, Evidence.SIGNAL
-    )
+    fresh = blame(StartFiles(run, "9", 2), "n2", "kill", True, note, said.append, Evidence.SIGNAL)
     assert not fresh.drain and [n for n, _ in fake_slurm.drained] == ["n2"]
     assert quarantine.nodes(run) == []  # the old machine's quarantine holds not the new one
     assert [e.get("drained") for e in ledger.read(run.ledger)] == [False, True, False]
@@ -189,7 +203,7 @@ def test_a_replaced_machine_under_the_same_name_starts_fresh(tmp_path, fake_slur
 def test_evidence_about_the_node_drains_it_at_the_first_blame(tmp_path, fake_slurm, found):
     run, said = RunDir(tmp_path), []
     note = _noting(run)
-    verdict = node_blame.blame(StartFiles(run, "9", 0), "n2", "x", True, note, said.append, found)
+    verdict = blame(StartFiles(run, "9", 0), "n2", "x", True, note, said.append, found)
     assert verdict.drain and [n for n, _ in fake_slurm.drained] == ["n2"]
     (event,) = ledger.read(run.ledger)
     assert event.get("drained") is True and event.get("evidence") == str(found)
@@ -199,22 +213,24 @@ def test_evidence_about_the_node_drains_it_at_the_first_blame(tmp_path, fake_slu
 def test_no_drain_leaves_the_node_out_but_drains_nothing(tmp_path, fake_slurm):
     run, said = RunDir(tmp_path), []
     note = _noting(run)
-    verdict = node_blame.blame(
-        StartFiles(run, "9", 0), "n2", "x", False, note, said.append, Evidence.LOST
-    )
+    verdict = blame(StartFiles(run, "9", 0), "n2", "x", False, note, said.append, Evidence.LOST)
     assert verdict.drain and fake_slurm.drained == []  # the caller still leaves it out
     assert "--no-drain: left out, not drained" in said[0]
 
 
-def test_a_node_slurm_lost_is_named_with_its_state(monkeypatch):
+def test_a_node_slurm_lost_is_named_with_its_state(tmp_path, monkeypatch):
+    """Task 0 after a start Slurm ended by itself: of its nodes, those Slurm reports lost
+    (down, failed, not responding), with state and reason; one it cannot read is said."""
     states = {
         "n1": {"State": "ALLOCATED"},
         "n2": {"State": "DOWN+NOT_RESPONDING", "Reason": "Not responding"},
         "n3": {"State": "IDLE+DRAIN"},
     }
 
-    class Nodes:
-        SlurmError = node_blame.slurm.SlurmError
+    class Nodes:  # a fake Slurm that answers node records only (no Slurm in this tier)
+        SlurmError = end_evidence.slurm.SlurmError
+        SlurmUnreachable = end_evidence.slurm.SlurmUnreachable
+        machine = staticmethod(end_evidence.slurm.machine)
 
         @staticmethod
         def node_info(node: str) -> dict[str, str]:
@@ -222,23 +238,28 @@ def test_a_node_slurm_lost_is_named_with_its_state(monkeypatch):
                 raise Nodes.SlurmError("Invalid node name")
             return states[node]
 
-    monkeypatch.setattr(node_blame, "slurm", Nodes)
-    said: list[str] = []
-    lost = node_blame.lost_nodes(["n1", "n2", "n3", "n4"], said.append)
-    assert lost == [("n2", "DOWN+NOT_RESPONDING (Not responding)")]
-    assert said == ["cannot read node n4 (Invalid node name)"]
+    monkeypatch.setattr(end_evidence, "slurm", Nodes)
+    where = Where(StartFiles(RunDir(tmp_path), "41", 1), 0, ("n1",), 1)
+    ev = end_evidence.at_start(Ending.UNRECORDED, where, nodes=("n1", "n2", "n3", "n4"),
+                               detail="no save on notice")  # fmt: skip
+    opt = EndOptions(100, 3, False, 1, True, "no", None)
+    t = recovery.what_follows(ev, opt)
+    assert isinstance(t, Proceed)
+    assert [(b.node, b.evidence) for b in t.blames] == [("n2", Evidence.LOST)]
+    assert (
+        t.why == "node failure (n2 DOWN+NOT_RESPONDING (Not responding)): last periodic checkpoint"
+    )
+    assert t.said == ("cannot read node n4 (Invalid node name)",)
 
 
 def test_crash_evidence_is_every_nodes_exit_record_and_the_reports(tmp_path, monkeypatch):
-    from hpc_train.faults import agent_exit, failures
-
     run = RunDir(tmp_path)
     failures.write(run, "9", 0, failure(0, GLOO_PEER))
-    agent_exit.write(StartFiles(run, "9", 0), NodeExit(0, "n1", 1, 0, 1))
-    monkeypatch.setattr(node_blame, "EVIDENCE_WAIT_S", 0.3)  # n2 never writes its record
-    reports = node_blame.crash_evidence(StartFiles(run, "9", 0), HOSTS)  # returns after the wait
-    seen = agent_exit.read(StartFiles(run, "9", 0), len(HOSTS)).values()
-    assert [f.rank for f in reports] == [0] and [e.node for e in seen] == ["n1"]
+    failures.write_exit(StartFiles(run, "9", 0), NodeExit(0, "n1", 1, 0, 1))
+    monkeypatch.setattr(end_evidence, "EVIDENCE_WAIT_S", 0.3)  # n2 never writes its record
+    where = Where(StartFiles(run, "9", 0), 0, HOSTS, 2, node="n1")
+    ev = end_evidence.at_exit(where, Ended(1, False), (), 100)  # returns after the wait
+    assert [f.rank for f in ev.failures] == [0] and [e.node for e in ev.exits] == ["n1"]
 
 
 class CrashingRank(launcher.Launcher):
@@ -298,7 +319,7 @@ def test_after_slurm_requeued_by_itself_task_0_blames_the_node_it_lost(tmp_path,
     (started,) = [e for e in events if e.kind == "started" and e.restart == 1]
     assert started.get("previous").startswith("node failure (n2 DOWN+NOT_RESPONDING")
     # the next start finds the end recorded (blamed): no second blame
-    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == []
+    assert end_evidence.unrecorded_end(StartFiles(run, "41", 2), ledger.read(run.ledger)) == []
 
 
 def test_a_last_in_job_round_slurm_ended_is_unrecorded_though_an_earlier_round_stopped(
@@ -314,9 +335,10 @@ def test_a_last_in_job_round_slurm_ended_is_unrecorded_though_an_earlier_round_s
     ledger.record(run.ledger, "stopped", "41", 1, cause="crash")
     ledger.record(run.ledger, "restarted", "41", 1, round=1, members=["n1", "n3"])
     ledger.record(run.ledger, "started", "41", 1, nodes=["n1", "n3"])
-    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == ["n1", "n3"]
+    events = ledger.read(run.ledger)
+    assert end_evidence.unrecorded_end(StartFiles(run, "41", 2), events) == ["n1", "n3"]
     write_stop(run.stop_marker("41.1", 1), StopMarker(90, "SIGUSR2"))  # round 1 saved on notice
-    assert node_blame.unrecorded_end(StartFiles(run, "41", 2)) == []
+    assert end_evidence.unrecorded_end(StartFiles(run, "41", 2), ledger.read(run.ledger)) == []
 
 
 class PeerWitness(launcher.Launcher):
@@ -342,13 +364,12 @@ def test_a_killed_rank_is_the_restarts_cause_not_its_peers_lost_connection(
     """The soak's case: a rank killed with SIGKILL showed as "infrastructure (... gloo ...
     Connection ... by peer)". The stop's cause is the crash, its error names the killed node."""
     from hpc_train.contract import NodeReport, write_node_report
-    from hpc_train.faults import agent_exit
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))  # task 1 is up
     # its rank 2 got SIGKILL
-    agent_exit.write(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
+    failures.write_exit(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
     spec = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing=Sizing(gpus_per_node=0))
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)
@@ -364,12 +385,11 @@ def test_task_0_requeues_a_first_signal_kill_without_draining_or_excluding_its_n
     """The same kill through the launcher: blamed (the ledger says on what, and why not
     drained), requeued, n2 neither drained nor excluded: the requeued job may run on it."""
     from hpc_train.contract import NodeReport, write_node_report
-    from hpc_train.faults import agent_exit
 
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
-    agent_exit.write(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
+    failures.write_exit(StartFiles(run, "41", 0), NodeExit(1, "n2", 1, 2, -9))
     spec = JobSpec(Training("tiny", Path("/d"), tmp_path), sizing=Sizing(gpus_per_node=0))
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         PeerWitness(spec).run(launcher.Start("41", 0, 2, "n1", 0, HOSTS), gpus=0)
@@ -381,14 +401,15 @@ def test_task_0_requeues_a_first_signal_kill_without_draining_or_excluding_its_n
 
 
 # --- Slurm's silence is no answer (issue 46): a fake controller that answers none of the first
-# look-ups, and a fake clock: the waits are counted, not slept
+# look-ups, and a fake clock: the waits are counted, not slept. The policy decides a signal kill
+# of n2 (the table's crash, in-job) with none of Slurm's word given: the executor's loop asks.
 
 
 class Clock:
-    """A clock that a sleep moves on: ``slept`` adds up what unless_lost waited."""
+    """A clock that a sleep moves on: ``slept`` adds up what the executor's loop waited."""
 
     def __init__(self) -> None:
-        self.now, self.slept = 0.0, 0.0
+        self.now, self.slept = 1000.0, 0.0
 
     def __call__(self) -> float:
         return self.now
@@ -398,35 +419,43 @@ class Clock:
         self.slept += seconds
 
 
-def signal_kill(node: str = "n2"):
-    from hpc_train.faults.suspects import Suspect
+def signal_kill_decided(tmp_path, monkeypatch, clock: Clock) -> tuple[Blame, list[str]]:
+    """What the executor's loop decides for n2's signal kill, and what it said while asking."""
+    said: list[str] = []
+    monkeypatch.setattr(recovery, "log", said.append)
+    case = end_case(tmp_path, Cause.CRASH, "in-job")
+    ev = dataclasses.replace(case.evidence, slurm=SlurmWord())
+    found = recovery.what_follows(ev, case.options, sleep=clock.sleep, clock=clock)
+    assert isinstance(found, InJobRound)
+    (blame_n2,) = [b for b in found.blames if b.node == "n2"]
+    return blame_n2, [*said, *found.said]
 
-    return Suspect(node, "rank 1's agent killed by signal 9", Evidence.SIGNAL)
 
-
-def test_a_silent_controller_is_asked_again_and_the_probe_made_once_it_answers(fake_slurm):
+def test_a_silent_controller_is_asked_again_and_the_probe_made_once_it_answers(
+    tmp_path, monkeypatch, fake_slurm
+):
     """The kill came while slurmctld was stopped: the node's state and the step probe get no
-    answer. Before, the probe's silence read as "no step starts" and SlurmdTimeout's as its
-    300 s default, and the wait never probed again: 236-255 s after slurmctld was back. Now
-    the node is asked about again with back-off; once the controller answers the step is
-    probed, starts, and the signal kill stands at once: no wait for Slurm's word at all."""
-    fake_slurm.silent = 4  # node n2, node n2, node n2, node n2: then it answers
-    clock, said = Clock(), []
-    found = node_blame.unless_lost(signal_kill(), "41", said.append,
-                                   clock=clock, sleep=clock.sleep)  # fmt: skip
-    assert found.evidence is Evidence.SIGNAL
-    assert fake_slurm.asked == ["node n2"] * 5 + ["step n2"]  # probed once it answered
+    answer. Before issue 46, the probe's silence read as "no step starts" and SlurmdTimeout's
+    as its 300 s default, and the wait never probed again: 236-255 s after slurmctld was back.
+    Now node and step are asked again with back-off; once the controller answers the step
+    starts, and the signal kill stands at once: no wait for Slurm's word at all."""
+    fake_slurm.silent = 7  # node; then node and step asked together, three times: then it answers
+    clock = Clock()
+    blamed, said = signal_kill_decided(tmp_path, monkeypatch, clock)
+    assert blamed.evidence is Evidence.SIGNAL
+    assert fake_slurm.asked == ["node n2"] + ["node n2", "step n2"] * 4  # probed once it answered
     assert "config" not in fake_slurm.asked  # no SlurmdTimeout needed: the step started
     assert clock.slept <= 4 * 5.0  # the polls while silent (LOST_POLL: 1 s, 1.5 s ... 5 s)
     assert sum("Slurm does not answer" in line for line in said) == 4
 
 
-def test_a_probe_unanswered_is_made_again_and_slurms_word_then_awaited(fake_slurm):
+def test_a_probe_unanswered_is_made_again_and_slurms_word_then_awaited(
+    tmp_path, monkeypatch, fake_slurm
+):
     """The node's state answered, the probe not (srun and `scontrol ping` both unanswered:
     None): probed again; then no step starts (its slurmd gone) and Slurm marks it not
     responding within SlurmdTimeout, read only now that the controller answers."""
     fake_slurm.gone.add("n2")
-    clock = Clock()
     polls = {"n": 0}
     real_node_info = fake_slurm.node_info
 
@@ -440,37 +469,37 @@ def test_a_probe_unanswered_is_made_again_and_slurms_word_then_awaited(fake_slur
         return answer
 
     fake_slurm.node_info = node_info
-    found = node_blame.unless_lost(signal_kill(), "41", lambda _: None,
-                                   clock=clock, sleep=clock.sleep)  # fmt: skip
+    blamed, _ = signal_kill_decided(tmp_path, monkeypatch, Clock())
     seen = fake_slurm.asked
     assert seen[:4] == ["node n2", "step n2", "node n2", "step n2"]  # probed again
     assert "config" in seen and seen.index("config") > 3  # SlurmdTimeout read once it answered
-    assert found.evidence is Evidence.LOST and "IDLE+NOT_RESPONDING" in found.why
+    assert blamed.evidence is Evidence.LOST and "IDLE+NOT_RESPONDING" in blamed.why
 
 
-def test_a_controller_silent_past_patience_leaves_the_signal_kill_standing(fake_slurm):
+def test_a_controller_silent_past_patience_leaves_the_signal_kill_standing(
+    tmp_path, monkeypatch, fake_slurm
+):
     """A controller that never answers again: at most ``SILENCE_PATIENCE_S`` of asking (then
-    the launcher's requeue meets the same silence with its own patience), never a verdict."""
+    the executor's requeue meets the same silence with its own patience), never a verdict."""
     fake_slurm.silent = 10**6
-    clock, said = Clock(), []
-    found = node_blame.unless_lost(signal_kill(), "41", said.append,
-                                   clock=clock, sleep=clock.sleep)  # fmt: skip
-    assert found.evidence is Evidence.SIGNAL
-    assert (
-        node_blame.slurm.SILENCE_PATIENCE_S - 5
-        <= clock.slept
-        <= node_blame.slurm.SILENCE_PATIENCE_S
-    )
-    assert "Slurm silent for" in said[-1]
+    clock = Clock()
+    blamed, said = signal_kill_decided(tmp_path, monkeypatch, clock)
+    assert blamed.evidence is Evidence.SIGNAL
+    patience = slurm.SILENCE_PATIENCE_S
+    assert patience - 5 <= clock.slept <= patience + 5
+    assert any("Slurm silent for" in line for line in said)
     assert "config" not in fake_slurm.asked
 
 
-def test_a_step_that_starts_while_slurms_word_is_awaited_ends_the_wait(fake_slurm):
+def test_a_step_that_starts_while_slurms_word_is_awaited_ends_the_wait(
+    tmp_path, monkeypatch, fake_slurm
+):
     """Right after slurmctld came back a first step may be refused (seen on the local
     cluster: the wait for Slurm's word then ran its whole SlurmdTimeout, 20 s). The step is
     probed again at each look: once one starts, the signal kill stands at once."""
     fake_slurm.gone.add("n2")
-    clock, probes = Clock(), {"n": 0}
+    monkeypatch.setattr(fake_slurm, "slurmd_timeout_s", lambda: 300.0)
+    probes = {"n": 0}
     real_step = fake_slurm.step_starts
 
     def step_starts(job_id: str, node: str, timeout: float = 20.0) -> bool | None:
@@ -480,7 +509,7 @@ def test_a_step_that_starts_while_slurms_word_is_awaited_ends_the_wait(fake_slur
         return real_step(job_id, node, timeout)
 
     fake_slurm.step_starts = step_starts
-    found = node_blame.unless_lost(signal_kill(), "41", lambda _: None, wait_s=300,
-                                   clock=clock, sleep=clock.sleep)  # fmt: skip
-    assert found.evidence is Evidence.SIGNAL and probes["n"] == 2
+    clock = Clock()
+    blamed, _ = signal_kill_decided(tmp_path, monkeypatch, clock)
+    assert blamed.evidence is Evidence.SIGNAL and probes["n"] == 2
     assert clock.slept < 5  # one poll, not the 300 s allowed for Slurm's word

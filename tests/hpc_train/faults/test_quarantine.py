@@ -9,8 +9,9 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import StartFiles
-from hpc_train.faults import node_blame, quarantine
-from hpc_train.faults.evidence import Evidence
+from hpc_train.faults import quarantine, suspects
+from hpc_train.faults.suspects import Evidence
+from tests.hpc_train.faults.blaming import blame
 
 HOUR = 3600.0
 
@@ -28,10 +29,10 @@ def test_twice_within_the_window_is_quarantined_once_or_far_apart_is_not():
         blamed("n3", 30),  # 30 h apart: two bad days, not one bad node
         ledger.Event("started", 1_000_000, "7", 1, {"node": "n2"}),  # not a blame
     ]
-    (entry,) = quarantine.quarantined(events)
+    (entry,) = suspects.quarantined(events)
     assert entry.node == "n1" and entry.since == 1_000_000 + 5 * HOUR
     assert entry.reasons == ("hang: rank 3 gave no stack", "crash: CUDA error")
-    assert [e.node for e in quarantine.quarantined(events, window_s=48 * HOUR)] == ["n1", "n3"]
+    assert [e.node for e in suspects.quarantined(events, window_s=48 * HOUR)] == ["n1", "n3"]
 
 
 def test_the_list_in_the_save_dir_follows_the_ledger(tmp_path):
@@ -49,7 +50,7 @@ def test_the_list_in_the_save_dir_follows_the_ledger(tmp_path):
 
 
 def test_the_drain_reason_says_quarantined_only_for_a_quarantined_node():
-    entries = quarantine.quarantined([blamed("n1", 0), blamed("n1", 1)])
+    entries = suspects.quarantined([blamed("n1", 0), blamed("n1", 1)])
     assert quarantine.drain_reason("n1", "hang", entries).startswith(
         "hpc-train: quarantined, blamed 2x within 24 h: hang"
     )
@@ -67,11 +68,11 @@ def test_blames_count_against_the_machine_not_the_name():
     the lost node, and the name quarantined for two machines' faults. Now two machines under
     one name are two bad days; the same machine twice is quarantined, with its address."""
     replaced = [on("10.0.1.5", blamed("n2", 0)), on("10.0.1.9", blamed("n2", 1))]
-    assert quarantine.quarantined(replaced) == []
-    (entry,) = quarantine.quarantined([*replaced, on("10.0.1.9", blamed("n2", 2, "crash"))])
+    assert suspects.quarantined(replaced) == []
+    (entry,) = suspects.quarantined([*replaced, on("10.0.1.9", blamed("n2", 2, "crash"))])
     assert (entry.node, entry.machine, entry.reasons) == ("n2", "10.0.1.9", ("hang", "crash"))
     unknown = [blamed("n3", 0), blamed("n3", 1)]  # older ledgers: no machine, held by name
-    assert [(e.node, e.machine) for e in quarantine.quarantined(unknown)] == [("n3", "")]
+    assert [(e.node, e.machine) for e in suspects.quarantined(unknown)] == [("n3", "")]
 
 
 def test_a_quarantined_name_is_held_only_while_its_machine_is_the_quarantined_one(tmp_path):
@@ -123,7 +124,7 @@ def test_a_node_given_a_new_address_is_a_new_machine_to_the_quarantine(slurm_clu
         ledger.record(run.ledger, kind, "9", 0, **data)
 
     for why, evidence in (("hang", Evidence.HANG_NO_STACK), ("crash", Evidence.SIGNAL)):
-        node_blame.blame(StartFiles(run, "9", 0), "n3", why, False, note, said.append, evidence)
+        blame(StartFiles(run, "9", 0), "n3", why, False, note, said.append, evidence)
     assert "quarantined: machine 127.0.0.1" in said[1]
     assert quarantine.nodes(run) == ["n3"]
     try:

@@ -4,10 +4,8 @@ report) or a crash (the ranks' reports, each node's agent exit). Pure, milliseco
 from __future__ import annotations
 
 from hpc_train.faults import suspects
-from hpc_train.faults.agent_exit import NodeExit
-from hpc_train.faults.evidence import Evidence
-from hpc_train.faults.failures import Failure
-from hpc_train.faults.suspects import RankReport, Suspect
+from hpc_train.faults.failures import Failure, NodeExit
+from hpc_train.faults.suspects import Evidence, RankReport, Suspect
 
 GLOO_PEER = ("DistBackendError", "[gloo] Connection closed by peer [10.0.0.2]:5")
 CUDA = ("RuntimeError", "CUDA error: an illegal memory access was encountered")

@@ -10,7 +10,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import NodeReport
-from hpc_train.faults.evidence import Evidence
+from hpc_train.faults.suspects import Evidence
 from hpc_train.job.sizing import Sizing
 from hpc_train.job.spec import JobSpec, Recovery, SlurmJob, Training
 from hpc_train.launch import geometry, launcher, starts
@@ -93,7 +93,8 @@ def test_task_0_refuses_the_start_drains_requeues_and_excludes_the_short_node(tm
         NoTorchrun(spec).run(launcher.Start("41", 0, 2, "n1", 0, ("n1", "n2")), gpus=8)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
     assert [node for node, _ in fake_slurm.drained] == ["n2"]
-    kinds = [(e.kind, e.get("cause") or e.get("node")) for e in ledger.read(run.ledger)]
+    kinds = [(e.kind, e.get("node") if e.kind == "blamed" else e.get("cause"))
+             for e in ledger.read(run.ledger)]  # fmt: skip
     assert kinds == [("stopped", "bad node"), ("blamed", "n2"), ("requeued", None)]
     with pytest.raises(RuntimeError, match="task 0 requeues"):  # task 1 reads the refusal
         NoTorchrun(spec).run(launcher.Start("41", 1, 2, "n1", 0, ("n1", "n2")), gpus=6)

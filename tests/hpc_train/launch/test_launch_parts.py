@@ -1,6 +1,8 @@
-"""The launcher's parts one by one, in milliseconds, each without a Launcher: ``requeue``,
-``recovery``, ``spares``, ``blame`` and ``lifecycle``, against the fake Slurm of
-tests/hpc_train/conftest.py (it records requeues, drains, exclusions: no Slurm here)."""
+"""The launcher's parts one by one, in milliseconds, each without a Launcher: a start's end
+read once (``faults.end_evidence``), decided (``recovery.what_follows``: the policy) and carried out
+(``recovery.carry_out``: requeue, in-job round, spares, blame), ``rounds`` and ``lifecycle``,
+against the fake Slurm of tests/hpc_train/conftest.py (it records requeues, drains, exclusions:
+no Slurm here)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 
 from hpc_core import ledger
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train.contract import (
     Cause,
@@ -25,15 +28,24 @@ from hpc_train.contract import (
     write_stop,
     write_verdict,
 )
-from hpc_train.faults import agent_exit, node_blame
-from hpc_train.faults.evidence import Evidence
-from hpc_train.faults.suspects import Suspect
+from hpc_train.faults import end_evidence, failures
+from hpc_train.faults.end_evidence import Ended, EndEvidence, Ending, Question, SlurmWord
+from hpc_train.faults.suspects import Evidence
 from hpc_train.job.sizing import Sizing
 from hpc_train.job.spec import JobSpec, Recovery, Training
-from hpc_train.launch import lifecycle, recovery, release, requeue, rounds, signals
+from hpc_train.launch import lifecycle, recovery, release, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here
-from hpc_train.launch.restart_policy import Action, Decision
+from hpc_train.launch.rounds import Onward
 from hpc_train.launch.starts import Start
+from hpc_train.launch.transition import (
+    Finish,
+    Hold,
+    InJobRound,
+    Requeue,
+    Stop,
+    StoppedLine,
+    Transition,
+)
 
 
 def here_of(
@@ -56,22 +68,71 @@ def test_here_binds_the_start_key_once_for_every_part(tmp_path):
     assert here.files == here.start.files(here.run) == StartFiles(here.run, "41", 0, 2)
 
 
+def ended(here: Here, returncode: int = 1, saved: bool = False, **seen: Any) -> EndEvidence:
+    """torchrun's end on ``here``'s node, its evidence read as the launcher reads it."""
+    return end_evidence.at_exit(here.where(), Ended(returncode, saved, **seen), (), 100)
+
+
+def killed(here: Here, node: str = "n2") -> None:
+    """Every node of the round wrote its exit record: ``node``'s torchrun was SIGKILLed, the
+    others' failed (its peers lost it)."""
+    for task, host in enumerate(here.start.hosts):
+        failures.write_exit(here.files, failures.NodeExit(task, host, -9 if host == node else 1))
+
+
+def blamed_before(here: Here, node: str = "n2") -> None:
+    """An earlier job of the run blamed ``node``'s machine: its next blame drains it, whatever
+    the evidence (``suspects.drain_verdict``)."""
+    ledger.record(here.run.ledger, Kind.BLAMED, "40", 0, node=node, why="crash in job 40")
+
+
+def decided(here: Here, ev: EndEvidence) -> Transition:
+    return recovery.what_follows(ev, here.options)
+
+
 def test_the_requeue_excludes_the_blamed_node_and_tells_the_others(tmp_path, fake_slurm):
     here, notes = here_of(tmp_path, TWO)
+    ev = end_evidence.at_start(Ending.EXITED, here.where())
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
-        requeue.requeue(here, ["n2"])
+        recovery.carry_out(here, Requeue(Cause.CRASH, "requeue did not take effect",
+                                         exclude=("n2",)), ev)  # fmt: skip
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
     assert read_verdict(here.run, "41", 0).action == RoundAction.REQUEUE
     assert [k for k, _ in notes] == ["requeued"]
 
 
-def test_a_requeue_that_could_not_start_stops_the_run_and_requeues_nothing(tmp_path, fake_slurm):
+def test_a_storage_fault_holds_the_job_and_the_others_wait_for_slurm(tmp_path, fake_slurm):
+    """A ``Hold`` carried out: the stop and its cause in the ledger, the round's word a
+    requeue (the other launchers and the spares wait for Slurm to end them), the job requeued
+    held with the reason (``slurm.hold``), this task failing once Slurm has not ended it."""
+    start = dataclasses.replace(TWO, standby=("n3",))
+    here, notes = here_of(tmp_path, start)
+    why = "torchrun exited with 1 (storage: OSError: [Errno 28] No space left on device); held"
+    ev = end_evidence.at_start(Ending.EXITED, here.where())
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        recovery.carry_out(here, Hold(Cause.STORAGE, why, StoppedLine(Cause.STORAGE, why, 1)), ev)
+    assert fake_slurm.held == [("41", f"hpc-train: {why}")] and fake_slurm.requeued == []
+    verdict = read_verdict(here.run, "41", 0)
+    assert (verdict.action, verdict.standby) == (RoundAction.REQUEUE, ["n3"])
+    assert [(k, d.get("cause") or d.get("by")) for k, d in notes] == [
+        ("stopped", Cause.STORAGE), ("requeued", "task 0, held: scontrol release 41")
+    ]  # fmt: skip
+
+
+def test_a_requeue_that_could_not_start_stops_the_run_and_requeues_nothing(
+    tmp_path, fake_slurm, monkeypatch
+):
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     fake_slurm.partition = {"n1": "idle", "n2": "idle"}
     here, notes = here_of(tmp_path, TWO, nodes=(2, 2))
-    blocked = requeue.send(here, ["n2"], "crash")
-    assert blocked is not None and "n2" in blocked.why
+    killed(here)
+    blamed_before(here)  # n2 drained: left out, one usable node for --nodes 2
+    t = decided(here, ev := ended(here))
+    assert isinstance(t, Stop) and t.cause == Cause.NO_NODES and "n2" in t.why
+    with pytest.raises(RuntimeError, match="cannot start: 1 usable node"):
+        recovery.carry_out(here, t, ev)
     assert fake_slurm.requeued == [] and read_verdict(here.run, "41", 0).action == RoundAction.FAIL
-    assert notes[0][0] == "requeue_blocked"
+    assert [k for k, _ in notes] == ["stopped", "blamed", "requeue_blocked"]
 
 
 def test_the_nodes_kept_out_are_the_jobs_exclusions_and_the_quarantine(tmp_path, fake_slurm):
@@ -83,19 +144,21 @@ def test_the_nodes_kept_out_are_the_jobs_exclusions_and_the_quarantine(tmp_path,
 def test_a_clean_exit_finishes_with_no_blame_and_a_crash_is_blamed_on_task_0(
     tmp_path, fake_slurm, monkeypatch
 ):
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     here, _ = here_of(tmp_path, TWO)
-    rec = recovery.assess(here, recovery.Ended(0, saved=False), 0, lambda: False)
-    assert rec.outcome.action is Action.FINISHED and rec.suspect is None
-    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
-    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))
-    monkeypatch.setattr(recovery, "crash_report", lambda here: (None, False))
-    rec = recovery.assess(here, recovery.Ended(1, saved=False), 0, lambda: False)
-    assert rec.outcome.action is Action.RESTART and rec.suspect == suspect
-    assert rec.detail == "torchrun exited with 1" and rec.leave_out == ("n2",)
+    done = decided(here, ended(here, 0))
+    assert isinstance(done, Finish) and done.blames == ()
+    killed(here)
+    blamed_before(here)  # the verdict drains n2: the requeue leaves it out
+    t = decided(here, ended(here))
+    assert isinstance(t, Requeue) and [b.node for b in t.blames] == ["n2"]
+    assert t.blames[0].evidence is Evidence.SIGNAL and t.exclude == ("n2",)
+    assert t.stopped is not None and t.stopped.why.startswith("torchrun exited with 1")
     # blamed, but the verdict keeps it (a first signal kill): nothing is left out
-    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, False))
-    rec = recovery.assess(here, recovery.Ended(1, saved=False), 0, lambda: False)
-    assert rec.suspect == suspect and rec.leave_out == ()
+    other, _ = here_of(tmp_path / "first", TWO)
+    killed(other)
+    t = decided(other, ended(other))
+    assert isinstance(t, Requeue) and [b.node for b in t.blames] == ["n2"] and t.exclude == ()
 
 
 def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
@@ -103,49 +166,60 @@ def test_a_stuck_agent_after_the_ranks_saved_is_the_notice_not_a_hang(
 ):
     """The monitor killed torchrun after the ranks saved on notice: the start ends as the
     notice (the kill was ours: exit 0), no hang, nobody blamed."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    monkeypatch.setattr(end_evidence, "REPORT_WAIT_S", 0.2)  # no hang reports
     here, _ = here_of(tmp_path, TWO)
-    ended = recovery.Ended(-9, saved=True, stuck="torchrun still there")
-    rec = recovery.assess(here, ended, 0, lambda: False)
-    assert rec.returncode == 0 and rec.hang is None
-    assert rec.outcome.cause == "notice" and not rec.outcome.blame and rec.suspect is None
-    assert rec.stuck == "torchrun still there"
-    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (None, False))  # no hang reports
-    unsaved = recovery.assess(here, dataclasses.replace(ended, saved=False), 0, lambda: False)
-    assert unsaved.hang == "torchrun stuck: torchrun still there" and unsaved.returncode == -9
+    t = decided(here, ended(here, -9, saved=True, stuck="torchrun still there"))
+    assert isinstance(t, Requeue) and t.stopped is not None and t.stopped.returncode == 0
+    assert t.stopped.cause == "notice" and t.blames == () and t.hang is None
+    assert "torchrun was stuck after its ranks finished (torchrun still there): killed" in t.said
+    unsaved = decided(here, ended(here, -9, stuck="torchrun still there"))
+    assert isinstance(unsaved, Requeue) and unsaved.stopped is not None
+    assert "hang: torchrun stuck: torchrun still there" in unsaved.stopped.why
+    assert unsaved.stopped.returncode == -9 and unsaved.hang is not None
 
 
 def crashed(here: Here, files: StartFiles, message: str = "bad batch") -> None:
     """Rank 0 of ``files``' round raised at update 30 (its report), its torchrun exited 1."""
     write_failure(here.run, files.name, files.restart, FailureRecord(0, 30, "ValueError", message))
-    agent_exit.write(files, agent_exit.NodeExit(0, "n1", 1))
+    failures.write_exit(files, failures.NodeExit(0, "n1", 1))
+
+
+def crash_report(here: Here) -> tuple[tuple[Cause, str] | None, bool]:
+    """What the round's reports say, read as task 0 reads them (``end_evidence.at_exit``):
+    the crash, and whether the round before died of the same error."""
+    ev = ended(here)
+    return failures.explain(ev.failures, ev.before)
 
 
 def test_the_same_user_error_in_two_in_job_rounds_of_one_start_is_the_same_failure_again(
-    tmp_path, fake_slurm
+    tmp_path, fake_slurm, monkeypatch
 ):
     """A bad input at update 30 ends round 0; round 1 resumes before it and dies of it again:
     the same failure again, compared with the round just before (before, with the same round's
     name in the Slurm start before, none: the run spent every restart on it)."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     one = Start("41", 0, 1, "n1", 0, ("n1",))
     round0, _ = here_of(tmp_path, one)
     crashed(round0, round0.files)
-    assert recovery.crash_report(round0) == (
+    assert crash_report(round0) == (
         (Cause.USER_ERROR, "ValueError: bad batch (rank 0, update 30)"), False
     )  # fmt: skip
     for n in (1, 2):  # rounds 1 and 2: each the same error again
         here, _ = here_of(tmp_path, dataclasses.replace(one, round=n))
         crashed(here, here.files)
-        assert recovery.crash_report(here)[1] is True
+        assert crash_report(here)[1] is True
     other, _ = here_of(tmp_path, dataclasses.replace(one, round=3))
     crashed(other, other.files, "another batch")
-    assert recovery.crash_report(other)[1] is False
+    assert crash_report(other)[1] is False
 
 
 def test_after_a_requeue_a_crash_is_compared_with_the_last_round_of_the_start_before(
-    tmp_path, fake_slurm
+    tmp_path, fake_slurm, monkeypatch
 ):
     """Start 0 went through rounds 0 and 1 (the ledger's ``restarted``), then was requeued;
     start 1's round 0 compares with start 0's round 1, its last, not with its round 0."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     first, _ = here_of(tmp_path, Start("41", 0, 1, "n1", 0, ("n1",)))
     crashed(first, first.files, "first batch")
     last = StartFiles(first.run, "41", 0, round=1)
@@ -154,43 +228,46 @@ def test_after_a_requeue_a_crash_is_compared_with_the_last_round_of_the_start_be
     again, _ = here_of(tmp_path, Start("41", 0, 1, "n1", 1, ("n1",)))
     assert again.files.round_before(ledger.read(again.run.ledger)) == last
     crashed(again, again.files)
-    assert recovery.crash_report(again)[1] is True
+    assert crash_report(again)[1] is True
 
 
 def test_the_next_round_is_start_next_round_or_the_end_of_a_left_out_task(tmp_path):
     here, _ = here_of(tmp_path, dataclasses.replace(TWO, task=1))
-    assert rounds.next_round(here, ["n1"], "crash")["left_out"] is True
-    assert rounds.next_round(here, ["n2", "n3"], "crash") == (
-        TWO.next_round(["n2", "n3"], "n2"),
-        "in-job restart after crash",
+    assert rounds.next_round(here, ["n1"], "crash").result["left_out"] is True
+    assert rounds.next_round(here, ["n2", "n3"], "crash") == Onward(
+        start=TWO.next_round(["n2", "n3"], "n2"), came_from="in-job restart after crash"
     )
 
 
 def test_a_launcher_of_an_earlier_start_is_over(fake_slurm):
-    assert recovery.start_over(TWO) == ""
+    def over() -> str:
+        word = end_evidence.ask(Question(job=True), SlurmWord(), "41")
+        assert word.job is not None
+        return restart_policy.start_over(word.job, "41", 0)
+
+    assert over() == ""
     fake_slurm.restarts = 1
-    assert "belongs to restart 0" in recovery.start_over(TWO)
+    assert "belongs to restart 0" in over()
 
 
-def in_the_job(here: Here, rec: recovery.Aftermath) -> rounds.Round:
-    """Task 0's next round (``rounds.choose_round``), which these tests expect there to be."""
-    nxt = rounds.choose_round(here, rec)
-    assert nxt is not None
-    return nxt
+def in_the_job(here: Here, **more: Any) -> InJobRound:
+    """Task 0's transition after n2's torchrun was killed: an in-job round, as these tests
+    expect."""
+    killed(here)
+    t = decided(here, ended(here, **more))
+    assert isinstance(t, InJobRound)
+    return t
 
 
-def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm):
+def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slurm, monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes=(1, 2), recovery=IN_JOB)
-    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Aftermath(
-        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
-    )
-    nxt = rounds.restart(here, rec, in_the_job(here, rec))
-    assert nxt == (
-        start.next_round(["n1", "n3"], "n1"),
-        "in-job restart after crash: torchrun exited with 1",
-    )
+    blamed_before(here)  # n2 drained: a spare in its place
+    t = in_the_job(here)
+    nxt = recovery.carry_out(here, t, ended(here))
+    assert nxt == Onward(start=start.next_round(["n1", "n3"], "n1"),
+                         came_from="in-job restart after crash: torchrun exited with 1")  # fmt: skip
     verdict = read_verdict(here.run, "41", 0)
     assert (verdict.action, verdict.members, verdict.standby) == (
         RoundAction.RESTART_IN_JOB,
@@ -200,16 +277,16 @@ def test_an_in_job_restart_takes_a_spare_for_the_blamed_node(tmp_path, fake_slur
     assert notes[-1][0] == "restarted" and notes[-1][1]["spare_in"] == ["n3"]
 
 
-def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake_slurm):
+def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(
+    tmp_path, fake_slurm, monkeypatch
+):
     """The restart's watcher waits on the left-out node's task; once the job is no longer
     running it returns without releasing anything (a test's watcher must not outlive it: one
     that polled the next test's fake released a node there, CI stop 33)."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     here, _ = here_of(tmp_path, TWO, nodes=(1, 2), recovery=IN_JOB)
-    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Aftermath(
-        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
-    )
-    rounds.restart(here, rec, in_the_job(here, rec))
+    blamed_before(here)
+    recovery.carry_out(here, in_the_job(here), ended(here))
     (watcher,) = [t for t in threading.enumerate() if t.name == release.WATCHER]
     assert watcher.is_alive()  # n2's task has not said it ended
     fake_slurm.state = "COMPLETED"
@@ -217,41 +294,43 @@ def test_the_release_watcher_of_a_left_out_node_ends_with_the_job(tmp_path, fake
     assert not watcher.is_alive() and fake_slurm.released == []
 
 
-def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm):
+def test_below_min_the_in_job_restart_is_a_requeue(tmp_path, fake_slurm, monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     here, _ = here_of(tmp_path, TWO, nodes=(2, 2), recovery=IN_JOB)
-    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Aftermath(
-        outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None, ("n2",)
-    )
-    assert rounds.choose_round(here, rec) is None  # the launcher requeues instead
+    killed(here)
+    blamed_before(here)
+    t = decided(here, ev := ended(here))
+    assert isinstance(t, Requeue)  # the launcher requeues instead
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
-        requeue.requeue(here, list(rec.leave_out))
+        recovery.carry_out(here, t, ev)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
 
 
-def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(tmp_path, fake_slurm):
+def test_a_node_its_blame_keeps_restarts_in_the_job_and_is_not_released(
+    tmp_path, fake_slurm, monkeypatch
+):
     """Blamed but not drained (a first signal kill): the in-job restart keeps it, no spare
     comes in for it, nothing goes back to Slurm."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     start = dataclasses.replace(TWO, standby=("n3",))
     here, notes = here_of(tmp_path, start, nodes=(1, 2), recovery=IN_JOB)
-    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Aftermath(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
-    nxt = rounds.restart(here, rec, in_the_job(here, rec))
-    assert nxt[0] == start.next_round(["n1", "n2"], "n1", ["n3"])
+    nxt = recovery.carry_out(here, in_the_job(here), ended(here))
+    assert nxt.start == start.next_round(["n1", "n2"], "n1", ["n3"])
     verdict = read_verdict(here.run, "41", 0)
     assert (verdict.members, verdict.standby) == (["n1", "n2"], ["n3"])
     assert notes[-1][1]["left_out"] == [] and notes[-1][1]["spare_in"] == []
     assert fake_slurm.released == [] and fake_slurm.drained == []
 
 
-def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm):
+def test_a_requeue_keeps_a_node_its_blame_keeps(tmp_path, fake_slurm, monkeypatch):
     """Without --restart-in-job a crash is a requeue: it excludes no node the verdict kept."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     here, _ = here_of(tmp_path, TWO)
-    outcome = Decision(Action.RESTART, "crash", cause="crash", blame=True)
-    rec = recovery.Aftermath(outcome, 1, None, Suspect("n2", "x", Evidence.SIGNAL), None, None)
-    assert rounds.choose_round(here, rec) is None  # no --restart-in-job: the launcher requeues
+    killed(here)
+    t = decided(here, ev := ended(here))
+    assert isinstance(t, Requeue)  # no --restart-in-job: the launcher requeues
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
-        requeue.requeue(here, list(rec.leave_out))
+        recovery.carry_out(here, t, ev)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
 
 
@@ -265,9 +344,10 @@ def test_a_spare_joins_the_round_that_takes_it_as_start_next_round_says(tmp_path
         run, "41.1", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "hang", ["n1", "n3"], [])
     )
     here, _ = here_of(tmp_path, spare)
-    start, why = rounds.stand_by(here, trains=2)
+    onward = rounds.stand_by(here, trains=2)
+    start, why = onward.start, onward.came_from
     assert start == dataclasses.replace(spare, round=1).next_round(["n1", "n3"], "n3")
-    assert start.round == 2 and why == "in-job restart after hang"
+    assert start is not None and start.round == 2 and why == "in-job restart after hang"
 
 
 def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
@@ -284,19 +364,24 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
     )
     write_verdict(run, "41.1", 0, RoundVerdict(RoundAction.DONE, "max-update reached", [], ["n5"]))
     n2, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
-    assert rounds.follow(n2, "crash")["left_out"] is True
+    assert rounds.follow(n2, "crash").result["left_out"] is True
     n3, _ = here_of(tmp_path, dataclasses.replace(start, task=2))
-    assert rounds.follow(n3, "crash") == (
-        start.next_round(["n1", "n3", "n4"], "n3", ["n5"]),
-        "in-job restart after crash",
+    assert rounds.follow(n3, "crash") == Onward(
+        start=start.next_round(["n1", "n3", "n4"], "n3", ["n5"]),
+        came_from="in-job restart after crash",
     )
     spare = Start("41", 3, 5, "n1", 0, (*hosts, "n4", "n5"))
     n4, _ = here_of(tmp_path, spare)
-    taken, why = rounds.follow(n4, "hot spare", spare=True)
-    assert (taken.task, taken.round, taken.hosts) == (2, 1, ("n1", "n3", "n4"))
+    onward = rounds.follow(n4, "hot spare", spare=True)
+    taken, why = onward.start, onward.came_from
+    assert taken is not None and (taken.task, taken.round, taken.hosts) == (
+        2,
+        1,
+        ("n1", "n3", "n4"),
+    )
     assert why == "in-job restart after crash"
     n5, _ = here_of(tmp_path, dataclasses.replace(spare, task=4))
-    assert rounds.follow(n5, "hot spare", spare=True)["spare"] is True
+    assert rounds.follow(n5, "hot spare", spare=True).result["spare"] is True
     write_verdict(run, "41", 0, RoundVerdict(RoundAction.FAIL, "no restart left"))
     with pytest.raises(RuntimeError, match="crash; task 0: stop"):
         rounds.follow(n3, "crash")
@@ -311,53 +396,71 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
 def test_only_task_0_releases_the_spares(tmp_path):
     start = dataclasses.replace(TWO, standby=("n3",))
     other, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
-    rounds.release_spares(other, RoundAction.DONE, "done")
+    ev = end_evidence.at_start(Ending.REACHED, other.where())
+    recovery.carry_out(other, Finish("done"), ev)
     assert read_verdict(other.run, "41", 0) is None
     here, _ = here_of(tmp_path, start)
-    rounds.release_spares(here, RoundAction.DONE, "done")
+    recovery.carry_out(here, Finish("done"), ev)
     assert read_verdict(here.run, "41", 0).standby == ["n3"]
 
 
-def test_a_crash_is_blamed_on_the_node_whose_agent_was_killed(tmp_path, fake_slurm):
+def blamed(here: Here) -> tuple[Any, bool]:
+    """Task 0's blame for the round's end (the one it carries out: requeued): the blame and
+    whether its verdict leaves the node out."""
+    t = decided(here, ev := ended(here))
+    with pytest.raises(RuntimeError, match="requeue did not take effect"):
+        recovery.carry_out(here, t, ev)
+    (found,) = t.blames
+    return found, found.leaves
+
+
+def test_a_crash_is_blamed_on_the_node_whose_agent_was_killed(tmp_path, fake_slurm, monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
-    found, leave = node_blame.for_stop(here.blamer(), "crash")
-    assert found is not None and found.node == "n2" and found.evidence is Evidence.SIGNAL
+    failures.write_exit(StartFiles(here.run, "41", 0), failures.NodeExit(0, "n1", 1))
+    failures.write_exit(StartFiles(here.run, "41", 0), failures.NodeExit(1, "n2", -9))
+    found, leave = blamed(here)
+    assert found.node == "n2" and found.evidence is Evidence.SIGNAL
     assert fake_slurm.drained == [] and not leave  # a first kill by a signal: kept
-    assert [k for k, _ in notes] == ["blamed"] and notes[0][1]["drained"] is False
+    blames = [d for k, d in notes if k == "blamed"]
+    assert len(blames) == 1 and blames[0]["drained"] is False
     # the machine's second blame (its first recorded in the ledger, as task 0's note does)
     # drains it, and the verdict leaves it out
-    ledger.record(here.run.ledger, "blamed", "41", 0, **notes[0][1])
-    found, leave = node_blame.for_stop(here.blamer(), "crash")
+    ledger.record(here.run.ledger, "blamed", "41", 0, **blames[0])
+    found, leave = blamed(here)
     assert [n for n, _ in fake_slurm.drained] == ["n2"] and leave
 
 
-def test_a_signal_kill_on_a_node_slurm_then_loses_is_a_lost_node(tmp_path, fake_slurm):
+def test_a_signal_kill_on_a_node_slurm_then_loses_is_a_lost_node(tmp_path, fake_slurm, monkeypatch):
     """kill-node --stop-slurmd: the node's torchrun is SIGKILLed, then its slurmd dies. No step
     starts there and Slurm marks it not responding: a lost node, drained at the first blame."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
+    failures.write_exit(StartFiles(here.run, "41", 0), failures.NodeExit(0, "n1", 1))
+    failures.write_exit(StartFiles(here.run, "41", 0), failures.NodeExit(1, "n2", -9))
     fake_slurm.gone.add("n2")
     fake_slurm.nodes["n2"] = {"State": "ALLOCATED+NOT_RESPONDING", "Reason": "Not responding"}
-    found, leave = node_blame.for_stop(here.blamer(), "crash")
-    assert found is not None and found.evidence is Evidence.LOST and leave
+    found, leave = blamed(here)
+    assert found.evidence is Evidence.LOST and leave
     assert "then Slurm lost it: ALLOCATED+NOT_RESPONDING" in found.why
     assert [n for n, _ in fake_slurm.drained] == ["n2"]
-    assert notes[0][1]["evidence"] == str(Evidence.LOST) and notes[0][1]["drained"] is True
+    blames = [d for k, d in notes if k == "blamed"]
+    assert blames[0]["evidence"] == str(Evidence.LOST) and blames[0]["drained"] is True
 
 
-def test_a_failed_probe_alone_never_drains(tmp_path, fake_slurm):
+def test_a_failed_probe_alone_never_drains(tmp_path, fake_slurm, monkeypatch):
     """No step starts on the node, but Slurm still counts it as up (a busy controller, the
-    job ending): the signal kill stands, not drained."""
+    job ending): the signal kill stands, not drained (Slurm asked again until its
+    SlurmdTimeout, the fake's 0.5 s)."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
     here, notes = here_of(tmp_path, TWO)
-    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(0, "n1", 1))
-    agent_exit.write(StartFiles(here.run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
+    failures.write_exit(StartFiles(here.run, "41", 0), failures.NodeExit(0, "n1", 1))
+    failures.write_exit(StartFiles(here.run, "41", 0), failures.NodeExit(1, "n2", -9))
     fake_slurm.gone.add("n2")
-    found, leave = node_blame.for_stop(here.blamer(), "crash")
-    assert found is not None and found.evidence is Evidence.SIGNAL and not leave
-    assert fake_slurm.drained == [] and notes[0][1]["drained"] is False
+    found, leave = blamed(here)
+    assert found.evidence is Evidence.SIGNAL and not leave
+    blames = [d for k, d in notes if k == "blamed"]
+    assert fake_slurm.drained == [] and blames[0]["drained"] is False
 
 
 def test_a_round_asks_for_the_start_before_by_the_jobs_id_never_its_rounds_name(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hpc_core import ledger
+from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, process_exited, wait_until
 from hpc_train.contract import (
@@ -31,9 +32,8 @@ from hpc_train.contract import (
     write_launcher_beat,
     write_stop,
 )
-from hpc_train.faults import agent_exit, failures, node_blame, quarantine
-from hpc_train.faults.evidence import Evidence
-from hpc_train.faults.suspects import Suspect
+from hpc_train.faults import failures, quarantine
+from hpc_train.faults.suspects import Evidence
 from hpc_train.job.limits import Watch
 from hpc_train.job.sizing import Sizing
 from hpc_train.job.spec import JobSpec, Notifications, Recovery, Training
@@ -127,7 +127,7 @@ def test_torchruns_failure_summary_reaches_the_task_log_and_the_exit_record(
     the root cause is in this node's exit record for task 0 to weigh."""
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         SummaryOnStderr(spec_in(tmp_path), 1).run(start(), gpus=0)
-    record = agent_exit.read(StartFiles(RunDir(tmp_path), "41", 0), 1)[0]
+    record = failures.read_exits(StartFiles(RunDir(tmp_path), "41", 0), 1)[0]
     assert (record.returncode, record.root_rank, record.root_exitcode) == (1, 1, -9)
     err = capsys.readouterr().err
     assert err.count("UserWarning: ") == 100 and SummaryOnStderr.SUMMARY in err
@@ -479,6 +479,12 @@ def test_a_quarantined_node_drained_where_nodes_are_replaced_is_not_excluded_by_
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == []
 
 
+def blamed_before(run: RunDir, node: str) -> None:
+    """An earlier job of the run blamed ``node``'s machine (the fake Slurm's: no address): its
+    next blame drains it, whatever the evidence (``faults.suspects.drain_verdict``)."""
+    ledger.record(run.ledger, Kind.BLAMED, "40", 0, node=node, why="crash in job 40: killed")
+
+
 class FailsOnce(FakeTorchrun):
     """torchrun replaced by ``python -c``: exits 1 in the first round, 0 after (a transient
     crash); the nodes of each round it was started on are kept in ``rounds``."""
@@ -518,7 +524,7 @@ def test_a_crash_restarts_in_the_allocation_on_the_same_nodes_without_a_requeue(
     for key in ("41", "41.1"):  # task 1's launcher reports in both rounds
         write_node_report(run, key, 0, NodeReport(1, "n2", 0))
     # its torchrun failed too
-    agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", 1))
+    failures.write_exit(StartFiles(run, "41", 0), failures.NodeExit(1, "n2", 1))
     fake = FailsOnce(in_job_spec(tmp_path))
     done = fake.run(two_nodes(0), gpus=0)
     assert done["restarts"] == 0 and fake_slurm.requeued == []
@@ -562,10 +568,9 @@ def test_too_few_healthy_nodes_for_min_requeue_instead(tmp_path, fake_slurm, mon
     from hpc_train.contract import NodeReport, write_node_report
 
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
-    agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
+    failures.write_exit(StartFiles(run, "41", 0), failures.NodeExit(1, "n2", -9))
     fake = FakeTorchrun(in_job_spec(tmp_path, nodes_min=2), 1)
-    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
-    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))  # drained
+    blamed_before(run, "n2")  # its kill by a signal drains it: its machine's second blame
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         fake.run(two_nodes(0), gpus=0)
     assert fake_slurm.requeued == ["41"] and fake_slurm.excluded == [("41", ["n2"])]
@@ -587,11 +592,10 @@ def test_the_log_and_the_ledger_say_an_in_job_round_or_a_requeue_truthfully(
         run = spec.run_dir
         for key in ("41", "41.1"):
             write_node_report(run, key, 0, NodeReport(1, "n2", 0))
-        agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", 1))
-        suspect = Suspect("n2", "its torchrun failed", Evidence.SIGNAL)
-        monkeypatch.setattr(
-            node_blame, "for_stop", lambda by, cause, s=suspect, out=requeues: (s, out)
-        )
+        failures.write_exit(StartFiles(run, "41", 0), failures.NodeExit(1, "n2", 1))
+        if requeues:  # n2 killed by a signal, its machine's second blame: drained, left out
+            failures.write_exit(StartFiles(run, "41", 0), failures.NodeExit(1, "n2", -9))
+            blamed_before(run, "n2")
         if requeues:  # n2 left out: below --nodes MIN 2
             with pytest.raises(RuntimeError, match="requeue did not take effect"):
                 FailsOnce(spec).run(two_nodes(0), gpus=0)
@@ -649,7 +653,7 @@ def test_a_killed_agents_rank_is_ended_and_the_run_restarts_in_the_job_on_its_no
               if e.kind == "blamed"]  # fmt: skip
     assert blamed == [("n1", str(Evidence.SIGNAL), False)]
     assert [e.get("left_out") for e in events if e.kind == "restarted"] == [[]]
-    assert agent_exit.read(StartFiles(run, "41", 0), 1)[0].returncode == -signal.SIGKILL
+    assert failures.read_exits(StartFiles(run, "41", 0), 1)[0].returncode == -signal.SIGKILL
 
 
 def test_only_this_starts_processes_on_this_node_are_its_leftovers(tmp_path):
@@ -691,10 +695,9 @@ def test_a_blamed_node_is_replaced_by_the_hot_spare_at_the_same_width(
     run = RunDir(tmp_path)
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
     write_node_report(run, "41.1", 0, NodeReport(1, "n3", 0))  # the spare, as a member
-    agent_exit.write(StartFiles(run, "41", 0), agent_exit.NodeExit(1, "n2", -9))
+    failures.write_exit(StartFiles(run, "41", 0), failures.NodeExit(1, "n2", -9))
     fake = FailsOnce(spares_spec(tmp_path))
-    suspect = Suspect("n2", "its torchrun was killed", Evidence.SIGNAL)
-    monkeypatch.setattr(node_blame, "for_stop", lambda by, cause: (suspect, True))  # drained
+    blamed_before(run, "n2")  # its kill by a signal drains it: its machine's second blame
     first = starts.allocation_start("41", 0, ("n1", "n2", "n3"), 0, spares=1)
     assert first is not None and first.standby == ("n3",)
     done = fake.run(first, gpus=0)
@@ -761,9 +764,12 @@ def test_the_last_nodes_of_the_allocation_are_the_spares_and_refill_tops_up_to_t
     assert one == starts.Start("41", 1, 2, "n1", 0, ("n1", "n2"), 0, ("n3",))
     plain = starts.allocation_start("41", 1, ("n1", "n2"), 3, spares=0)
     assert plain == starts.Start("41", 1, 2, "n1", 3, ("n1", "n2"))
-    assert starts.refill(["n1"], ["n3", "n4"], 2) == (["n1", "n3"], ["n4"])
-    assert starts.refill(["n1", "n2"], ["n3"], 2) == (["n1", "n2"], ["n3"])  # nobody blamed
-    assert starts.refill(["n1"], [], 3) == (["n1"], [])  # no spare left: narrower (or requeue)
+    assert restart_policy.refill(["n1"], ["n3", "n4"], 2) == (["n1", "n3"], ["n4"])
+    assert restart_policy.refill(["n1", "n2"], ["n3"], 2) == (["n1", "n2"], ["n3"])  # nobody blamed
+    assert restart_policy.refill(["n1"], [], 3) == (
+        ["n1"],
+        [],
+    )  # no spare left: narrower (or requeue)
 
 
 def grew_at(tmp_path: Path, restart: int) -> None:

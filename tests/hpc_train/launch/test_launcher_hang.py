@@ -14,7 +14,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import SUSPECT, RunDir, incident_report
 from hpc_train.contract import StartDecision, write_decision
-from hpc_train.faults import node_blame
+from hpc_train.faults import end_evidence
 from hpc_train.job.limits import HangLimits, Watch
 from hpc_train.job.sizing import Sizing
 from hpc_train.job.spec import JobSpec, Recovery, Training
@@ -41,7 +41,7 @@ def quick_incidents(monkeypatch: pytest.MonkeyPatch) -> None:
     """The watchdog's polls and waits in tenths of a second, on node n1."""
     monkeypatch.setattr(hang_monitor, "POLL_S", 0.1)
     monkeypatch.setattr(hang_monitor, "STACK_WAIT_S", 0.5)
-    monkeypatch.setattr(node_blame, "REPORT_WAIT_S", 0.5)
+    monkeypatch.setattr(end_evidence, "REPORT_WAIT_S", 0.5)
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
 
 

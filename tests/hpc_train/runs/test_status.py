@@ -120,7 +120,8 @@ def test_a_straggler_shows_in_the_one_run_view(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     said = "straggler: n2 1.40x the other nodes' median compute for 300 s (job 31, start #1)"
     assert said + "\n" in out
-    ledger.record(run.ledger, "blamed", "31", 0, when=1061.0, node="n2", why="straggler: ...")
+    ledger.record(run.ledger, "blamed", "31", 0, when=1061.0, node="n2", why="straggler: ...",
+                  cause="straggler")  # fmt: skip
     assert status.main(["31"]) == 0
     assert "for 300 s (job 31, start #1); evicted" in capsys.readouterr().out
 
@@ -136,7 +137,7 @@ def test_blamed_nodes_show_with_drain_and_quarantine_and_in_json(tmp_path, monke
                   why="torchrun on n3 was killed (SIGKILL)", drained=False)  # fmt: skip
     ledger.record(run.ledger, "straggler", "41", 2, when=1095.0, node="n4", ratio=2.5, seconds=30)
     ledger.record(run.ledger, "blamed", "41", 2, when=1096.0, node="n4",
-                  why="straggler: 2.50x", drained=True)  # fmt: skip
+                  why="straggler: 2.50x", drained=True, cause="straggler")  # fmt: skip
     monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: {})
     assert status.main(["41"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -15,8 +15,7 @@ import pytest
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
 from hpc_train.contract import StartFiles
-from hpc_train.faults.evidence import Evidence
-from hpc_train.faults.suspects import Suspect
+from hpc_train.faults.suspects import Evidence, Suspect
 from hpc_train.job.limits import StragglerLimits, Watch
 from hpc_train.job.sizing import Sizing
 from hpc_train.job.spec import JobSpec, Recovery, Training
@@ -57,7 +56,7 @@ def test_task_0_reads_a_bounded_number_of_nodes_a_poll_and_still_names_the_strag
                         lambda d, *a: (read.append(d.name), real(d, *a))[1])  # fmt: skip
     notes: list[tuple[str, dict[str, Any]]] = []
     watch = straggler_monitor.StragglerWatch(
-        StartFiles(run, "7", 0), hosts, StragglerLimits(0.2, 60.0), False, False,
+        StartFiles(run, "7", 0), hosts, StragglerLimits(0.2, 60.0), False,
         lambda kind, **data: notes.append((kind, data)), lambda _: None, clock,
     )  # fmt: skip
     sizes = []
@@ -81,7 +80,7 @@ def test_a_straggler_is_named_once_in_the_log_and_the_ledger(tmp_path):
     notes: list[tuple[str, dict[str, Any]]] = []
     lines: list[str] = []
     watch = straggler_monitor.StragglerWatch(
-        StartFiles(run, "7", 0), ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False, False,
+        StartFiles(run, "7", 0), ["n1", "n2", "n3", "n4"], StragglerLimits(0.2, 60.0), False,
         lambda kind, **data: notes.append((kind, data)), lines.append, clock,
     )  # fmt: skip
     assert watch.sample().compute_s == {"n1": 0.1, "n2": 0.14, "n3": 0.1}  # n4: no heartbeat

@@ -1,0 +1,352 @@
+"""The evidence of a start's end, read once: one value (``EndEvidence``) for the policy.
+
+"What happens when a rank crashes" is three short steps, each in one file:
+
+1. evidence (here): what the launcher saw of torchrun's end (``Ended``: its exit, a hang, a
+   straggler evicted, a stuck agent), this round's files (every node's exit record and
+   heartbeats, the ranks' failure reports, the hang reports), the round before's failure
+   reports, and the ledger, each file read once; then what Slurm says (``SlurmWord``), asked
+   only when the policy needs it (``ask``, the one place a decision reads Slurm);
+2. the policy, pure: ``hpc_train.launch.restart_policy.after_end(evidence, options)`` gives
+   one ``hpc_train.launch.transition.Transition``, or asks Slurm again after a back-off;
+3. the executor: ``hpc_train.launch.recovery`` carries it out (ledger, blames and drains,
+   the round's verdict, the spares, requeue or hold).
+
+The other ends of a start are evidence of the same type (``Ending``): a start refused (a node
+short of GPUs), a run that stopped advancing, max-update reached before training, the notice
+(``checkpoint()``) and a stuck launcher found by the pulse. The rank's side of a crash is
+``hpc_train.worker.crash``; the picks of a suspect are ``faults.suspects`` (pure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from hpc_core import ledger, slurm
+from hpc_core.ledger import Kind
+from hpc_core.rundir import incident_reports
+from hpc_core.wait import FAST, Backoff, wait_until
+from hpc_train.contract import Beat, Cause, StartFiles, read_beats
+from hpc_train.faults import failures
+from hpc_train.faults.failures import Failure, NodeExit
+from hpc_train.faults.suspects import RankReport, Suspect
+
+EVIDENCE_WAIT_S = 15.0  # for every node's exit record after a crash (a worker reports first)
+# for every node's hang report: each hang monitor before it stops its ranks, task 0 before it
+# names the suspect
+REPORT_WAIT_S = 20.0
+# a node Slurm no longer runs jobs on: its own failure, not one a requeue can fix by itself
+LOST_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
+
+
+class Ending(StrEnum):
+    """How a start ended, as the launcher met it."""
+
+    EXITED = "torchrun exited"
+    REFUSED = "start refused"  # a node short of GPUs, quarantined, failing its check
+    NO_PROGRESS = "no progress"  # restarts that never advanced (task 0's decision says so)
+    REACHED = "max-update reached before training"
+    NOTICE = "notice"  # submitit's checkpoint() on task 0: the save on notice waited for
+    SILENT = "stuck launcher"  # the pulse found a watched launcher silent
+    UNRECORDED = "ended without a word"  # (the start before) Slurm ended it: NODE_FAIL
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How torchrun ended on this node, and what its watchers saw meanwhile."""
+
+    returncode: int
+    saved: bool  # the save on notice is durable (the stop marker)
+    hang: str | None = None  # the hang the hang monitor stopped the ranks for
+    evicted: Suspect | None = None  # the straggler evicted (--evict-stragglers): its measurement
+    stuck: str | None = None  # torchrun outlived its ranks: the hang monitor killed it
+
+
+# --- what Slurm says, asked once per question ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Question:
+    """What the policy needs Slurm to say before it can decide."""
+
+    job: bool = False  # the job's state and restart count
+    nodes: tuple[str, ...] = ()  # each node's state, reason and machine
+    steps: tuple[str, ...] = ()  # does a step of the job still start there
+    slurmd_timeout: bool = False  # how long Slurm waits for a silent slurmd
+    partition: bool = False  # every node of the partition (sinfo) and the job's ExcNodeList
+    partition_name: str | None = None  # which partition (None: the default one)
+
+
+@dataclass(frozen=True)
+class JobWord:
+    state: str = ""
+    restarts: int = 0
+    error: str = ""  # Slurm did not answer
+
+
+@dataclass(frozen=True)
+class NodeWord:
+    state: str = ""
+    reason: str = ""
+    machine: str = ""
+    time: float = 0.0
+    error: str = ""
+    silent: bool = False  # the error is the controller's silence, not a refusal
+
+    @property
+    def lost(self) -> bool:
+        """Slurm no longer runs jobs on it (down, failed, not responding)."""
+        return not self.error and any(mark in self.state.upper() for mark in LOST_STATES)
+
+
+@dataclass(frozen=True)
+class PartitionWord:
+    states: Mapping[str, str] = field(default_factory=dict)  # sinfo: node -> state
+    excluded: tuple[str, ...] = ()  # the job's ExcNodeList
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class SlurmWord:
+    """Every answer Slurm gave for one decision (the latest per node)."""
+
+    job: JobWord | None = None
+    nodes: Mapping[str, NodeWord] = field(default_factory=dict)
+    asked: Mapping[str, int] = field(default_factory=dict)  # node -> how often asked
+    # does a step start there (None: Slurm did not say), when probed
+    steps: Mapping[str, tuple[bool | None, float]] = field(default_factory=dict)
+    slurmd_timeout_s: float | None = None
+    partition: PartitionWord | None = None
+    # node -> since when no step starts there, Slurm answering at every probe since
+    no_start_since: Mapping[str, float] = field(default_factory=dict)
+    silence: str = ""  # what the controller's silence was in the last ask ("": it answered)
+    silent_s: float = 0.0  # the seconds of silence over this decision's asks, in all
+    last_s: float = 0.0  # when Slurm was last asked
+
+
+def ask(
+    question: Question, word: SlurmWord, job_id: str, clock: Callable[[], float] = time.time
+) -> SlurmWord:
+    """Ask Slurm ``question`` about job ``job_id``; ``word`` with the answers added. The one
+    place a decision after a start's end reads Slurm: one ``scontrol show job``, one ``scontrol
+    show node`` per node asked, one step probe per node, one ``scontrol show config``, one
+    ``sinfo``. An error is an answer too (``error``): the policy says what it makes of it. The
+    controller's silence is kept apart from a refusal (``silence``, ``silent_s``: the seconds
+    since the ask before, counted when this one went unanswered)."""
+    job = _job(job_id) if question.job else word.job
+    nodes, asked = dict(word.nodes), dict(word.asked)
+    for node in question.nodes:
+        nodes[node], asked[node] = _node(node, clock), asked.get(node, 0) + 1
+    silence = [nodes[n].error for n in question.nodes if nodes[n].silent]
+    steps, since = dict(word.steps), dict(word.no_start_since)
+    for node in question.steps:
+        starts = slurm.step_starts(job_id, node)
+        steps[node] = (starts, clock())
+        if starts is False:
+            since.setdefault(node, steps[node][1])
+        else:  # a step started, or Slurm said nothing: the wait for its word begins afresh
+            since.pop(node, None)
+            silence += [f"no step probed on {node}"] if starts is None else []
+    timeout = word.slurmd_timeout_s
+    if question.slurmd_timeout:
+        try:
+            timeout = slurm.slurmd_timeout_s()
+        except slurm.SlurmUnreachable as err:
+            silence.append(str(err))
+        except slurm.SlurmError:
+            timeout = slurm.DEFAULT_SLURMD_TIMEOUT_S
+    part = _partition(question.partition_name, job_id) if question.partition else word.partition
+    now = clock()
+    silent_s = word.silent_s + (now - (word.last_s or now) if silence else 0.0)
+    return SlurmWord(job, nodes, asked, steps, timeout, part, since, "; ".join(silence), silent_s,
+                     now)  # fmt: skip
+
+
+def _job(job_id: str) -> JobWord:
+    try:
+        state = slurm.job_state(job_id)
+    except slurm.SlurmError as err:
+        return JobWord(error=str(err))
+    return JobWord(state.state, state.restarts)
+
+
+def _node(node: str, clock: Callable[[], float]) -> NodeWord:
+    try:
+        info = slurm.node_info(node)
+    except slurm.SlurmError as err:
+        silent = isinstance(err, slurm.SlurmUnreachable)
+        return NodeWord(time=clock(), error=str(err), silent=silent)
+    state, reason = info.get("State", ""), info.get("Reason", "no reason given")
+    return NodeWord(state, reason, slurm.machine(info), clock())
+
+
+def _partition(name: str | None, job_id: str) -> PartitionWord:
+    try:
+        states = slurm.partition_nodes(name)
+        listed = (slurm.job_info(job_id) or {}).get("ExcNodeList", "(null)")
+        out = slurm.hostnames(listed) if listed not in ("", "(null)") else []
+    except slurm.SlurmError as err:
+        return PartitionWord(error=str(err))
+    return PartitionWord(states, tuple(out))
+
+
+# --- the evidence: a start's end, read once ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Where:
+    """Whose end it is: one node's start (its round), as the launcher knows it."""
+
+    files: StartFiles  # the round's (its job id, restart, round)
+    task: int
+    hosts: tuple[str, ...]  # the round's nodes, in task order
+    num_nodes: int
+    standby: tuple[str, ...] = ()  # the hot spares standing by
+    node: str = ""  # this node
+    spent: int = 0  # the restarts the one budget counted before this start
+
+
+@dataclass(frozen=True)
+class EndEvidence:
+    """One start's end on one node, as the policy weighs it: every file read once."""
+
+    ending: Ending
+    where: Where
+    time: float  # when the evidence was read
+    events: tuple[ledger.Event, ...] = ()  # the ledger
+    ended: Ended | None = None  # EXITED: how torchrun ended here
+    signals: tuple[str, ...] = ()  # SIGTERM / notice, in the order this task got them
+    beats: Mapping[str, tuple[Beat, ...]] = field(default_factory=dict)  # by the node's dir
+    failures: tuple[Failure, ...] = ()  # the round's failure reports
+    before: tuple[Failure, ...] = ()  # the round before's (a user error again?)
+    exits: tuple[NodeExit, ...] = ()  # every node's exit record (task 0)
+    hang_ranks: tuple[RankReport, ...] = ()  # every node's hang report (task 0, a hang)
+    hang_reported: tuple[str, ...] = ()  # the nodes that sent one
+    detail: str = ""  # REFUSED, NO_PROGRESS: why; SILENT: the silence; REACHED: where it is
+    nodes: tuple[str, ...] = ()  # REFUSED: the nodes refused; SILENT: the silent one
+    saved: bool = False  # NOTICE: the save on notice is durable
+    own_cause: Cause | None = None  # NOTICE: task 0's own notice's cause (a grow, a hang)
+    training: bool = False  # SILENT: the ranks are training
+    slurm: SlurmWord = field(default_factory=SlurmWord)
+
+    def answered(self, word: SlurmWord) -> EndEvidence:
+        """This evidence with Slurm's newer word."""
+        return dataclasses.replace(self, slurm=word)
+
+
+def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) -> EndEvidence:
+    """torchrun exited on this node: read this round's evidence once. Every node reads its
+    heartbeats and the failure reports; task 0, after a crash, first waits for every node's
+    exit record (a worker reports before its torchrun exits), after a hang for every node's
+    hang report; whoever weighs a crash reads the round before's reports."""
+    files, hosts, node = where.files, where.hosts, where.node
+    beats = {h: tuple(read_beats(files.heartbeats(h))) for h in dict.fromkeys([*hosts, node])}
+    own = beats[node]
+    finished = bool(own) and min(b.update for b in own) >= updates  # by the beats alone
+    crashed = ended.returncode != 0 and ended.hang is None and not ended.stuck and not finished
+    exits: tuple[NodeExit, ...] = ()
+    if where.task == 0 and crashed:
+        _wait_for_exits(files, len(hosts))
+        exits = tuple(failures.read_exits(files, len(hosts)).values())
+    now = tuple(failures.read(files))
+    events = tuple(ledger.read(files.run.ledger))
+    before: tuple[Failure, ...] = ()
+    if now and crashed and (previous := files.round_before(events)) is not None:
+        before = tuple(failures.read(previous))
+    ranks: tuple[RankReport, ...] = ()
+    reported: tuple[str, ...] = ()
+    stuck_hang = ended.stuck is not None and not ended.saved and not (finished and not now)
+    if where.task == 0 and (ended.hang is not None or stuck_hang):
+        ranks, reported = read_hang_reports(files.incident, len(hosts))
+    return EndEvidence(
+        Ending.EXITED, where, time.time(), events, ended, tuple(signals), beats, now, before,
+        exits, ranks, reported,
+    )  # fmt: skip
+
+
+def at_start(ending: Ending, where: Where, **more: Any) -> EndEvidence:
+    """A start that ends before or beside training (refused, no progress, max-update reached,
+    the notice, a stuck launcher): the ledger, read once, and what the caller knows (``more``:
+    the ``EndEvidence`` fields of its ending)."""
+    return EndEvidence(
+        ending, where, time.time(), tuple(ledger.read(where.files.run.ledger)), **more
+    )
+
+
+def at_notice(where: Where, saved: bool, own_cause: Cause | None) -> EndEvidence:
+    """Task 0's ``checkpoint()`` waited for the save on notice (``saved``): the ledger and the
+    round's heartbeats (how far it got), each read once."""
+    files = where.files
+    beats = {h: tuple(read_beats(files.heartbeats(h))) for h in where.hosts}
+    return at_start(Ending.NOTICE, where, beats=beats, saved=saved, own_cause=own_cause)
+
+
+def at_next_start(where: Where, previous_end: str) -> EndEvidence:
+    """Task 0 at a start after one Slurm ended by itself (no word from the toolkit): the nodes of
+    that start (``unrecorded_end``), to ask Slurm which it lost; ``previous_end``: what the log
+    says of it otherwise."""
+    events = tuple(ledger.read(where.files.run.ledger))
+    nodes = tuple(unrecorded_end(where.files, events))
+    return EndEvidence(Ending.UNRECORDED, where, time.time(), events, detail=previous_end,
+                       nodes=nodes)  # fmt: skip
+
+
+def _wait_for_exits(files: StartFiles, nodes: int) -> None:
+    """Until every node's exit record exists (looked at, not read) or ``EVIDENCE_WAIT_S``."""
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: all(files.node_exit(t).exists() for t in range(nodes)) or None,
+                   "every node's exit record", EVIDENCE_WAIT_S, FAST)  # fmt: skip
+
+
+def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
+    """Wait until ``nodes`` nodes have reported a hang (or ``timeout``); how many did."""
+    with contextlib.suppress(TimeoutError):
+        wait_until(
+            lambda: len(incident_reports(incident)) >= nodes or None,
+            "every node's hang report",
+            timeout,
+            Backoff(0.2, 1.5, 1.0),
+        )
+    return len(incident_reports(incident))
+
+
+def read_hang_reports(incident: Path, nodes: int) -> tuple[tuple[RankReport, ...], tuple[str, ...]]:
+    """Every node's hang report (waited for, each read once): its ranks, and the nodes that
+    reported."""
+    wait_for_reports(incident, nodes, REPORT_WAIT_S)
+    reports = []
+    for path in incident_reports(incident):
+        try:
+            reports.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    ranks = tuple(RankReport(**r) for report in reports for r in report.get("ranks", []))
+    return ranks, tuple(str(r["node"]) for r in reports)
+
+
+def unrecorded_end(files: StartFiles, events: Sequence[ledger.Event]) -> list[str]:
+    """The nodes of the job's Slurm start before ``files``' if its last round ended without a
+    word from the toolkit (no save on notice, no stop task 0 recorded): Slurm ended and requeued
+    it itself (NODE_FAIL, an administrator's requeue). Empty otherwise. The job is
+    ``files.job``, its id, never a round's name; ``events``: the ledger's."""
+    job, restart = files.job, files.restart
+    if restart == 0:
+        return []
+    before = files.previous_start(events)
+    if before is None or before.stop() is not None:
+        return []
+    mine = [e for e in events if (e.job, e.restart) == (job, restart - 1)]
+    rounds = [i for i, e in enumerate(mine) if e.kind == Kind.RESTARTED]
+    mine = mine[rounds[-1] + 1 :] if rounds else mine  # the last round's own
+    if any(e.kind in (Kind.STOPPED, Kind.BLAMED) for e in mine):
+        return []  # task 0 said how it ended (and blamed whom it could)
+    started = [e.get("nodes") or [] for e in mine if e.kind == Kind.STARTED]
+    return [str(n) for n in started[-1]] if started else []
