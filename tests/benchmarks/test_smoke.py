@@ -188,6 +188,7 @@ def test_bench_ckpt_smoke(tmp_path: Path, corpus: Path) -> None:
 
 
 @smoke("bench-tracking")
+@pytest.mark.slow  # W&B's service processes: ~7 s
 def test_bench_tracking_smoke(tmp_path: Path) -> None:
     """The real writers (TensorBoard, W&B offline), a few calls each: every step read back
     once, and the update it is weighed against is the GPU results' (256 x 512 tokens at the

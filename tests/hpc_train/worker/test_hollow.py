@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hpc_core import ledger
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
@@ -22,6 +24,9 @@ from hpc_train.job.command_lines import HOLLOW_MODULE
 from hpc_train.worker import checkpoints
 
 PORTS = iter(range(29400, 29500))
+
+
+pytestmark = pytest.mark.slow  # real torchrun and two rank processes: ~28 s of CPU
 
 
 def start(save: Path, max_update: int, *extra: str) -> subprocess.Popen[str]:
