@@ -307,13 +307,15 @@ def at_next_start(where: Where, previous_end: str) -> EndEvidence:
 
 
 def _exits_awaited(
-    files: StartFiles, nodes: int, clock: Callable[[], float] = time.monotonic
+    files: StartFiles, nodes: int, clock: Callable[[], float] = time.time
 ) -> tuple[tuple[NodeExit, ...], bool]:
     """Every node's exit record, each read once as it appears, and whether that took a wait.
-    Waited for until all are in; or, once one says its node was killed by a signal from
-    outside, ``KILLED_GRACE_S`` more (the records missing then are nodes still tearing down
-    ranks that died of the lost peer: at 16 real nodes the last came 14 s after task 0's,
-    issue 46); at most ``EVIDENCE_WAIT_S`` (a node that never writes one is gone)."""
+    Waited for until all are in; or until ``KILLED_GRACE_S`` after one that says its node was
+    killed by a signal from outside was written (its file's time: the killed node's agent
+    saw its own rank die and said so first, often seconds before task 0's torchrun ended; the
+    records missing then are of nodes still tearing down ranks that died of the lost peer: at
+    16 real nodes the last came 14 s after task 0's, issue 46); at most ``EVIDENCE_WAIT_S``
+    (a node that never writes one is gone)."""
     found: dict[int, NodeExit] = {}
     killed_at: list[float] = []
 
@@ -323,8 +325,9 @@ def _exits_awaited(
             if task not in found and path.exists():
                 found.update(failures.read_exits_of(files, [task]))
                 if task in found and found[task].killed() is not None:
-                    killed_at.append(clock())
-        done = len(found) == nodes or (killed_at and clock() - killed_at[0] >= KILLED_GRACE_S)
+                    with contextlib.suppress(OSError):
+                        killed_at.append(path.stat().st_mtime)
+        done = len(found) == nodes or (killed_at and clock() - min(killed_at) >= KILLED_GRACE_S)
         return bool(done) or None
 
     waited = not enough()

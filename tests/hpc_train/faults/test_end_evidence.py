@@ -7,6 +7,7 @@ fake clock by the poll's step and writes each node's record at the fake time the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
@@ -33,7 +34,7 @@ class FakeWait:
 
     def _write_due(self) -> None:
         while self.writes and self.writes[0][0] <= self.now:
-            failures.write_exit(self.files, self.writes.pop(0)[1])
+            write_at(self.files, *self.writes.pop(0))
 
     def __call__(self, check: Callable[[], object], what: str, timeout: float, backoff) -> object:
         start = self.now
@@ -45,19 +46,29 @@ class FakeWait:
         raise TimeoutError(what)
 
 
+def write_at(files: StartFiles, when: float, record: NodeExit) -> None:
+    """``record`` written at fake time ``when`` (its file's time too)."""
+    failures.write_exit(files, record)
+    os.utime(files.node_exit(record.task), (when, when))
+
+
 def records(killed: dict[int, int]) -> list[NodeExit]:
     """Each node's record: exit 1 after its ranks died of the lost peer, or the kill given."""
     return [NodeExit(t, h, 1, t * 2, killed.get(t, 1)) for t, h in enumerate(HOSTS)]
 
 
-def awaited(tmp_path, monkeypatch, at: dict[int, float], killed: dict[int, int]):
-    """Task 0's wait: node t's record written at fake time ``at[t]`` (0: before the wait;
-    absent: never); what it read, whether it waited, and when it stopped."""
+def awaited(tmp_path, monkeypatch, at: dict[int, float], killed: dict[int, int],
+            start: float = 0.0):  # fmt: skip
+    """Task 0's wait from fake time ``start``: node t's record written at fake time ``at[t]``
+    (by ``start``: before the wait; absent: never); what it read, whether it waited, and when
+    it stopped."""
     files = StartFiles(RunDir(tmp_path), "41", 0)
     recs = records(killed)
-    for t in [t for t, when in at.items() if when == 0]:
-        failures.write_exit(files, recs[t])
-    fake = FakeWait(files, [(when, recs[t]) for t, when in at.items() if when > 0])
+    for t, when in at.items():
+        if when <= start:
+            write_at(files, when, recs[t])
+    fake = FakeWait(files, [(when, recs[t]) for t, when in at.items() if when > start])
+    fake.now = start
     monkeypatch.setattr(end_evidence, "wait_until", fake)
     exits, waited = end_evidence._exits_awaited(files, len(HOSTS), fake.clock)
     return exits, waited, fake.now
@@ -75,6 +86,19 @@ def test_a_node_killed_by_a_signal_ends_the_wait_soon_after_its_record(tmp_path,
     assert suspect is not None and (suspect.node, suspect.evidence) == ("n8", Evidence.SIGNAL)
     every = tuple(failures.read_exits(StartFiles(RunDir(tmp_path), "41", 0), 8).values())
     assert crash_suspect([], every, HOSTS, {}) == suspect  # once all are in: the same
+
+
+def test_a_kill_said_long_before_task_0_looks_ends_the_wait_at_its_first_look(
+    tmp_path, monkeypatch
+):
+    """As measured at 16 hollow nodes: the killed node's record 4.8 s before task 0's own
+    torchrun ended (the lost peer's cascade), the rest 0-2 s after. The grace counts from the
+    kill's record: task 0 decides at its first look, without the others'."""
+    at = {7: 1.0, 0: 5.8, **{t: 6.0 + t / 3 for t in range(1, 7)}}
+    exits, waited, stopped = awaited(tmp_path, monkeypatch, at, {7: -9}, start=5.8)
+    assert not waited and stopped == 5.8 and {e.node for e in exits} == {"n1", "n8"}
+    suspect = crash_suspect([], exits, HOSTS, {})
+    assert suspect is not None and (suspect.node, suspect.evidence) == ("n8", Evidence.SIGNAL)
 
 
 def test_a_second_node_killed_within_the_grace_is_seen_and_no_one_node_blamed(
