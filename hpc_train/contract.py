@@ -325,7 +325,7 @@ class RoundAction(StrEnum):
     RESTART_IN_JOB = "restart"  # train again in this allocation, on the verdict's members
     REQUEUE = "requeue"  # task 0 requeued the job through Slurm: wait for Slurm to end the task
     FAIL = "stop"  # the run fails here (no restart left, or no nodes for one): the task fails
-    DONE = "done"  # (to the hot spares) the run ended well in this allocation: leave
+    DONE = "done"  # (to the hot spares; after a cancel, to all) the run ended here: leave
 
 
 IN_JOB_RESTART = "in-job restart"  # how a round's ``started`` event begins its ``previous``

@@ -37,9 +37,13 @@ from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train.contract import Beat, Cause, StartFiles, read_beats
 from hpc_train.faults import failures
 from hpc_train.faults.failures import Failure, NodeExit
-from hpc_train.faults.suspects import RankReport, Suspect
+from hpc_train.faults.suspects import RankReport, Suspect, code_at_fault
 
 EVIDENCE_WAIT_S = 15.0  # for every node's exit record after a crash (a worker reports first)
+# after a node's record says a signal from outside killed it: the longest another node killed by
+# the same fault may take to say so too (its agent sees its own rank die, as this one did); the
+# records still missing then are of nodes whose ranks die of the lost peer, never evidence
+KILLED_GRACE_S = 3.0
 # for every node's hang report: each hang monitor before it stops its ranks, task 0 before it
 # names the suspect
 REPORT_WAIT_S = 20.0
@@ -244,19 +248,22 @@ class EndEvidence:
 
 def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) -> EndEvidence:
     """torchrun exited on this node: read this round's evidence once. Every node reads its
-    heartbeats and the failure reports; task 0, after a crash, first waits for every node's
-    exit record (a worker reports before its torchrun exits), after a hang for every node's
-    hang report; whoever weighs a crash reads the round before's reports."""
+    heartbeats and the failure reports; task 0, after a crash no report puts on the training
+    code, then waits for the exit records (a worker reports before its torchrun exits;
+    ``_exits_awaited``: each read once as it comes, the reports read again if it waited), after
+    a hang for every node's hang report; whoever weighs a crash reads the round before's
+    reports."""
     files, hosts, node = where.files, where.hosts, where.node
     beats = {h: tuple(read_beats(files.heartbeats(h))) for h in dict.fromkeys([*hosts, node])}
     own = beats[node]
     finished = bool(own) and min(b.update for b in own) >= updates  # by the beats alone
     crashed = ended.returncode != 0 and ended.hang is None and not ended.stuck and not finished
     exits: tuple[NodeExit, ...] = ()
-    if where.task == 0 and crashed:
-        _wait_for_exits(files, len(hosts))
-        exits = tuple(failures.read_exits(files, len(hosts)).values())
     now = tuple(failures.read(files))
+    # a report that says the training code failed blames no node, whatever the exit records say
+    if where.task == 0 and crashed and not code_at_fault(now):
+        exits, waited = _exits_awaited(files, len(hosts))
+        now = tuple(failures.read(files)) if waited else now  # the reports written meanwhile
     events = tuple(ledger.read(files.run.ledger))
     before: tuple[Failure, ...] = ()
     if now and crashed and (previous := files.round_before(events)) is not None:
@@ -299,11 +306,35 @@ def at_next_start(where: Where, previous_end: str) -> EndEvidence:
                        nodes=nodes)  # fmt: skip
 
 
-def _wait_for_exits(files: StartFiles, nodes: int) -> None:
-    """Until every node's exit record exists (looked at, not read) or ``EVIDENCE_WAIT_S``."""
-    with contextlib.suppress(TimeoutError):
-        wait_until(lambda: all(files.node_exit(t).exists() for t in range(nodes)) or None,
-                   "every node's exit record", EVIDENCE_WAIT_S, FAST)  # fmt: skip
+def _exits_awaited(
+    files: StartFiles, nodes: int, clock: Callable[[], float] = time.time
+) -> tuple[tuple[NodeExit, ...], bool]:
+    """Every node's exit record, each read once as it appears, and whether that took a wait.
+    Waited for until all are in; or until ``KILLED_GRACE_S`` after one that says its node was
+    killed by a signal from outside was written (its file's time: the killed node's agent
+    saw its own rank die and said so first, often seconds before task 0's torchrun ended; the
+    records missing then are of nodes still tearing down ranks that died of the lost peer: at
+    16 real nodes the last came 14 s after task 0's, issue 46); at most ``EVIDENCE_WAIT_S``
+    (a node that never writes one is gone)."""
+    found: dict[int, NodeExit] = {}
+    killed_at: list[float] = []
+
+    def enough() -> bool | None:
+        for task in range(nodes):
+            path = files.node_exit(task)
+            if task not in found and path.exists():
+                found.update(failures.read_exits_of(files, [task]))
+                if task in found and found[task].killed() is not None:
+                    with contextlib.suppress(OSError):
+                        killed_at.append(path.stat().st_mtime)
+        done = len(found) == nodes or (killed_at and clock() - min(killed_at) >= KILLED_GRACE_S)
+        return bool(done) or None
+
+    waited = not enough()
+    if waited:
+        with contextlib.suppress(TimeoutError):
+            wait_until(enough, "every node's exit record", EVIDENCE_WAIT_S, FAST)
+    return tuple(found[t] for t in sorted(found)), waited
 
 
 def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:

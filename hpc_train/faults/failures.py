@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from hpc_core.rundir import RunDir, atomic_write
@@ -191,8 +191,13 @@ def read_exit(path_text: str) -> NodeExit | None:
 
 def read_exits(files: StartFiles, tasks: int) -> dict[int, NodeExit]:
     """The exit records written so far for the start ``files``, by task (each file read once)."""
+    return read_exits_of(files, range(tasks))
+
+
+def read_exits_of(files: StartFiles, tasks: Iterable[int]) -> dict[int, NodeExit]:
+    """``read_exits`` for the records of ``tasks`` only."""
     found = {}
-    for task in range(tasks):
+    for task in tasks:
         try:
             record = read_exit(files.node_exit(task).read_text())
         except OSError:

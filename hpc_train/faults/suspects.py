@@ -206,6 +206,12 @@ def hang_suspect(
     return None
 
 
+def code_at_fault(failures: Sequence[Failure]) -> bool:
+    """Does a report say the training code failed (a user error, a storage fault: not the
+    infrastructure)? Then no node is to blame for the crash, whatever else the evidence says."""
+    return any(f.cause != Cause.INFRASTRUCTURE for f in failures)
+
+
 def crash_suspect(
     failures: Sequence[Failure],
     exits: Sequence[NodeExit],
@@ -221,7 +227,7 @@ def crash_suspect(
     was killed by a signal we did not send (the OOM killer, ``kill -9``); the one node whose
     launcher wrote no exit record (it is gone: lost).
     """
-    if any(f.cause != Cause.INFRASTRUCTURE for f in failures):
+    if code_at_fault(failures):
         return None
     own = sorted((f for f in failures if not f.witness), key=lambda f: (f.update, f.rank))
     for f in own:

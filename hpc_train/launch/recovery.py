@@ -129,9 +129,10 @@ def _blames(here: Here, t: to.Transition, ev: EndEvidence, deputy: bool) -> None
         events.append(blame.event(files.name, files.restart, time.time()))
 
 
-def _to_spares(here: Here, action: RoundAction, why: str) -> None:
-    """Task 0, as the run ends in this allocation: the hot spares standing by end too."""
-    if here.start.task == 0 and here.start.standby:
+def _to_spares(here: Here, action: RoundAction, why: str, everyone: bool = False) -> None:
+    """Task 0, as the run ends in this allocation: the hot spares standing by end too
+    (``everyone``: and the launchers following its word)."""
+    if here.start.task == 0 and (here.start.standby or everyone):
         here.files.write_verdict(RoundVerdict(action, why, [], list(here.start.standby)))
 
 
@@ -142,8 +143,8 @@ def _stop(here: Here, t: to.Stop, ev: EndEvidence, path: EndPath, deputy: bool) 
     _record(here, t, ev, deputy, note)
     if t.blocked:
         note(Kind.REQUEUE_BLOCKED, why=t.blocked, waiting=False)
-    if not t.fails:
-        _to_spares(here, RoundAction.DONE, t.why)
+    if not t.fails:  # on task 0, a cancel: its verdict is the others' answer (one look-up)
+        _to_spares(here, RoundAction.DONE, t.why, everyone=True)
         return Onward.ends(here.done(**t.result))
     if here.start.task == 0 or deputy:
         here.files.write_verdict(RoundVerdict(RoundAction.FAIL, t.why, [],

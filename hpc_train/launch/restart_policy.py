@@ -403,10 +403,15 @@ def _exit_settled(
 
 def _cancelled(ev: EndEvidence) -> tuple[bool, list[str]]:
     """Did the user cancel the job (``scancel``)? scancel sends SIGTERM to every task with no
-    notice before it; a preemption or the time limit sends the notice (USR2) first. Slurm's own
-    word counts too, though while the steps are torn down it only says COMPLETING."""
+    notice before it; a preemption or the time limit sends the notice (USR2) first: every node
+    tells a cancel by its own signals. Slurm's own word counts too, though while the steps are
+    torn down it only says COMPLETING: task 0 alone asks it, one look-up for the job whatever
+    its size; the other tasks follow task 0's verdict (a cancel's is ``DONE``) or fail their
+    part while task 0 decides (issue 46: one ``scontrol show job`` per node before)."""
     if ev.signals[:1] == ("SIGTERM",):
         return True, []
+    if ev.where.task != 0:
+        return False, []
     job = _job_word(ev)
     if job.error:
         return False, [f"cannot tell a cancel from a crash ({job.error}): treating it as a crash"]

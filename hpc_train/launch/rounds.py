@@ -88,6 +88,9 @@ def follow(here: Here, why: str, spare: bool = False) -> Onward:
         if verdict.action == RoundAction.DONE and spare:
             log(f"hot spare released: {verdict.why}")
             return Onward.ends(here.done(spare=True))
+        if verdict.action == RoundAction.DONE:  # the run ended well here (a cancel task 0 saw)
+            log(f"{why}; task 0: {verdict.why}: this task ends")
+            return Onward.ends(here.done())
         if verdict.action == RoundAction.REQUEUE:
             requeue.await_end()  # task 0's requeue ends this task
         said = f"{verdict.action} ({verdict.why})"

@@ -5,7 +5,9 @@
   handler yet; on task 0 submitit's own handler then calls ``Launcher.checkpoint``, which waits
   for the save on notice (``wait_for_save``, the one wait for it, at most ``save_wait_s``) and
   requeues;
-- ``scancel`` sends SIGTERM with no notice before it: ``cancelled`` tells that from a crash;
+- ``scancel`` sends SIGTERM with no notice before it: the policy tells that from a crash on
+  every node by the signals ``recording`` noted (``restart_policy._cancelled``; task 0 alone also
+  asks Slurm, the others follow its word);
 - torchrun ignores USR2 (``ignore_usr2``): only the ranks act on it;
 - task 0 may send the notice itself (a grow, a stuck launcher): ``OwnNotice`` hands its cause
   from the thread that decided it to ``checkpoint()``.
@@ -98,23 +100,6 @@ def recording(received: list[str], pending: Path | None) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def cancelled(received: list[str], job_id: str) -> bool:
-    """Did the user cancel the job (``scancel``)?
-
-    scancel sends SIGTERM to every task with no notice before it; a preemption or the time
-    limit sends the notice (USR2) first, and a node failure kills the peers' ranks, not this
-    task. Slurm's own word counts too, though while the steps are torn down it only says
-    COMPLETING. A cancel during a notice's save is taken for the notice (a requeue).
-    """
-    if received[:1] == ["SIGTERM"]:
-        return True
-    try:
-        return slurm.job_state(job_id).state == "CANCELLED"
-    except slurm.SlurmError as err:
-        log(f"cannot tell a cancel from a crash ({err}): treating it as a crash")
-        return False
 
 
 def save_wait_s(spec: JobSpec) -> float:

@@ -6,7 +6,9 @@ its I/O) trains on through its torchrun, but can neither end its part of the job
 its nodes until the time limit), act on a notice (on task 0: no save is waited for, no requeue)
 nor follow task 0's word. So every launcher runs a ``Pulse`` thread for the whole start: it writes
 the launcher's ``contract.LauncherBeat`` every ``PULSE_S`` and reads the beats of the launchers it
-watches (``watched``): task 0 every other node's, task 1 task 0's. A watched launcher silent for
+watches (``watched``): task 0 every other node's, task 1 task 0's, each again only once the beat
+last read could pass the allowance by the next poll (``Pulse.due``: O(N) reads per allowance on
+task 0, not per poll). A watched launcher silent for
 the allowance (``allowance_s``: the hang floor, never under ``MIN_ALLOWANCE_S``) is stuck: the
 callback gets its task, node and silence once, and the launcher that saw it requeues the job
 without that node (``hpc_train.launch.launcher``). A launcher whose part is over writes ``ENDED``
@@ -97,6 +99,8 @@ class Pulse(Watcher[Silence | None]):
         self.watching = watched(task, len(self.hosts)) if watch else []  # --no-watchdog: none
         self.started = clock()
         self.said: Silence | None = None  # the silence reported (once)
+        self.seen: dict[int, LauncherBeat | None] = {}  # each watched launcher's beat, last read
+        self.reads = 0  # the beats read so far (task 0 watches N - 1 launchers)
 
     def start(self) -> Self:
         self.beat()
@@ -115,12 +119,35 @@ class Pulse(Watcher[Silence | None]):
         None."""
         if self.said is not None or not self.watching:
             return self.said
-        beats = {t: self.files.launcher_beat(t) for t in self.watching}
-        found = silent(beats, self.hosts, self.started, self.clock(), self.allowance)
+        now = self.clock()
+        for task in self.due(now):
+            self.seen[task] = self.files.launcher_beat(task)
+            self.reads += 1
+        found = silent(self.seen, self.hosts, self.started, now, self.allowance)
         if found:
             self.said = found[0]
             self.on_silent(found[0])
         return self.said
+
+    def due(self, now: float) -> list[int]:
+        """The watched launchers whose beat is read this poll: those never read, and those whose
+        last beat read could be past the allowance by the next poll. A beat read is proof of life
+        up to its time, so the others need no read (issue 46: task 0 read N - 1 beats every
+        ``PULSE_S``, O(N) on the shared file system; now each about once per allowance less a
+        poll), and a silent one is still found at the same poll as by reading every beat. One
+        that ended its part (``ENDED``) is never read again."""
+        out = []
+        for task in self.watching:
+            if task not in self.seen:
+                out.append(task)
+                continue
+            beat = self.seen[task]
+            if beat is not None and beat.phase == ENDED:
+                continue
+            last = beat.time if beat is not None else self.started
+            if now - last > self.allowance - self.interval:
+                out.append(task)
+        return out
 
     def result(self) -> Silence | None:
         return self.said

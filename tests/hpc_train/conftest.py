@@ -41,6 +41,7 @@ class FakeSlurm:
         self.gone: set[str] = set()  # nodes whose slurmd is gone: no step starts there
         self.silent = 0  # the controller answers none of the next this many look-ups
         self.asked: list[str] = []  # what was asked, in order (node, step, config)
+        self.jobs_asked: list[str] = []  # each `scontrol show job` (the job's state), by job id
 
     def _answer(self, what: str) -> None:
         self.asked.append(what)
@@ -52,6 +53,7 @@ class FakeSlurm:
     machine = staticmethod(slurm.machine)  # pure: a node's record in, its machine out
 
     def job_state(self, job_id: str) -> slurm.JobState:
+        self.jobs_asked.append(job_id)
         return slurm.JobState(job_id, self.state, self.restarts, "n[1-2]", "")
 
     def requeue(self, job_id: str) -> None:

@@ -73,6 +73,10 @@ def test_eight_hollow_nodes_start_recover_and_finish_asking_slurm_per_node(clust
         calls = node_calls(event)
         assert calls["most_by_one_node"] <= TASK0_CALLS, (name, calls)
         assert calls["rpc"] <= TASK0_CALLS + OTHER_NODE_CALLS * NODES, (name, calls)
+    # a kill is task 0's to weigh: one answer for the job, no node asks Slurm for itself (each
+    # node asked `scontrol show job` before: 8 + 3 here, 39 + 3 at 39 nodes)
+    calls = node_calls(kill)
+    assert calls["nodes_calling"] == 1 and calls["by_kind"].get("scontrol show job") == 1, calls
     # every node's launcher said its start: folded, a handful of lines, not 9 x 8
     assert views["logs"]["exit"] == 0 and views["logs"]["lines"] < 40, views
     assert views["status"]["exit"] == 0 and views["status"]["lines"] <= 12, views

@@ -179,3 +179,13 @@ def test_the_same_evidence_gives_the_same_transition(tmp_path):
     for case in end_cases(tmp_path):
         once = restart_policy.after_end(case.evidence, case.options)
         assert once == restart_policy.after_end(case.evidence, case.options)
+
+
+def test_only_task_0_asks_for_the_jobs_state_whatever_the_end(tmp_path):
+    """One shared answer to "was the job cancelled?" (issue 46: one `scontrol show job` per
+    node): task 0 asks it for a crash or a hang, no other task ever does, in any mode."""
+    for cause in (Cause.CRASH, Cause.HANG, Cause.INFRASTRUCTURE, Cause.USER_ERROR):
+        for mode in MODES:
+            case = end_case(tmp_path, cause, mode)
+            assert any(q.job for q in questions(case)), (cause, mode)
+            assert not any(q.job for q in questions(on_task(case, 1))), (cause, mode)

@@ -843,3 +843,34 @@ def test_the_spot_watch_polls_at_the_planners_interval_unless_told(tmp_path, mon
     monkeypatch.setenv("HPC_TRAIN_SPOT_POLL_S", "1")
     lifecycle.watch_spot("41")
     assert polled == [7.5, 1.0]
+
+
+def test_only_task_0_asks_slurm_whether_the_job_was_cancelled(tmp_path, fake_slurm):
+    """Issue 46: every node asked `scontrol show job` after a non-zero exit (39 look-ups at 39
+    nodes). Now task 0 alone asks (one look-up per job); its cancel verdict (``DONE``) is
+    every other launcher's answer: task 1, its torchrun failed with no SIGTERM first (Slurm
+    says CANCELLED, unasked), follows that word and ends well without a look-up of its own."""
+    from hpc_train.contract import RoundAction, read_verdict
+
+    fake_slurm.state = "CANCELLED"
+    FakeTorchrun(in_job_spec(tmp_path), 1).run(start(task=0), gpus=0)
+    assert fake_slurm.jobs_asked == ["41"] and fake_slurm.requeued == []
+    verdict = read_verdict(RunDir(tmp_path), "41", 0)  # task 0's word to everyone, no spares
+    assert verdict is not None and verdict.action == RoundAction.DONE
+    assert "cancelled" in verdict.why
+    write_decision(RunDir(tmp_path), "41", 0, StartDecision([], 0, world_size=2,
+                                                            batch_per_device=1, update_freq=1))  # fmt: skip
+    done = FakeTorchrun(in_job_spec(tmp_path), 1).run(two_nodes(1), gpus=0)
+    assert "left_out" not in done and fake_slurm.jobs_asked == ["41"]  # task 1 asked nothing
+
+
+def test_a_cancel_is_told_from_a_crash_on_every_task_by_its_signals(tmp_path, fake_slurm):
+    """scancel's SIGTERM with no notice before it is a cancel on task 1 too, without asking
+    Slurm; task 1's crash with no SIGTERM is not, and asks Slurm nothing either."""
+    write_decision(RunDir(tmp_path), "41", 0, StartDecision([], 0, world_size=1,
+                                                            batch_per_device=1, update_freq=1))  # fmt: skip
+    out = FakeTorchrun(spec_in(tmp_path), 1, term=True).run(start(task=1), gpus=0)
+    assert out["restarts"] == 0 and fake_slurm.requeued == []  # the task ends well: cancelled
+    with pytest.raises(RuntimeError, match="task 0 decides on a requeue"):
+        FakeTorchrun(spec_in(tmp_path), 1).run(start(task=1), gpus=0)
+    assert fake_slurm.jobs_asked == []

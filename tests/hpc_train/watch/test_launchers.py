@@ -161,3 +161,43 @@ def test_a_stuck_task_0_woken_by_the_requeue_adds_nothing_to_the_ledger(tmp_path
     write_verdict(run, "41", 0, RoundVerdict(RoundAction.REQUEUE, "stuck launcher: ..."))
     assert launcher.checkpoint() is not None
     assert ledger.read(run.ledger) == []
+
+
+def test_task_0_reads_each_beat_about_once_an_allowance_and_still_finds_a_stuck_one_in_time(
+    tmp_path,
+):
+    """Issue 46: task 0's pulse read every other launcher's beat every poll (39 reads each 5 s
+    at 39 nodes, the O(N) share of its file operations). A beat read proves life up to its
+    time, so one is read again only once it could pass the allowance by the next poll: here at
+    most a sixth of the reads, and the launcher stopped at 1262 is found at the same poll as
+    by reading every beat each poll (the reference: ``launchers.silent`` over all beats)."""
+    run, nodes, allowance, interval = RunDir(tmp_path), 40, 30.0, 5.0
+    hosts = [f"n{i + 1}" for i in range(nodes)]
+    now, said = [1000.0], []
+    pulse = launchers.Pulse(StartFiles(run, "41", 0), 0, hosts, allowance, said.append,
+                            interval=interval, clock=lambda: now[0])  # fmt: skip
+    stuck, polls, reference = 7, 0, None
+    while not said and now[0] < 1500:
+        for task in range(1, nodes):
+            if task != stuck or now[0] <= 1262:
+                write_launcher_beat(run, "41", 0, beat(task, now[0]))
+        everyone = {t: read_launcher_beat(run, "41", 0, t) for t in range(1, nodes)}
+        if reference is None and launchers.silent(everyone, hosts, 1000.0, now[0], allowance):
+            reference = now[0]
+        pulse.check()
+        polls += 1
+        now[0] += interval
+    assert said and said[0].task == stuck and reference is not None
+    assert now[0] - interval == reference  # found at the poll reading every beat finds it
+    assert said[0].seconds > allowance
+    assert pulse.reads <= (nodes - 1) * polls / 5  # was (nodes - 1) * polls
+
+
+def test_an_ended_launcher_is_read_no_more(tmp_path):
+    run, now = RunDir(tmp_path), [1000.0]
+    pulse = launchers.Pulse(StartFiles(run, "41", 0), 0, ["n1", "n2"], 30, lambda s: None,
+                            clock=lambda: now[0])  # fmt: skip
+    write_launcher_beat(run, "41", 0, beat(1, 1000, ENDED))
+    pulse.check()
+    now[0] = 2000.0
+    assert pulse.check() is None and pulse.reads == 1
