@@ -250,7 +250,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu-session.json"))
     p.add_argument(
-        "--deadline-s", type=float, default=DEADLINE_S, help=f"the whole session (default: {DEADLINE_S:.0f})"
+        "--deadline-s",
+        type=float,
+        default=DEADLINE_S,
+        help=f"the whole session (default: {DEADLINE_S:.0f})",
     )
     p.add_argument(
         "--stage", action="append", choices=STAGES, help="repeatable (default: all, in order)"
