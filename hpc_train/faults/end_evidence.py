@@ -25,7 +25,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,8 @@ from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import incident_reports
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import Beat, Cause, StartFiles, read_beats
-from hpc_train.faults import failures
+from hpc_train.contract import Beat, Cause, FailureRecord, StartFiles, read_beats
+from hpc_train.faults import failures, storage
 from hpc_train.faults.failures import Failure, NodeExit
 from hpc_train.faults.suspects import RankReport, Suspect
 
@@ -53,6 +53,7 @@ class Ending(StrEnum):
     EXITED = "torchrun exited"
     REFUSED = "start refused"  # a node short of GPUs, quarantined, failing its check
     NO_PROGRESS = "no progress"  # restarts that never advanced (task 0's decision says so)
+    NO_GOOD_CHECKPOINT = "no checkpoint verifies"  # every one set aside (task 0's decision)
     REACHED = "max-update reached before training"
     NOTICE = "notice"  # submitit's checkpoint() on task 0: the save on notice waited for
     SILENT = "stuck launcher"  # the pulse found a watched launcher silent
@@ -68,6 +69,10 @@ class Ended:
     hang: str | None = None  # the hang the hang monitor stopped the ranks for
     evicted: Suspect | None = None  # the straggler evicted (--evict-stragglers): its measurement
     stuck: str | None = None  # torchrun outlived its ranks: the hang monitor killed it
+    # a failed end's storage evidence from this node, kept in memory (never a file on the save
+    # dir): its ranks' reports said on stderr (``agent_exit.Tee.failures``), its probe
+    said: tuple[FailureRecord, ...] = ()
+    probe: storage.Probe | None = None
 
 
 # --- what Slurm says, asked once per question ----------------------------------------------------
@@ -225,7 +230,7 @@ class EndEvidence:
     ended: Ended | None = None  # EXITED: how torchrun ended here
     signals: tuple[str, ...] = ()  # SIGTERM / notice, in the order this task got them
     beats: Mapping[str, tuple[Beat, ...]] = field(default_factory=dict)  # by the node's dir
-    failures: tuple[Failure, ...] = ()  # the round's failure reports
+    failures: tuple[Failure, ...] = ()  # the round's failure reports (files and stderr)
     before: tuple[Failure, ...] = ()  # the round before's (a user error again?)
     exits: tuple[NodeExit, ...] = ()  # every node's exit record (task 0)
     hang_ranks: tuple[RankReport, ...] = ()  # every node's hang report (task 0, a hang)
@@ -236,6 +241,8 @@ class EndEvidence:
     own_cause: Cause | None = None  # NOTICE: task 0's own notice's cause (a grow, a hang)
     training: bool = False  # SILENT: the ranks are training
     slurm: SlurmWord = field(default_factory=SlurmWord)
+    probes: tuple[storage.Probe, ...] = ()  # EXITED: each node's probe of the save dir it sent
+    needed: int | None = None  # EXITED, a failure: the bytes one checkpoint takes
 
     def answered(self, word: SlurmWord) -> EndEvidence:
         """This evidence with Slurm's newer word."""
@@ -256,7 +263,7 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     if where.task == 0 and crashed:
         _wait_for_exits(files, len(hosts))
         exits = tuple(failures.read_exits(files, len(hosts)).values())
-    now = tuple(failures.read(files))
+    now, probes = _reports_and_probes(files, ended, exits)
     events = tuple(ledger.read(files.run.ledger))
     before: tuple[Failure, ...] = ()
     if now and crashed and (previous := files.round_before(events)) is not None:
@@ -266,10 +273,30 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     stuck_hang = ended.stuck is not None and not ended.saved and not (finished and not now)
     if where.task == 0 and (ended.hang is not None or stuck_hang):
         ranks, reported = read_hang_reports(files.incident, len(hosts))
+    needed = storage.checkpoint_bytes(events, files.run.checkpoint_last) if probes else None
     return EndEvidence(
         Ending.EXITED, where, time.time(), events, ended, tuple(signals), beats, now, before,
-        exits, ranks, reported,
+        exits, ranks, reported, probes=probes, needed=needed,
     )  # fmt: skip
+
+
+def _reports_and_probes(
+    files: StartFiles, ended: Ended, exits: Sequence[NodeExit]
+) -> tuple[tuple[Failure, ...], tuple[storage.Probe, ...]]:
+    """The round's failure reports: the files, then those said on stderr (this node's, in
+    ``ended``; the others', in their exit records) of ranks with no file; and the save dir's
+    probes (this node's first)."""
+    found = failures.read(files)
+    said = [Failure(**asdict(r)) for r in ended.said] + [f for e in exits for f in e.reports()]
+    ranks = {f.rank for f in found}
+    for failure in said:
+        if failure.rank not in ranks:
+            found.append(failure)
+            ranks.add(failure.rank)
+    probes = {p.node: p for p in (e.probed() for e in exits) if p is not None}
+    if ended.probe is not None:
+        probes = {ended.probe.node: ended.probe, **probes, ended.probe.node: ended.probe}
+    return tuple(found), tuple(probes.values())
 
 
 def at_start(ending: Ending, where: Where, **more: Any) -> EndEvidence:
