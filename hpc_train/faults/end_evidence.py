@@ -327,9 +327,10 @@ def at_next_start(where: Where, previous_end: str) -> EndEvidence:
 
 
 def _wait_for_exits(files: StartFiles, nodes: int) -> None:
-    """Until every node's exit record exists (looked at, not read) or ``EVIDENCE_WAIT_S``."""
+    """Until every other node's exit record exists (looked at, not read) or ``EVIDENCE_WAIT_S``
+    (task 0's own was written before, or a full or read-only save dir refused it)."""
     with contextlib.suppress(TimeoutError):
-        wait_until(lambda: all(files.node_exit(t).exists() for t in range(nodes)) or None,
+        wait_until(lambda: all(files.node_exit(t).exists() for t in range(1, nodes)) or None,
                    "every node's exit record", EVIDENCE_WAIT_S, FAST)  # fmt: skip
 
 

@@ -10,8 +10,11 @@ the local cluster are tests/integration/test_storage_faults.py."""
 from __future__ import annotations
 
 import errno
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
+
+import pytest
 
 from hpc_core import ledger
 from hpc_core.ledger import Kind
@@ -22,7 +25,9 @@ from hpc_train.faults.end_evidence import Ended, EndEvidence, Ending, Where
 from hpc_train.faults.failures import CORRUPT_CHECKPOINT, Failure, NodeExit
 from hpc_train.faults.storage import Probe
 from hpc_train.faults.suspects import Evidence
-from hpc_train.launch import restart_policy
+from hpc_train.job.sizing import Sizing
+from hpc_train.job.spec import JobSpec, Training
+from hpc_train.launch import launcher, restart_policy
 from hpc_train.launch.transition import Hold, InJobRound, Requeue, Stop
 from hpc_train.testing import HOSTS, end_case, on_task
 
@@ -169,3 +174,52 @@ def test_checkpoint_bytes_from_the_ledger_else_the_file(tmp_path):
     assert storage.checkpoint_bytes([], last) == 300
     save = ledger.Event(Kind.CHECKPOINT, 1.0, "41", 0, {"bytes": 4_200_000})
     assert storage.checkpoint_bytes([save], last) == 4_200_000
+
+
+class ReadOnlyRank(launcher.Launcher):
+    """torchrun stood in for by one rank (no fairseq: the launcher's side is what is tried)
+    that makes the save dir read-only under itself (a read-only bind stacked over it, as the
+    local cluster's test does), fails a real checkpoint write there with EROFS and reports it
+    as a worker does (``worker.crash.report``: the report cannot be written, so it is said on
+    stderr), then exits 1."""
+
+    fs = None
+
+    def torchrun_command(self, start, nproc, args):
+        save = self.spec.training.save_dir
+        body = (
+            "import subprocess, sys; from pathlib import Path\n"
+            "from hpc_core.rundir import RunDir; from hpc_train.worker import crash\n"
+            f"subprocess.run(['mount', '--bind', '-o', 'ro', {str(self.fs.backing)!r}, "
+            f"{str(self.fs.root)!r}], check=True)\n"
+            "try:\n"
+            f"    Path({str(save / 'checkpoint_1_20.pt')!r}).write_bytes(b'x')\n"
+            "except OSError as err:\n"
+            f"    crash.report(RunDir(Path({str(save)!r})), ('41', 0), 0, err, 20)\n"
+            "sys.exit(1)\n"
+        )
+        return [sys.executable, "-c", body]
+
+
+def test_a_launcher_on_a_read_only_save_dir_holds_the_job_from_its_own_evidence(
+    small_fs, fake_slurm, monkeypatch, capfd
+):
+    """The save dir goes read-only while the rank trains: no file can be written there (the
+    rank's report, the exit record, the ledger, the round's verdict: each said on stderr
+    instead), and task 0 still holds the job, from what it has in memory: its rank's report
+    said on stderr and its own probe of the save dir."""
+    fs = small_fs("4m")
+    fs.stacked += 1  # the stand-in stacks a read-only bind: the fixture takes it off
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    save = fs.root / "run"
+    save.mkdir()
+    ReadOnlyRank.fs = fs
+    spec = JobSpec(Training("tiny", Path("/d"), save), sizing=Sizing(gpus_per_node=0))
+    with pytest.raises(RuntimeError, match="read-only"):
+        ReadOnlyRank(spec).run(launcher.Start("41", 0, 1, "n1", 0, ("n1",)), gpus=0)
+    ((job, reason),) = fake_slurm.held
+    assert job == "41" and fake_slurm.requeued == [] and fake_slurm.drained == []
+    assert reason.startswith(f"hpc-train: storage: {save} is read-only (EROFS): ")
+    assert "quota unknown" in reason and "`scontrol release 41` resumes it" in reason
+    err = capfd.readouterr().err
+    assert "failure report not written" in err and "exit record not written" in err
