@@ -118,7 +118,9 @@ def test_full_then_read_only_save_dir_holds_and_bad_checkpoints_are_set_aside(
     assert aside == {"checkpoint_last.pt", newest.name}, aside
     assert len(run.set_aside_files()) == 2  # kept, never deleted
     causes = [e.get("cause") for e in _events(save, Kind.STOPPED)]
-    assert causes in (["storage"], ["storage", "bad checkpoint"]), causes  # task 0 or the rank
+    # each bad file found by task 0 (its inode set aside before) or by the rank as it loaded
+    # (a restart of its own: "bad checkpoint", never a user error)
+    assert causes[0] == "storage" and set(causes[1:]) <= {"bad checkpoint"}, causes
 
     resumed = len(_events(save, Kind.STARTED))
     rehearsal.wait_for_event(run, "a checkpoint after the resume", lambda e: e.kind
