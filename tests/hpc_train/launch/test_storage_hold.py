@@ -223,3 +223,23 @@ def test_a_launcher_on_a_read_only_save_dir_holds_the_job_from_its_own_evidence(
     assert "quota unknown" in reason and "`scontrol release 41` resumes it" in reason
     err = capfd.readouterr().err
     assert "failure report not written" in err and "exit record not written" in err
+
+
+def test_a_start_with_no_checkpoint_that_verifies_is_held_not_trained_from_scratch(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """Only a damaged checkpoint_last.pt in the save dir (no interval checkpoint): task 0 sets
+    it aside and holds the job (cause ``bad checkpoint``) before torchrun; no fresh start."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    save = tmp_path / "run"
+    save.mkdir()
+    (save / "checkpoint_last.pt").write_bytes(b"PK\x03\x04 not a whole archive")
+    spec = JobSpec(Training("tiny", Path("/d"), save), sizing=Sizing(gpus_per_node=0))
+    with pytest.raises(RuntimeError, match="no checkpoint verifies"):
+        launcher.Launcher(spec).run(launcher.Start("41", 0, 1, "n1", 0, ("n1",)), gpus=0)
+    ((job, reason),) = fake_slurm.held
+    assert job == "41" and "`scontrol release 41`" in reason and fake_slurm.requeued == []
+    events = ledger.read(RunDir(save).ledger)
+    assert [e.kind for e in events if e.kind in (Kind.STARTED, Kind.SET_ASIDE)] == [Kind.SET_ASIDE]
+    assert [e.get("cause") for e in events if e.kind == Kind.STOPPED] == [Cause.CHECKPOINT]
+    assert len(RunDir(save).set_aside_files()) == 1
