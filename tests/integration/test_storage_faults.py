@@ -141,3 +141,5 @@ def test_full_then_read_only_save_dir_holds_and_bad_checkpoints_are_set_aside(
     assert [e.get("cause") for e in events if e.kind == Kind.STOPPED] == causes
     g = goodput.account(events, time.time())
     assert g.storage_s > 0 and sum(g.parts.values()) == pytest.approx(g.wall_s)
+    print(f"\nheld (full): {why}\nheld (read-only): {info['Comment']}\nstops: {causes}; set aside:"
+          f" {sorted(aside)}; restarts {final.restarts}; {g.describe()}")  # fmt: skip
