@@ -565,6 +565,7 @@ class JobState:
     restarts: int
     nodes: str
     reason: str
+    comment: str = ""  # the job's Comment (``hold`` writes why it is held there)
 
     @property
     def finished(self) -> bool:
@@ -602,6 +603,7 @@ def _state_of(job_id: str, info: dict[str, str] | None) -> JobState:
         restarts=int(info.get("Restarts", "0") or 0),
         nodes=info.get("NodeList", ""),
         reason=info.get("Reason", ""),
+        comment=info.get("Comment", "").removeprefix("(null)"),
     )
 
 

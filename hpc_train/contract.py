@@ -266,6 +266,7 @@ class StartDecision:
     refused: str = ""  # non-empty: this start does not run (a node short of GPUs, quarantined)
     bad_nodes: list[str] = field(default_factory=list)
     stop: str = ""  # non-empty: the run stops here, FAILED (no progress in restarts)
+    held: str = ""  # non-empty: no checkpoint verifies: the job is held (``Cause.CHECKPOINT``)
 
 
 def write_decision(run: RunDir, job: str, restart: int, decision: StartDecision) -> None:
@@ -316,6 +317,15 @@ class Cause(StrEnum):
     GROW = "grow"  # task 0's own notice to grow back wider (--grow-after)
     FINISHED = "finished"  # training reached max-update (the ledger's ``finished`` event)
     STORAGE = "storage"  # the save path failed: ENOSPC, EDQUOT, EROFS, EIO (issue 41)
+    CHECKPOINT = (
+        "bad checkpoint"  # a checkpoint failed verification as a rank loaded it, or none verifies
+    )
+
+
+# the causes task 0 holds the job for (``scontrol requeuehold``), and the prefix of the held job's
+# Comment (``launch.recovery.hold`` writes it, ``runs.index.held_why`` reads it)
+HELD_CAUSES = (Cause.STORAGE, Cause.CHECKPOINT)
+HOLD_COMMENT = "hpc-train: "
 
 
 class RoundAction(StrEnum):

@@ -19,6 +19,7 @@ contract "Product code never imports the rehearsal helpers" (pyproject.toml) che
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
@@ -46,7 +47,8 @@ from hpc_train.faults.end_evidence import (
     SlurmWord,
     Where,
 )
-from hpc_train.faults.failures import Failure, NodeExit
+from hpc_train.faults.failures import CORRUPT_CHECKPOINT, Failure, NodeExit
+from hpc_train.faults.storage import Probe
 from hpc_train.faults.suspects import Evidence, RankReport, Suspect
 from hpc_train.launch.restart_policy import EndOptions, after_end
 from hpc_train.launch.transition import AskSlurm
@@ -243,15 +245,6 @@ class EndCase:
     options: EndOptions
 
 
-class StorageFailure(Failure):
-    """A rank's report of a storage error. Faked: until issue 41's classifier reads a report's
-    errno, no report classifies as storage; this one says so, as its reports will."""
-
-    @property
-    def cause(self) -> Cause:
-        return Cause.STORAGE
-
-
 def _word(partition: dict[str, str] | None = None) -> SlurmWord:
     """Slurm's word, given: the job running, every node up on its own machine, a step still
     starting on n2, four idle nodes in the partition."""
@@ -269,8 +262,8 @@ def _beats(*ranks: tuple[int, str, int]) -> dict[str, tuple[Beat, ...]]:
     return out
 
 
-def _exited(cause: Cause) -> dict[str, Any]:
-    """The evidence fields of torchrun's end on task 0 for ``cause``."""
+def _exited(cause: Cause, root: Path) -> dict[str, Any]:
+    """The evidence fields of torchrun's end on task 0 for ``cause`` (the save dir ``root``)."""
     crashed = (NodeExit(0, "n1", 1), NodeExit(1, "n2", -9))
     failed = (NodeExit(0, "n1", 1), NodeExit(1, "n2", 1))
     beats = _beats((0, "n1", 40), (1, "n2", 40))
@@ -279,7 +272,26 @@ def _exited(cause: Cause) -> dict[str, Any]:
             1, 40, "DistBackendError", "NCCL error: unhandled cuda error"
         ),
         Cause.USER_ERROR: Failure(0, 40, "ValueError", "bad batch"),
-        Cause.STORAGE: StorageFailure(0, 40, "OSError", "[Errno 28] No space left on device"),
+        Cause.STORAGE: Failure(  # the issue's message: the errno only in the chain
+            0,
+            40,
+            "CheckpointWriteError",
+            "a background checkpoint write failed: RuntimeError: "
+            "[enforce fail at inline_container.cc:672] . unexpected pos 2082368 vs 2082256",
+            errno.ENOSPC,
+            str(root / "checkpoint_1_40.pt"),
+            (
+                "CheckpointWriteError: a background checkpoint write failed",
+                "OSError: [Errno 28] No space left on device",
+            ),
+            "n1",
+        ),
+        Cause.CHECKPOINT: Failure(
+            0,
+            0,
+            CORRUPT_CHECKPOINT,
+            "checkpoint_last.pt failed verification (CRC32 mismatch in archive/data/3)",
+        ),
     }.get(cause)
     hang = tuple(RankReport(r, n, 40, 1.0, n == "n1") for r, n in ((0, "n1"), (1, "n2")))
     fields: dict[str, dict[str, Any]] = {
@@ -295,7 +307,15 @@ def _exited(cause: Cause) -> dict[str, Any]:
                           "exits": failed},
     }  # fmt: skip
     if report is not None:
-        return {"ended": Ended(1, False), "beats": beats, "exits": failed, "failures": (report,)}
+        full = tuple(Probe(n, root, 4096, 10, errno.ENOSPC, "OSError: [Errno 28] No space left "
+                           "on device") for n in HOSTS)  # fmt: skip
+        return {
+            "ended": Ended(1, False),
+            "beats": beats,
+            "exits": failed,
+            "failures": (report,),
+            **({"probes": full, "needed": 4_200_000} if cause == Cause.STORAGE else {}),
+        }
     return fields[cause]
 
 
@@ -315,7 +335,7 @@ def end_case(root: Path, cause: Cause, mode: str) -> EndCase:
     fields: dict[str, Any] = {"events": (earlier,), "slurm": _word(partition)}
     ending = ENDINGS.get(cause, Ending.EXITED)
     if ending is Ending.EXITED:
-        fields.update(_exited(cause))
+        fields.update(_exited(cause, root))
     elif ending is Ending.REFUSED:
         fields.update(detail="n2: GPU check failed: GPU 3: 2 uncorrectable ECC errors",
                       nodes=("n2",))  # fmt: skip

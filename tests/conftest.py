@@ -260,6 +260,7 @@ class SmallFs:
 
     def __init__(self, root: Path, size: str, inodes: int | None = None) -> None:
         self.root, self.backing = root, root.with_name(f"{root.name}.tmpfs")
+        self.stacked = 0  # read-only binds stacked over root (``read_only_over``)
         root.mkdir(parents=True)
         self.backing.mkdir()
         opts = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
@@ -283,11 +284,24 @@ class SmallFs:
     def read_only(self) -> None:
         self._mount("-o", "remount,bind,ro", str(self.root))
 
+    def read_only_over(self) -> None:
+        """Read-only from now on while files are open for writing (a running job's): a
+        read-only bind of the tmpfs stacked over ``root`` (``remount,bind,ro`` fails with EBUSY
+        while a writer holds the mount, seen on this kernel). Every path opened from then on
+        is on the read-only mount (EROFS for a new file, an append, a rename); a descriptor
+        opened before (Slurm's task log) still writes. ``writable_again`` takes it off."""
+        self._mount("--bind", "-o", "ro", str(self.backing), str(self.root))
+        self.stacked += 1
+
+    def writable_again(self) -> None:
+        subprocess.run(["umount", str(self.root)], check=True, capture_output=True)
+        self.stacked -= 1
+
     def writable(self) -> None:
         self._mount("-o", "remount,bind,rw", str(self.root))
 
     def unmount(self) -> None:
-        for where in (self.root, self.backing):
+        for where in (*[self.root] * self.stacked, self.root, self.backing):
             subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
 
 

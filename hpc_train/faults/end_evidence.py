@@ -25,7 +25,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,8 @@ from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import incident_reports
 from hpc_core.wait import FAST, Backoff, wait_until
-from hpc_train.contract import Beat, Cause, StartFiles, read_beats
-from hpc_train.faults import failures
+from hpc_train.contract import Beat, Cause, FailureRecord, StartFiles, read_beats
+from hpc_train.faults import failures, storage
 from hpc_train.faults.failures import Failure, NodeExit
 from hpc_train.faults.suspects import RankReport, Suspect, code_at_fault
 
@@ -57,6 +57,7 @@ class Ending(StrEnum):
     EXITED = "torchrun exited"
     REFUSED = "start refused"  # a node short of GPUs, quarantined, failing its check
     NO_PROGRESS = "no progress"  # restarts that never advanced (task 0's decision says so)
+    NO_GOOD_CHECKPOINT = "no checkpoint verifies"  # every one set aside (task 0's decision)
     REACHED = "max-update reached before training"
     NOTICE = "notice"  # submitit's checkpoint() on task 0: the save on notice waited for
     SILENT = "stuck launcher"  # the pulse found a watched launcher silent
@@ -72,6 +73,10 @@ class Ended:
     hang: str | None = None  # the hang the hang monitor stopped the ranks for
     evicted: Suspect | None = None  # the straggler evicted (--evict-stragglers): its measurement
     stuck: str | None = None  # torchrun outlived its ranks: the hang monitor killed it
+    # a failed end's storage evidence from this node, kept in memory (never a file on the save
+    # dir): its ranks' reports said on stderr (``agent_exit.Tee.failures``), its probe
+    said: tuple[FailureRecord, ...] = ()
+    probe: storage.Probe | None = None
 
 
 # --- what Slurm says, asked once per question ----------------------------------------------------
@@ -229,7 +234,7 @@ class EndEvidence:
     ended: Ended | None = None  # EXITED: how torchrun ended here
     signals: tuple[str, ...] = ()  # SIGTERM / notice, in the order this task got them
     beats: Mapping[str, tuple[Beat, ...]] = field(default_factory=dict)  # by the node's dir
-    failures: tuple[Failure, ...] = ()  # the round's failure reports
+    failures: tuple[Failure, ...] = ()  # the round's failure reports (files and stderr)
     before: tuple[Failure, ...] = ()  # the round before's (a user error again?)
     exits: tuple[NodeExit, ...] = ()  # every node's exit record (task 0)
     hang_ranks: tuple[RankReport, ...] = ()  # every node's hang report (task 0, a hang)
@@ -240,6 +245,8 @@ class EndEvidence:
     own_cause: Cause | None = None  # NOTICE: task 0's own notice's cause (a grow, a hang)
     training: bool = False  # SILENT: the ranks are training
     slurm: SlurmWord = field(default_factory=SlurmWord)
+    probes: tuple[storage.Probe, ...] = ()  # EXITED: each node's probe of the save dir it sent
+    needed: int | None = None  # EXITED, a failure: the bytes one checkpoint takes
 
     def answered(self, word: SlurmWord) -> EndEvidence:
         """This evidence with Slurm's newer word."""
@@ -259,11 +266,12 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     finished = bool(own) and min(b.update for b in own) >= updates  # by the beats alone
     crashed = ended.returncode != 0 and ended.hang is None and not ended.stuck and not finished
     exits: tuple[NodeExit, ...] = ()
-    now = tuple(failures.read(files))
+    reports = tuple(failures.read(files))
     # a report that says the training code failed blames no node, whatever the exit records say
-    if where.task == 0 and crashed and not code_at_fault(now):
+    if where.task == 0 and crashed and not code_at_fault(reports):
         exits, waited = _exits_awaited(files, len(hosts))
-        now = tuple(failures.read(files)) if waited else now  # the reports written meanwhile
+        reports = tuple(failures.read(files)) if waited else reports  # written meanwhile
+    now, probes = _reports_and_probes(reports, ended, exits)
     events = tuple(ledger.read(files.run.ledger))
     before: tuple[Failure, ...] = ()
     if now and crashed and (previous := files.round_before(events)) is not None:
@@ -273,10 +281,30 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     stuck_hang = ended.stuck is not None and not ended.saved and not (finished and not now)
     if where.task == 0 and (ended.hang is not None or stuck_hang):
         ranks, reported = read_hang_reports(files.incident, len(hosts))
+    needed = storage.checkpoint_bytes(events, files.run.checkpoint_last) if probes else None
     return EndEvidence(
         Ending.EXITED, where, time.time(), events, ended, tuple(signals), beats, now, before,
-        exits, ranks, reported,
+        exits, ranks, reported, probes=probes, needed=needed,
     )  # fmt: skip
+
+
+def _reports_and_probes(
+    reports: Sequence[Failure], ended: Ended, exits: Sequence[NodeExit]
+) -> tuple[tuple[Failure, ...], tuple[storage.Probe, ...]]:
+    """The round's failure reports: the files (``reports``, read), then those said on stderr
+    (this node's, in ``ended``; the others', in their exit records) of ranks with no file; and
+    the save dir's probes (this node's first)."""
+    found = list(reports)
+    said = [Failure(**asdict(r)) for r in ended.said] + [f for e in exits for f in e.reports()]
+    ranks = {f.rank for f in found}
+    for failure in said:
+        if failure.rank not in ranks:
+            found.append(failure)
+            ranks.add(failure.rank)
+    probes = {p.node: p for p in (e.probed() for e in exits) if p is not None}
+    if ended.probe is not None:
+        probes = {ended.probe.node: ended.probe, **probes, ended.probe.node: ended.probe}
+    return tuple(found), tuple(probes.values())
 
 
 def at_start(ending: Ending, where: Where, **more: Any) -> EndEvidence:
@@ -315,7 +343,9 @@ def _exits_awaited(
     saw its own rank die and said so first, often seconds before task 0's torchrun ended; the
     records missing then are of nodes still tearing down ranks that died of the lost peer: at
     16 real nodes the last came 14 s after task 0's, issue 46); at most ``EVIDENCE_WAIT_S``
-    (a node that never writes one is gone)."""
+    (a node that never writes one is gone). Task 0's own is read where it exists, never
+    awaited: it was written before, or a full or read-only save dir refused it (its evidence is
+    in memory then: ``Ended``)."""
     found: dict[int, NodeExit] = {}
     killed_at: list[float] = []
 
@@ -327,7 +357,8 @@ def _exits_awaited(
                 if task in found and found[task].killed() is not None:
                     with contextlib.suppress(OSError):
                         killed_at.append(path.stat().st_mtime)
-        done = len(found) == nodes or (killed_at and clock() - min(killed_at) >= KILLED_GRACE_S)
+        others = all(t in found for t in range(1, nodes))
+        done = others or (killed_at and clock() - min(killed_at) >= KILLED_GRACE_S)
         return bool(done) or None
 
     waited = not enough()

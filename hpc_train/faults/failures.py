@@ -25,14 +25,18 @@ JOB crash``) is ``hpc_train.worker.crash``; ``explain`` says what a start's repo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_train.contract import Cause, FailureRecord, StartFiles, write_failure
-from hpc_train.faults import signatures
+from hpc_train.faults import signatures, storage
 
 # an infrastructure error that only says a *peer* went away: the reporting rank is a witness
 PEER_MARKS = (
@@ -84,8 +88,15 @@ def _mentions(exc_type: str, message: str, marks: tuple[str, ...]) -> bool:
     return any(m in text for m in marks)
 
 
+CORRUPT_CHECKPOINT = "CorruptCheckpoint"  # hpc_core.integrity's: a checkpoint set aside as loaded
+
+
 def classify(exc_type: str, message: str) -> Cause:
-    """``Cause.INFRASTRUCTURE`` or ``Cause.USER_ERROR`` (see the module docstring)."""
+    """``Cause.INFRASTRUCTURE`` or ``Cause.USER_ERROR`` (see the module docstring); a checkpoint
+    that failed verification as the rank loaded it (set aside already): ``Cause.CHECKPOINT``,
+    restarted from the newest good one, no blame, never "the same error again"."""
+    if exc_type == CORRUPT_CHECKPOINT:
+        return Cause.CHECKPOINT
     if _mentions(exc_type, message, INFRASTRUCTURE_MARKS):
         return Cause.INFRASTRUCTURE
     return Cause.USER_ERROR
@@ -158,6 +169,18 @@ class NodeExit:
     returncode: int  # torchrun's (negative: killed by that signal)
     root_rank: int | None = None  # the rank torchrun names as the root cause
     root_exitcode: int | None = None  # its exit status (negative: killed by that signal)
+    # its ranks' failure reports said on stderr (``agent_exit.Tee.failures``), as dicts
+    said: tuple[dict[str, Any], ...] = ()
+    probe: dict[str, Any] | None = None  # its probe of the save dir (``storage.Probe``), if any
+
+    def reports(self) -> list[Failure]:
+        """The reports its ranks said on stderr, classified."""
+        return [Failure(**fields) for fields in self.said]
+
+    def probed(self) -> storage.Probe | None:
+        if self.probe is None:
+            return None
+        return storage.Probe(**{**self.probe, "path": Path(self.probe["path"])})
 
     def killed(self) -> str | None:
         """Why this node looks at fault: its agent or its root-cause rank died of a signal it
@@ -178,13 +201,19 @@ def _signal_name(code: int) -> str:
 
 
 def write_exit(files: StartFiles, record: NodeExit) -> None:
-    atomic_write(files.node_exit(record.task), json.dumps(asdict(record)))
+    """The exit record, for task 0; one the save dir refuses (full, read-only) is said on stderr
+    (task 0 then has its own node's evidence and probe: ``end_evidence.at_exit``)."""
+    try:
+        atomic_write(files.node_exit(record.task), json.dumps(asdict(record), default=str))
+    except OSError as err:
+        print(f"hpc-train: exit record not written ({err}): {asdict(record)}", file=sys.stderr)
 
 
 def read_exit(path_text: str) -> NodeExit | None:
     """One exit record from its file's text; None when it is not one (pure)."""
     try:
-        return NodeExit(**json.loads(path_text))
+        record = NodeExit(**json.loads(path_text))
+        return dataclasses.replace(record, said=tuple(record.said))
     except (ValueError, TypeError):
         return None
 

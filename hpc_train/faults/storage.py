@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpc_core import space
+from hpc_core.ledger import Event, Kind
 from hpc_train.contract import FailureRecord
 
 STORAGE_ERRNOS = {
@@ -45,6 +49,9 @@ STORAGE_ERRNOS = {
 }
 CAPACITY = frozenset({errno.ENOSPC, errno.EDQUOT})  # the file system's, from every node alike
 PROBE_PREFIX = ".hpc-train-probe-"
+QUOTA_UNKNOWN = "quota unknown (no `lfs quota` on this node)"
+QUOTA_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class Probe:
     free_inodes: int | None
     errno: int | None = None
     error: str | None = None
+    quota: str = QUOTA_UNKNOWN  # what ``lfs quota`` says of this user here (``quota``)
 
     def fails(self, needed: int | None) -> bool:
         """Did it fail to write, or find less room than ``needed`` bytes?"""
@@ -66,13 +74,28 @@ class Probe:
         return needed is not None and self.free_bytes < needed
 
 
-def probe(save_dir: Path, node: str) -> Probe:
+def probe(save_dir: Path, node: str, timeout: float = PROBE_TIMEOUT_S) -> Probe:
     """Look at ``save_dir`` from this node: its room, then a test write of a few bytes (fsynced,
-    removed). Never raises; leaves no file behind (a failed write leaves none to remove)."""
+    removed), and the user's quota there (``quota``). Never raises; leaves no file behind (a
+    failed write leaves none to remove). A file system that does not answer in ``timeout``
+    seconds (a Lustre client blocked on its servers) fails the probe; the look goes on in a
+    daemon thread."""
+    found: list[Probe] = []
+    looking = threading.Thread(target=lambda: found.append(_look(save_dir, node)), daemon=True,
+                               name="storage-probe")  # fmt: skip
+    looking.start()
+    looking.join(timeout)
+    if found:
+        return found[0]
+    return Probe(node, save_dir, None, None, None, f"no answer from {save_dir} in {timeout:.0f} s")
+
+
+def _look(save_dir: Path, node: str) -> Probe:
     try:
         room = space.of(save_dir)
     except OSError as err:
         return Probe(node, save_dir, None, None, err.errno, f"{type(err).__name__}: {err}")
+    limit = quota(room.path)
     try:
         with tempfile.NamedTemporaryFile(dir=room.path, prefix=PROBE_PREFIX) as fh:
             fh.write(b"hpc-train probe")
@@ -80,8 +103,48 @@ def probe(save_dir: Path, node: str) -> Probe:
             os.fsync(fh.fileno())
     except OSError as err:
         return Probe(node, save_dir, room.free_bytes, room.free_inodes, err.errno,
-                     f"{type(err).__name__}: {err}")  # fmt: skip
-    return Probe(node, save_dir, room.free_bytes, room.free_inodes)
+                     f"{type(err).__name__}: {err}", limit)  # fmt: skip
+    return Probe(node, save_dir, room.free_bytes, room.free_inodes, quota=limit)
+
+
+def quota(path: Path) -> str:
+    """This user's quota on ``path``'s file system as ``lfs quota -u`` says it (FSx for
+    Lustre), else ``QUOTA_UNKNOWN``: no other file system's quota is guessed at."""
+    lfs = shutil.which("lfs")
+    if lfs is None:
+        return QUOTA_UNKNOWN
+    try:
+        out = subprocess.run([lfs, "quota", "-q", "-u", str(os.getuid()), str(path)],
+                             capture_output=True, text=True, timeout=QUOTA_TIMEOUT_S)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"quota unknown (`lfs quota` failed: {err})"
+    return lfs_quota(out.stdout) if out.returncode == 0 else (
+        f"quota unknown (`lfs quota` exited {out.returncode})")  # fmt: skip
+
+
+def lfs_quota(text: str) -> str:
+    """``lfs quota -q -u`` output (``<fs> <kbytes> <quota> <limit> <grace> <files> ...``) in
+    words: the bytes used against the hard limit (0: none set); pure."""
+    fields = text.split()
+    try:
+        used, limit = int(fields[1].rstrip("*")) * 1024, int(fields[3]) * 1024
+    except (IndexError, ValueError):
+        return f"quota unknown (`lfs quota` said {text.strip()[:80]!r})"
+    if limit == 0:
+        return f"no quota set ({space.size(used)} used)"
+    return f"quota {space.size(used)} used of {space.size(limit)}"
+
+
+def checkpoint_bytes(events: Sequence[Event], last: Path) -> int | None:
+    """The bytes one checkpoint takes: the ledger's last ``checkpoint`` event's, else ``last``'s
+    size (``checkpoint_last.pt``); None when neither says."""
+    saves = [e for e in events if e.kind == Kind.CHECKPOINT and e.get("bytes")]
+    if saves:
+        return int(saves[-1].get("bytes"))
+    try:
+        return last.stat().st_size if last.is_file() else None
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -95,6 +158,7 @@ class Storage:
     node_only: bool
     free_bytes: int | None
     needed_bytes: int | None
+    quota: str = QUOTA_UNKNOWN
 
     @property
     def what(self) -> str:
@@ -103,7 +167,8 @@ class Storage:
         return "short of room for a checkpoint"
 
     def line(self) -> str:
-        """One line: the path, what it did, the free space, the space a checkpoint needs."""
+        """One line: the path, what it did, the free space, the quota (or that it is unknown),
+        the space a checkpoint needs, who saw it."""
         free = (
             "free space unknown"
             if self.free_bytes is None
@@ -116,7 +181,7 @@ class Storage:
         )
         whose = f"on {', '.join(self.nodes)} only: that node's, not the file system's" if (
             self.node_only) else f"seen on {', '.join(self.nodes) or 'no node'}"  # fmt: skip
-        return f"storage: {self.path} is {self.what}: {free}{need}; {whose}"
+        return f"storage: {self.path} is {self.what}: {free}, {self.quota}{need}; {whose}"
 
 
 def _in(path: str | None, save_dir: Path) -> bool | None:
@@ -158,4 +223,6 @@ def classify(
         )
     )
     free = [p.free_bytes for p in probes if p.free_bytes is not None]
-    return Storage(number, save_dir, nodes, node_only, min(free) if free else None, needed)
+    said = [p.quota for p in probes if p.quota != QUOTA_UNKNOWN]
+    return Storage(number, save_dir, nodes, node_only, min(free) if free else None, needed,
+                   said[0] if said else QUOTA_UNKNOWN)  # fmt: skip

@@ -58,12 +58,13 @@ class Evidence(StrEnum):
     SIGNAL = "a kill by a signal"
     OWN_ERROR = "a rank's own error, no hardware finding"
     HANG_WITH_STACKS = "a hang, every rank in Python"
+    STORAGE = "a storage error only this node sees"  # the others write: its client (faults.storage)
 
 
 # evidence about the node itself: drained at once
 ABOUT_THE_NODE = frozenset({
     Evidence.HARDWARE, Evidence.HEALTH_CHECK, Evidence.LOST, Evidence.HANG_NO_STACK,
-    Evidence.STRAGGLER,
+    Evidence.STRAGGLER, Evidence.STORAGE,
 })  # fmt: skip
 
 

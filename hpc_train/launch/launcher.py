@@ -36,6 +36,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,16 @@ from hpc_core import ledger
 from hpc_core.ledger import Kind
 from hpc_core.slurm_env import SlurmEnv
 from hpc_core.wait import wait_until
-from hpc_train.contract import ENDED, ENDING, WAITING, Cause, RoundAction, node_name
-from hpc_train.faults import agent_exit, end_evidence, failures
+from hpc_train.contract import (
+    ENDED,
+    ENDING,
+    WAITING,
+    Cause,
+    FailureRecord,
+    RoundAction,
+    node_name,
+)
+from hpc_train.faults import agent_exit, end_evidence, failures, storage
 from hpc_train.faults.end_evidence import Ended, Ending
 from hpc_train.job import command_lines, upgrade
 from hpc_train.job.spec import JobSpec
@@ -229,14 +238,29 @@ class Launcher:
                 watchers.start(here, nproc, self._proc.pid, spent, self._own_notice)
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
-                root = tee.finish(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
-                failures.write_exit(here.files, failures.NodeExit(
-                    here.start.task, node_name(), returncode, *(root or (None, None))))  # fmt: skip
+                said, probe = self._record_exit(here, returncode, tee)
         finally:
             hang, evicted, stuck = watchers.stop()
         pulse.beat(ENDING)
         saved = here.files.stop() is not None
-        return Ended(returncode, saved, hang, evicted, stuck)
+        return Ended(returncode, saved, hang, evicted, stuck, said, probe)
+
+    def _record_exit(
+        self, here: Here, returncode: int, tee: agent_exit.Tee
+    ) -> tuple[tuple[FailureRecord, ...], storage.Probe | None]:
+        """This node's exit record for task 0 (``faults.failures.NodeExit``): torchrun's exit,
+        its root cause, and after a failure the reports its ranks said on stderr and a probe of
+        the save dir from here (storage evidence on no file there); (said, probe)."""
+        root = tee.finish(timeout=ROOT_CAUSE_WAIT_S) if returncode else None
+        rank, code = root or (None, None)
+        said = tuple(tee.failures)
+        probe = storage.probe(self.spec.training.save_dir, node_name()) if returncode else None
+        record = failures.NodeExit(
+            here.start.task, node_name(), returncode, rank, code,
+            tuple(asdict(r) for r in said), asdict(probe) if probe else None,
+        )  # fmt: skip
+        failures.write_exit(here.files, record)
+        return said, probe
 
     def _await_watched(self, here: Here, pulse: launchers.Pulse) -> None:
         """Training is over: wait for the launchers this one watches to end their part (a stuck

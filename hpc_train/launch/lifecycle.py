@@ -120,9 +120,11 @@ def begin(here: Here, spent: int, gpus: int, came_from: str | None) -> tuple[Sta
         raise RuntimeError(f"restart budget exhausted (--max-restarts {budget})")
     spec.training.save_dir.mkdir(parents=True, exist_ok=True)
     decision = decide_start(here.run, here.start, spec, gpus, log)
-    if decision.refused or decision.stop:  # task 0 saw no progress over the last restarts
-        ending, why = (Ending.REFUSED, decision.refused) if decision.refused else (
-            Ending.NO_PROGRESS, decision.stop)  # fmt: skip
+    # refused, no progress over the last restarts, or no checkpoint that verifies (held)
+    ending, why = ((Ending.REFUSED, decision.refused) if decision.refused else
+                   (Ending.NO_GOOD_CHECKPOINT, decision.held) if decision.held else
+                   (Ending.NO_PROGRESS, decision.stop))  # fmt: skip
+    if why:
         ev = end_evidence.at_start(ending, here.where(spent), detail=why,
                                    nodes=tuple(decision.bad_nodes))  # fmt: skip
         recovery.carry_out(here, recovery.what_follows(ev, here.options), ev)

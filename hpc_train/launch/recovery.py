@@ -32,7 +32,7 @@ from typing import Any
 from hpc_core import slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import SUSPECT, atomic_write
-from hpc_train.contract import RoundAction, RoundVerdict
+from hpc_train.contract import HOLD_COMMENT, RoundAction, RoundVerdict
 from hpc_train.faults import end_evidence
 from hpc_train.faults.end_evidence import EndEvidence, Ending
 from hpc_train.launch import release, requeue, restart_policy, rounds
@@ -41,6 +41,8 @@ from hpc_train.launch.context import Here, log
 from hpc_train.launch.restart_policy import EndOptions
 from hpc_train.launch.rounds import Onward
 from hpc_train.launch.signals import OwnNotice, save_wait_s, wait_for_save
+
+HOLD_COMMENT_CHARS = 400  # the held job's Comment: the whole storage line and the release command
 
 
 def what_follows(
@@ -157,10 +159,15 @@ def _stop(here: Here, t: to.Stop, ev: EndEvidence, path: EndPath, deputy: bool) 
 
 def _held(here: Here, t: to.Hold) -> None:
     """Requeue the job held, the others told (they wait for Slurm to end them): it waits for
-    ``scontrol release``."""
-    here.files.write_verdict(RoundVerdict(RoundAction.REQUEUE, t.why, [], list(here.start.standby)))
+    ``scontrol release``. A verdict the full or read-only save dir refuses is said instead: the
+    hold ends every task."""
+    try:
+        here.files.write_verdict(RoundVerdict(RoundAction.REQUEUE, t.why, [],
+                                              list(here.start.standby)))  # fmt: skip
+    except OSError as err:
+        log(f"the round's verdict not written ({err}): the hold ends the other tasks")
     here.note(Kind.REQUEUED, by=f"task {here.start.task}, held: scontrol release {here.job_id}")
-    hold(here.job_id, f"hpc-train: {t.why}")
+    hold(here.job_id, f"{HOLD_COMMENT}{t.why}")
     requeue.await_end()
     raise RuntimeError(t.why)
 
@@ -241,7 +248,7 @@ def exclude(job_id: str, nodes: tuple[str, ...]) -> None:
 
 
 def hold(job_id: str, reason: str) -> None:
-    slurm.hold(job_id, reason[:200])
+    slurm.hold(job_id, reason[:HOLD_COMMENT_CHARS])
 
 
 def cancel(job_id: str) -> None:

@@ -29,7 +29,7 @@ from typing import NoReturn
 from hpc_core.slurm import DEFAULT_SLURMD_TIMEOUT_S, SILENCE_PATIENCE_S, node_usable
 from hpc_core.wait import Backoff
 from hpc_train.contract import Cause
-from hpc_train.faults import failures
+from hpc_train.faults import failures, storage
 from hpc_train.faults.end_evidence import EndEvidence, Ending, JobWord, NodeWord, Question, Where
 from hpc_train.faults.suspects import (
     Blame,
@@ -138,6 +138,7 @@ def after_exit(
     hang: str | None = None,
     crash: tuple[Cause, str] | None = None,
     repeated: bool = False,
+    node_only: bool = False,
 ) -> Decision:
     """The launcher's move once torchrun has exited on one node.
 
@@ -148,7 +149,9 @@ def after_exit(
     ``repeated``: it is the same user error at the same update as in the round before, so the
     run stops instead of spending its restarts on it. ``blame``: a hang, or a crash that is not
     the training code's: task 0 looks for the node at fault (``after_end``, with the picks of
-    ``hpc_train.faults.suspects``).
+    ``hpc_train.faults.suspects``). A storage failure holds the job (no restart into the same
+    full or broken file system), unless ``node_only``: only some nodes saw it while the others
+    write (``faults.storage``): those nodes are blamed and the run restarts without them.
     Only task 0 restarts the run (``Action.RESTART``: ``after_end`` chooses a round in
     the allocation or a requeue), so one job restarts once however many nodes saw the failure.
     """
@@ -172,10 +175,10 @@ def after_exit(
     if repeated:
         again = "the same error at the same update as the round before: stopping, no restart"
         return Decision(Action.FAIL, f"{why}; {again}", cause)
-    if cause is Cause.STORAGE:  # restarting would meet the same full or broken file system
+    if cause is Cause.STORAGE and not node_only:  # a restart meets the same file system
         held = "held: `scontrol release` resumes the job once the storage is fixed"
         return Decision(Action.HOLD, f"{why}; {held}", cause)
-    blame = cause in BLAMED_CRASHES  # a node may be at fault: task 0 looks for one
+    blame = cause in BLAMED_CRASHES or node_only  # a node may be at fault: task 0 looks for one
     return restart_or_fail(Decision(Action.RESTART, why, cause, blame), restart, max_restarts)
 
 
@@ -469,6 +472,16 @@ def _stop_suspect(
                 "hang: no suspect node (no rank had completed an update)"]  # fmt: skip
         why = f"hang in job {job}: {found.why}" if found else ""
         return found, why, HangVerdict(files.incident, found), said
+    if cause == Cause.STORAGE:  # only these nodes saw it (storage.classify's node_only)
+        held = _storage(ev)
+        assert held is not None
+        node = held.nodes[0]
+        return (
+            Suspect(node, held.line(), Evidence.STORAGE),
+            f"storage in job {job}: {held.line()}",
+            None,
+            [],
+        )
     ranks = {b.rank: b.node for h in hosts for b in ev.beats.get(h, ())}
     found = crash_suspect(ev.failures, ev.exits, hosts, ranks)
     lost: list[str] = []
@@ -514,8 +527,13 @@ def _after_exit(ev: EndEvidence, opt: EndOptions) -> Transition:
     crash, repeated = (None, False)
     if returncode != 0 and not hang:  # the watchdog's kill makes the peers report lost peers
         crash, repeated = failures.explain(ev.failures, ev.before)
+    held = _storage(ev) if returncode != 0 and not hang and not ended.saved else None
+    if held is not None:  # storage, whatever the ranks' exceptions wrap (faults.storage)
+        crash, repeated = (Cause.STORAGE, held.line()), False
     outcome = after_exit(returncode, ended.saved, where.task, where.spent, opt.max_restarts,
-                         cancelled, hang, crash, repeated)  # fmt: skip
+                         cancelled, hang, crash, repeated, held is not None and held.node_only)  # fmt: skip
+    if outcome.action is Action.HOLD and held is not None:
+        outcome = replace(outcome, why=held_why(held.line(), where.files.job))
     outcome = evicting(outcome, ended.evicted.node if ended.evicted else None)
     suspect, blames, verdict, told = _stop_blames(ev, outcome)
     if crash and crash[0] == Cause.CRASH and suspect is not None:  # the blamed node says why
@@ -531,6 +549,17 @@ def _after_exit(ev: EndEvidence, opt: EndOptions) -> Transition:
         found = _outcome(ev, opt, outcome, line, detail, blames)
     said = [*said, *told, *found.said]
     return replace(found, blames=blames, hang=verdict, said=tuple(said))
+
+
+def _storage(ev: EndEvidence) -> storage.Storage | None:
+    """The end's storage failure, if it is one (``faults.storage.classify`` on the ranks' reports,
+    files and stderr, and every node's probe of the save dir)."""
+    return storage.classify(ev.failures, ev.probes, ev.where.files.run.root, ev.needed)
+
+
+def held_why(line: str, job: str) -> str:
+    """What a held job says, in one line: what failed, then how to resume it."""
+    return f"{line}; job {job} held: fix the storage, then `scontrol release {job}` resumes it"
 
 
 def _outcome(
@@ -662,6 +691,15 @@ def _after_no_progress(ev: EndEvidence, opt: EndOptions) -> Transition:
     )
 
 
+def _after_no_good_checkpoint(ev: EndEvidence, opt: EndOptions) -> Transition:
+    """Task 0 found checkpoints but none that verifies (each set aside): held, not started from
+    scratch, not counted a user error; the other tasks end this start."""
+    why = held_why(f"no checkpoint verifies: {ev.detail}", ev.where.files.job)
+    if ev.where.task != 0:
+        return Stop(Cause.CHECKPOINT, f"{why}; task 0 holds the job", True, said=(why,))
+    return Hold(Cause.CHECKPOINT, why, StoppedLine(Cause.CHECKPOINT, why), said=(why,))
+
+
 def _after_reached(ev: EndEvidence, opt: EndOptions) -> Transition:
     """The checkpoint is at max-update already: nothing to train, the run is done."""
     return Finish("max-update reached before this start", said=(ev.detail,))
@@ -724,6 +762,7 @@ ENDINGS: Mapping[Ending, Callable[[EndEvidence, EndOptions], Transition]] = {
     Ending.EXITED: _after_exit,
     Ending.REFUSED: _after_refusal,
     Ending.NO_PROGRESS: _after_no_progress,
+    Ending.NO_GOOD_CHECKPOINT: _after_no_good_checkpoint,
     Ending.REACHED: _after_reached,
     Ending.NOTICE: _after_notice,
     Ending.SILENT: _after_silence,

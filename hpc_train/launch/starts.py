@@ -138,6 +138,7 @@ def decide_start(
     decision = StartDecision(
         resume.fairseq_args(), resume.at_update, resume.reason, shape.ranks_per_node,
         shape.use_gpu, plan.world_size, plan.batch_per_device, plan.update_freq, stop=stop,
+        held=resume.held,
     )  # fmt: skip
     files.write_decision(decision)
     return decision

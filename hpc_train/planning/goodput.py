@@ -18,9 +18,13 @@ from submission to the end (or to now, for a run still going). The rest, by caus
     in-job restart  a round's end -> the next round's start inside the same allocation
                   (``--restart-in-job``, ``--spares``): the verdict, the drain, the nodes'
                   hand-over; no queue was waited for
+    storage       a start the save dir's storage ended (``Cause.STORAGE``: full, over quota,
+                  read-only, failing): from its last progress to its end, then the job held
+                  until ``scontrol release`` and its next start (counted here, not as queue
+                  or no progress)
 
 Every second of the wall is in exactly one of: queue, in-job restart, start-up, checkpoints,
-recomputed, no progress, productive (``Goodput.parts`` sums to ``wall_s``).
+recomputed, no progress, storage, productive (``Goodput.parts`` sums to ``wall_s``).
 
 Each start is one segment of the ledger: ``started`` .. (``first_update``) .. its end, which is
 the ``stopped``/``finished`` event of that start, else the next start, else now.
@@ -76,6 +80,7 @@ class Goodput:
     no_progress_s: float = 0.0
     recomputed_updates: int = 0
     in_job_restart_s: float = 0.0
+    storage_s: float = 0.0
 
     @property
     def parts(self) -> dict[str, float]:
@@ -84,7 +89,7 @@ class Goodput:
             "queue": self.queue_s, "in-job restart": self.in_job_restart_s,
             "start-up": self.startup_s, "checkpoints": self.checkpoint_s,
             "recomputed": self.recomputed_s, "no progress": self.no_progress_s,
-            "productive": self.productive_s,
+            "storage": self.storage_s, "productive": self.productive_s,
         }  # fmt: skip
 
     @property
@@ -102,6 +107,7 @@ class Goodput:
             f"recomputed {self.recomputed_s:.0f} s ({self.recomputed_updates} updates), "
             f"no progress {self.no_progress_s:.0f} s"
             + (f", in-job restarts {self.in_job_restart_s:.0f} s" if self.in_job_restart_s else "")
+            + (f", storage {self.storage_s:.0f} s" if self.storage_s else "")
         )
 
 
@@ -184,7 +190,9 @@ def account(
     end = max(segs[-1].ended if segs else now, begin)
     startup = sum(((s.first_update or s.ended) - s.started) for s in segs)
     training = sum(s.progress_end - s.first_update for s in segs if s.first_update is not None)
-    stalled = sum(s.ended - s.progress_end for s in segs if s.first_update is not None)
+    stalled = sum(s.ended - s.progress_end for s in segs
+                  if s.first_update is not None and s.cause != Cause.STORAGE)  # fmt: skip
+    held = _held(segs)
     checkpoint = sum(s.checkpoint_s for s in segs)
     redone = _recomputed(segs) if recomputed_updates is None else recomputed_updates
     per_update = _seconds_per_update(segs) if seconds_per_update is None else seconds_per_update
@@ -194,7 +202,7 @@ def account(
     productive = max(0.0, training - checkpoint - recomputed)
     return Goodput(
         wall_s=end - begin,
-        queue_s=max(0.0, (end - begin) - busy - handover),
+        queue_s=max(0.0, (end - begin) - busy - handover - held),
         in_job_restart_s=handover,
         startup_s=startup,
         checkpoint_s=checkpoint,
@@ -203,7 +211,15 @@ def account(
         restarts=max(0, len(segs) - 1),
         no_progress_s=stalled,
         recomputed_updates=redone,
-    )
+        storage_s=held + sum(s.ended - s.progress_end for s in segs
+                             if s.first_update is not None and s.cause == Cause.STORAGE),
+    )  # fmt: skip
+
+
+def _held(segs: Sequence[Segment]) -> float:
+    """The seconds between a start the storage ended and the next start: the job held."""
+    return sum(max(0.0, b.started - a.ended) for a, b in itertools.pairwise(segs)
+               if a.cause == Cause.STORAGE and not b.in_job)  # fmt: skip
 
 
 def restarts(events: Sequence[Event]) -> list[tuple[int, str]]:

@@ -19,7 +19,7 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
-from hpc_train.contract import Cause
+from hpc_train.contract import HELD_CAUSES, HOLD_COMMENT, Cause
 from hpc_train.planning import goodput
 from hpc_train.runs import follow, storage
 from hpc_train.runs.named_nodes import NodeNote, node_notes
@@ -106,6 +106,7 @@ class RunStatus:
     blocked: str | None = None  # why its requeue cannot start (``blocked_requeue``)
     spares: list[str] = field(default_factory=list)  # hot spares standing by in this start
     storage: storage.SaveDir | None = None  # room, checkpoint size, last verified, set aside
+    held: str | None = None  # why the job waits for ``scontrol release`` (``held_why``)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -126,6 +127,7 @@ class RunStatus:
             "blocked": self.blocked,
             "spares": self.spares,
             "storage": self.storage.as_json() if self.storage else None,
+            "held": self.held,
         }
 
 
@@ -205,6 +207,7 @@ def status_of(
         eta_s=eta,
         nodes_named=node_notes(events),
         blocked=blocked_requeue(events),
+        held=held_why(events, job_state),
         spares=standing_by(events) if alive else [],
         storage=storage.of(run.dir, events, storage.measure(run.dir)),
     )
@@ -218,6 +221,23 @@ def blocked_requeue(events: Sequence[ledger.Event]) -> str | None:
             return None
         if event.kind == Kind.REQUEUE_BLOCKED:
             return str(event.get("why", "too few usable nodes"))
+    return None
+
+
+def held_why(events: Sequence[ledger.Event], job: slurm.JobState | None) -> str | None:
+    """Why the run's job is held (task 0's one line: what failed, the figures, the release
+    command): the ledger's last stop if it held the job and no start followed; else, for a
+    pending job, its Slurm Comment (the ledger's line may not have reached a full or read-only
+    save dir). None when it is not held."""
+    for event in reversed(events):
+        if event.kind == Kind.STARTED:
+            break
+        if event.kind == Kind.STOPPED:
+            if event.get("cause") in HELD_CAUSES:
+                return str(event.get("why"))
+            break
+    if job is not None and job.state == "PENDING" and job.comment.startswith(HOLD_COMMENT):
+        return job.comment.removeprefix(HOLD_COMMENT)
     return None
 
 

@@ -39,7 +39,7 @@ def row(s: index.RunStatus) -> list[str]:
     return [
         s.run.job or "-",
         s.run.name or s.run.save_dir.name,
-        f"{s.state} (blocked)" if s.blocked else s.state,
+        f"{s.state} (blocked)" if s.blocked else f"{s.state} (held)" if s.held else s.state,
         s.nodes or "-",
         f"{s.updates}/{s.max_update if s.max_update is not None else '?'}",
         "-" if s.last_loss is None else f"{s.last_loss:.3f}",
@@ -81,6 +81,8 @@ def detail(s: index.RunStatus) -> str:
     lines = [table([row(s)]), f"save dir: {s.run.save_dir}"]
     if s.blocked:
         lines.append(f"requeue blocked: {s.blocked}")
+    if s.held:
+        lines.append(f"held: {s.held}")
     if s.spares:
         lines.append(f"hot spares standing by: {', '.join(s.spares)}")
     for n, (update, why) in enumerate(s.restarts, 1):

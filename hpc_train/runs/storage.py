@@ -14,6 +14,7 @@ from typing import Any
 from hpc_core import space
 from hpc_core.ledger import Event, Kind
 from hpc_core.rundir import RunDir
+from hpc_train.faults import storage
 
 # the room a running job needs at any moment: the next save in flight and a save on notice
 NEXT_SAVES = 2
@@ -79,10 +80,7 @@ def measure(run: RunDir) -> space.Space | None:
 
 def of(run: RunDir, events: Sequence[Event], room: space.Space | None) -> SaveDir:
     """The save dir's storage from the run's ledger ``events`` and its ``room``."""
-    saves = [e for e in events if e.kind == Kind.CHECKPOINT and e.get("bytes")]
-    nbytes = int(saves[-1].get("bytes")) if saves else None
-    if nbytes is None and run.checkpoint_last.is_file():
-        nbytes = run.checkpoint_last.stat().st_size
+    nbytes = storage.checkpoint_bytes(events, run.checkpoint_last)
     verified = [e for e in events if e.kind == Kind.VERIFIED]
     aside = tuple(e for e in events if e.kind == Kind.SET_ASIDE)
     return SaveDir(room, nbytes, verified[-1] if verified else None, aside)

@@ -210,6 +210,7 @@ class ResumePoint:
     set_aside: tuple[integrity.SetAside, ...]  # the checkpoints that failed, moved aside on the way
     reason: str  # why, for the log
     at_update: int = 0  # the update the resumed checkpoint was saved at
+    held: str = ""  # non-empty: checkpoints were written but none verifies: never a fresh start
 
     def fairseq_args(self) -> list[str]:
         return ["--continue-once", str(self.continue_from)] if self.continue_from else []
@@ -245,6 +246,11 @@ def choose_resume(save_dir: Path) -> ResumePoint:
     last = run.checkpoint_last
     remove_partial_writes(run)
     if not last.exists() and not run.interval_checkpoints():
+        if earlier := run.set_aside_files():  # every one failed before: not a fresh start
+            names = ", ".join(p.name for p in earlier)
+            why = f"no checkpoint left but those set aside ({names})"
+            return ResumePoint(None, (), why, held=f"{why}; restore a good one, or delete them "
+                               "to start from scratch")  # fmt: skip
         return ResumePoint(None, (), "fresh start: no checkpoint yet")
     aside: list[integrity.SetAside] = []
     found = _first_good(run, [last], aside)
@@ -255,8 +261,9 @@ def choose_resume(save_dir: Path) -> ResumePoint:
     if found is not None:
         why = f"{LAST} {problem}: resume from {found[0].name}"
         return ResumePoint(found[0], tuple(aside), why, at_update=found[1])
-    why = f"{LAST} {problem} and no valid interval checkpoint: fresh start"
-    return ResumePoint(None, tuple(aside), why)
+    why = f"{LAST} {problem} and no interval checkpoint verifies; each set aside"
+    held = f"{why}; restore a good one, or delete them to start from scratch"
+    return ResumePoint(None, tuple(aside), why, held=held)
 
 
 # --- the rank's load, verified ----------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from benchmarks import checkpoint_cost, gpu, gpu_restart, report
+from hpc_train.contract import Cause
 
 REPO = Path(__file__).resolve().parents[2]
 COVERED: set[str] = set()  # the make targets a smoke test below runs
@@ -256,7 +257,7 @@ def test_bench_decision_smoke(tmp_path: Path) -> None:
     command, out = make_command("bench-decision", tmp_path, None)
     proc, took = run_bench(command, 120)
     r = result(proc, out / "end_decision.json")
-    assert proc.returncode == 0 and r["repeats"] == 3 and r["decisions"] == 13 * 3
+    assert proc.returncode == 0 and r["repeats"] == 3 and r["decisions"] == len(Cause) * 3
     assert 0 < r["table_s"]["min"] <= r["table_s"]["median"] <= r["table_s"]["max"]
     looks = r["slurm_look_ups"]
     assert looks["finished/spares"] == [] and looks["no progress/requeue"] == []

@@ -200,7 +200,7 @@ def test_each_member_is_the_string_it_always_was():
     strings: a member written is the old string, read back it compares equal to the member."""
     assert {str(c) for c in Cause} == {
         "notice", "crash", "infrastructure", "user error", "hang", "straggler", "bad node",
-        "no progress", "no nodes", "cancelled", "grow", "finished", "storage",
+        "no progress", "no nodes", "cancelled", "grow", "finished", "storage", "bad checkpoint",
     }  # fmt: skip
     assert [str(a) for a in RoundAction] == ["restart", "requeue", "stop", "done"]
     assert [str(lever.name) for lever in levers.LEVERS] == [

@@ -18,6 +18,7 @@ TABLE = {
     Evidence.LOST: True,
     Evidence.HANG_NO_STACK: True,
     Evidence.STRAGGLER: True,
+    Evidence.STORAGE: True,
     Evidence.SIGNAL: False,
     Evidence.OWN_ERROR: False,
     Evidence.HANG_WITH_STACKS: False,

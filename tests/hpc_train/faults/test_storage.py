@@ -84,8 +84,8 @@ def test_the_line_names_the_path_what_it_did_the_room_and_the_need():
     full = storage.classify([rec("n1", errno.ENOSPC, IN_SAVE)], [fine("n1", int(1.2 * GB))],
                             SAVE, needed=int(4.47 * GB))  # fmt: skip
     assert full.line() == (
-        "storage: /lustre/runs/x is full (ENOSPC): 1.20 GB free, a checkpoint needs 4.47 GB; "
-        "seen on n1"
+        "storage: /lustre/runs/x is full (ENOSPC): 1.20 GB free, quota unknown (no `lfs quota` "
+        "on this node), a checkpoint needs 4.47 GB; seen on n1"
     )
     evicted = storage.classify([], [fine("n1"), failing("n2", errno.EIO)], SAVE)
     assert evicted.line().endswith("on n2 only: that node's, not the file system's")

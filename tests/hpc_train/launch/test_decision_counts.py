@@ -173,7 +173,8 @@ def test_a_rank_crash_to_the_next_round_reads_each_file_once_in_six_modules(
     assert again == {}  # the executor acts on the evidence read, it reads none again
 
     deciding = {m for m in crash_modules if m.startswith("hpc_train/")}
-    assert len(deciding) <= 6, sorted(deciding)
+    # six since issue 43, and faults/storage since issue 41b: is a crash the save dir's?
+    assert len(deciding) <= 7, sorted(deciding)
     assert {"hpc_train/faults/end_evidence.py", "hpc_train/launch/restart_policy.py"} <= deciding
     print(f"\ndecision: {sum(read.values())} opens of {len(read)} files: {sorted(read)}")
     print(f"decision modules ({len(deciding)}): {sorted(deciding)}")

@@ -44,6 +44,7 @@ TABLE: dict[Cause, tuple[type, type, type]] = {
     Cause.CANCELLED: (Stop, Stop, Stop),
     Cause.GROW: (Requeue, Requeue, Requeue),  # submitit's, after the save on notice
     Cause.STORAGE: (Hold, Hold, Hold),
+    Cause.CHECKPOINT: (Requeue, InJobRound, InJobRound),  # from the newest good one, no blame
 }
 # the causes whose end points to n2 and blames it (its machine's second blame: drained)
 BLAMED = {Cause.CRASH, Cause.NO_NODES, Cause.INFRASTRUCTURE, Cause.HANG, Cause.STRAGGLER,
@@ -144,7 +145,13 @@ def test_a_storage_fault_holds_the_job_and_blames_no_node(tmp_path):
         case = end_case(tmp_path, Cause.STORAGE, mode)
         t = restart_policy.after_end(case.evidence, case.options)
         assert isinstance(t, Hold) and t.blames == () and t.stopped.cause == Cause.STORAGE
-        assert "No space left on device" in t.why and "scontrol release" in t.why
+        assert t.why == t.stopped.why == t.said[-1]  # one line: the log's, the ledger's
+        assert t.why.startswith(
+            f"storage: {tmp_path} is full (ENOSPC): 4 kB free, quota "
+            "unknown (no `lfs quota` on this node), a checkpoint needs "
+            "4.2 MB; seen on n1, n2; job 41 held: fix the storage, then "
+            "`scontrol release 41` resumes it"
+        ), t.why
 
 
 def test_the_other_tasks_follow_task_0_in_a_round_and_fail_without_one(tmp_path):

@@ -137,3 +137,25 @@ def test_an_in_job_restart_is_its_own_cause_not_queue():
     assert g.startup_s == 10 + 6 and g.no_progress_s == 5 and g.recomputed_updates == 10
     assert sum(g.parts.values()) == pytest.approx(g.wall_s)
     assert "in-job restarts 4 s" in g.describe()
+
+
+def test_a_storage_hold_is_counted_as_storage_not_queue_or_no_progress():
+    """Submitted at 0, start at 10, first update at 20, the save dir fills: the last progress
+    at 80 (update 60, checkpoint at 50), task 0 holds the job at 100; released, the next start
+    at 400, first update at 410, finished at 500. Storage: 100 - 80 (detection) + 400 - 100
+    (held) = 320 s; the queue only the 10 s before the first start."""
+    events = [
+        ev("submitted", 0),
+        ev("started", 10, previous="first start"),
+        ev("first_update", 20, update=1),
+        ev("stopped", 100, cause="storage", reached=60, last_progress=80),
+        ev("requeued", 100, by="task 0, held: scontrol release 41"),
+        ev("started", 400, 1, resume_at=50, previous="storage: ..."),
+        ev("first_update", 410, 1, update=51),
+        ev("finished", 500, 1, reached=100, last_progress=500),
+    ]
+    g = goodput.account(events, now=999)
+    assert g.wall_s == 500 and g.storage_s == 320 and g.queue_s == 10
+    assert g.no_progress_s == 0 and g.startup_s == 10 + 10
+    assert sum(g.parts.values()) == pytest.approx(g.wall_s)
+    assert "storage 320 s" in g.describe()

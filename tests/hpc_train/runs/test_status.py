@@ -324,3 +324,32 @@ def test_a_grown_restart_is_named_in_the_table_the_detail_and_the_json(
     assert got["restarts"] == [
         {"resumed_at": 30, "previous": "grown from 1 to 3 node(s): saved on notice at update 30"}
     ]
+
+
+def test_a_held_job_says_its_one_line_from_the_ledger_else_from_its_slurm_comment(
+    tmp_path, monkeypatch, capsys
+):
+    """Task 0 held the job for storage: status shows PENDING (held) and the line (what failed,
+    the figures, the release command), from the ledger's stop; where the full save dir lost
+    that line, from the job's Comment (``recovery.hold`` writes it); gone once a start follows."""
+    monkeypatch.setenv(ledger.INDEX_ENV, str(tmp_path / "state"))
+    run = make_run(tmp_path / "h", "61", 40, finished=False)
+    line = ("storage: /fsx/r is full (ENOSPC): 4 kB free, quota unknown (no `lfs quota` on this "
+            "node), a checkpoint needs 4.2 MB; seen on n1; job 61 held: fix the storage, then "
+            "`scontrol release 61` resumes it")  # fmt: skip
+    comment = f"hpc-train: {line}"
+    pending = {"61": slurm.JobState("61", "PENDING", 1, "", "job_requeued_in_held_state",
+                                    comment)}  # fmt: skip
+    monkeypatch.setattr(index, "slurm_states", lambda jobs, warn=None: pending)
+    assert status.main(["61"]) == 0
+    out = capsys.readouterr().out
+    assert "PENDING (held)" in out and f"held: {line}\n" in out  # from the Comment
+    ledger.record(run.ledger, "stopped", "61", 0, when=1070.0, cause="storage", why=line)
+    pending["61"] = slurm.JobState("61", "PENDING", 1, "", "", "")
+    assert status.main(["61", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["held"] == line  # from the ledger
+    ledger.record(run.ledger, "started", "61", 1, when=1200.0, previous="released")
+    pending["61"] = slurm.JobState("61", "RUNNING", 1, "n[1-2]", "")
+    assert status.main(["61"]) == 0
+    out = capsys.readouterr().out
+    assert "(held)" not in out and "\nheld: " not in out and "RUNNING" in out

@@ -11,9 +11,10 @@ from pathlib import Path
 from hpc_train.watch.watcher import Watcher
 
 ROOT = Path(__file__).resolve().parents[3]
-# the one thread not a Watcher: faults sits below watch (the import layers), and the copy of
-# torchrun's stderr must drain the file after torchrun's end, where a Watcher's stop ends at once
-NOT_A_WATCHER = {"hpc_train/faults/agent_exit.py"}
+# the threads not a Watcher: faults sits below watch (the import layers); the copy of torchrun's
+# stderr must drain the file after torchrun's end, where a Watcher's stop ends at once; the
+# storage probe's look may block on a hung file system for good (a daemon thread left behind)
+NOT_A_WATCHER = {"hpc_train/faults/agent_exit.py", "hpc_train/faults/storage.py"}
 
 
 class Counter(Watcher[int]):

@@ -170,3 +170,21 @@ def test_a_writer_that_cannot_start_fails_the_kill_test_at_once(tmp_path):
     with pytest.raises(pytest.fail.Exception, match=r"did no whole write in 0\.3 s"):
         kill_while_writing("atomic", tmp_path / checkpoints.LAST, 30, _never_writes, 0.3)
     assert time.monotonic() - began < 10
+
+
+def test_no_checkpoint_that_verifies_holds_instead_of_a_fresh_start(save_dir):
+    """Every checkpoint bad (set aside on the way): the start is held with why, never trained
+    from scratch over them; and so again at the next start (only the set-aside files left)."""
+    run = RunDir(save_dir)
+    written = [run.checkpoint_last, *run.interval_checkpoints()]
+    for path in written:
+        path.write_bytes(b"junk")
+    resume = checkpoints.choose_resume(save_dir)
+    assert resume.continue_from is None and resume.at_update == 0
+    assert len(resume.set_aside) == len(written) == len(run.set_aside_files())
+    assert resume.held.startswith(f"{checkpoints.LAST} ") and "restore a good one" in resume.held
+    again = checkpoints.choose_resume(save_dir)
+    assert again.set_aside == () and again.held.startswith("no checkpoint left but those set")
+    for path in run.set_aside_files():
+        path.unlink()  # the user's choice: start from scratch
+    assert checkpoints.choose_resume(save_dir).held == ""
