@@ -68,6 +68,7 @@ def test_each_runs_command_line(tmp_path):
     assert "flash" not in arg(p3dn, levers.WORKER_FLAG).split(",")  # sm70
 
 
+@pytest.mark.slow  # a run and its children waited out to the timeout: ~2 s
 def test_a_run_is_killed_with_its_children_at_its_timeout(tmp_path):
     child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print('started', flush=True); time.sleep(60)"
     mark = {"HPC_TEST_RUN": str(tmp_path)}

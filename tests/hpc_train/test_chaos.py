@@ -84,6 +84,7 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
+@pytest.mark.slow  # real rank processes stopped and continued: ~2 s
 def test_slow_here_stops_and_continues_that_nodes_ranks_and_leaves_them_running():
     """`chaos slow`'s step on the node (the real command): the rank on n2 is stopped (T) part
     of the time and running at the end; the job's rank on n1 is never stopped."""

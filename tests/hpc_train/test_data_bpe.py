@@ -92,6 +92,7 @@ def test_a_sample_of_all_code_points_gives_fairseqs_ids(ours, fairseq_encoder):
     assert ours.encode_lines(lines).text == fairseq_lines(fairseq_encoder, lines)
 
 
+@pytest.mark.slow  # the whole corpus through both encoders: ~2 s; a sample stays fast
 def test_the_whole_demo_corpus_gives_fairseqs_ids(ours, fairseq_encoder):
     lines = data.demo_corpus(data.command.DEMO_LINES)
     assert ours.encode_lines(lines).text == fairseq_lines(fairseq_encoder, lines)
