@@ -436,18 +436,21 @@ def _unless_lost(ev: EndEvidence, found: Suspect) -> tuple[Suspect, list[str]]:
     if word.lost:
         why = f"{found.why}, then Slurm lost it: {word.state} ({word.reason})"
         return found._replace(why=why, evidence=Evidence.LOST), said
-    if not ev.slurm.silence and node not in ev.slurm.steps:
+    silent = ev.slurm.silence or (word.error if word.silent else "")
+    if not silent and node not in ev.slurm.steps:
         _ask(Question(steps=(node,)))
-    if not ev.slurm.silence and ev.slurm.steps[node][0]:
+    starts = ev.slurm.steps[node][0] if node in ev.slurm.steps else None
+    if not silent and starts:
         return found, said
-    if not ev.slurm.silence and ev.slurm.slurmd_timeout_s is None:  # how long Slurm waits
-        _ask(Question(slurmd_timeout=True))
+    if not silent and starts is False and ev.slurm.slurmd_timeout_s is None:
+        _ask(Question(slurmd_timeout=True))  # how long Slurm waits for a silent slurmd
     again = LOST_POLL.delay(ev.slurm.asked.get(node, 0) - 1)
-    if ev.slurm.silence:
+    if silent or starts is None:  # no word, or no probe answered: ask both again
+        silent = silent or f"no step probed on {node}"
         if ev.slurm.silent_s > SILENCE_PATIENCE_S:
-            return found, [*said, f"Slurm silent for {ev.slurm.silent_s:.0f} s "
-                                  f"({ev.slurm.silence}): weighed as {found.evidence}"]  # fmt: skip
-        waiting = f"Slurm does not answer ({ev.slurm.silence}): asking again about {node}"
+            return found, [*said, f"Slurm silent for {ev.slurm.silent_s:.0f} s ({silent}): "
+                                  f"weighed as {found.evidence}"]  # fmt: skip
+        waiting = f"Slurm does not answer ({silent}): asking again about {node}"
         _ask(Question(nodes=(node,), steps=(node,)), again, (f"{waiting} in {again:.0f} s",))
     timeout = ev.slurm.slurmd_timeout_s or DEFAULT_SLURMD_TIMEOUT_S
     probed, since = ev.slurm.steps[node][1], ev.slurm.no_start_since[node]

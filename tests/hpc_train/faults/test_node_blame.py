@@ -25,7 +25,7 @@ from hpc_train.job.spec import JobSpec, Training
 from hpc_train.launch import launcher, recovery
 from hpc_train.launch.context import Here
 from hpc_train.launch.restart_policy import EndOptions
-from hpc_train.launch.transition import InJobRound, Proceed
+from hpc_train.launch.transition import InJobRound, Proceed, Requeue
 from hpc_train.testing import end_case
 from tests.hpc_train.faults.blaming import blame
 
@@ -513,3 +513,33 @@ def test_a_step_that_starts_while_slurms_word_is_awaited_ends_the_wait(
     blamed, _ = signal_kill_decided(tmp_path, monkeypatch, clock)
     assert blamed.evidence is Evidence.SIGNAL and probes["n"] == 2
     assert clock.slept < 5  # one poll, not the 300 s allowed for Slurm's word
+
+
+def test_a_controller_back_after_patience_decides_the_requeue_without_asking_forever(
+    tmp_path, monkeypatch, fake_slurm
+):
+    """Silent past ``SILENCE_PATIENCE_S`` (the signal kill stands), the last step probe
+    unanswered, then answering when the requeue's partition is asked: the policy, deciding
+    again on that word, weighs the unanswered probe as silence, never as "no step starts" (a
+    KeyError before: the wait for Slurm's word looked for a probe that never said no)."""
+    clock = Clock()
+    patience_ends = clock.now + slurm.SILENCE_PATIENCE_S
+    real_answer = fake_slurm._answer
+    late = []  # the looks after patience: the node and the step unanswered, then Slurm answers
+
+    def answer(what: str) -> None:
+        if clock.now > patience_ends:
+            late.append(what)
+        fake_slurm.silent = 1 if len(late) <= 2 else 0
+        real_answer(what)
+
+    monkeypatch.setattr(fake_slurm, "_answer", answer)
+    monkeypatch.setattr(recovery, "log", lambda _: None)
+    case = end_case(tmp_path, Cause.CRASH, "requeue")
+    ev = dataclasses.replace(case.evidence, slurm=SlurmWord())
+    found = recovery.what_follows(ev, case.options, sleep=clock.sleep, clock=clock)
+    assert isinstance(found, Requeue), found
+    (blamed,) = [b for b in found.blames if b.node == "n2"]
+    assert blamed.evidence is Evidence.SIGNAL
+    assert clock.slept <= slurm.SILENCE_PATIENCE_S + 15
+    assert late == ["node n2", "step n2"]  # past the patience: weighed once, not asked again
