@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,15 @@ from hpc_train.contract import CrashRequest, WorkerEnv, read_beats, write_crash_
 from hpc_train.job.command_lines import HOLLOW_MODULE
 from hpc_train.worker import checkpoints
 
-PORTS = iter(range(29400, 29500))
+
+def free_port() -> int:
+    """A port the kernel hands out now (bound to port 0, then let go): torchrun's rendezvous
+    binds it at once. A fixed range was shared by the suite's workers, each importing this
+    module with its own count from the same first port (CI of 2026-11-29: two workers' runs
+    met on one store and a rank's rendezvous failed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 pytestmark = pytest.mark.slow  # real torchrun and two rank processes: ~28 s of CPU
@@ -39,7 +48,7 @@ def start(save: Path, max_update: int, *extra: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPC_TRAIN_")}
     env.update(worker.to_env(), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
-           "--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{next(PORTS)}", "-m", HOLLOW_MODULE,
+           "--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{free_port()}", "-m", HOLLOW_MODULE,
            "--save-dir", str(save), "--max-update", str(max_update), "--log-interval", "2",
            "--task", "masked_lm", *extra]  # fmt: skip
     return subprocess.Popen(
