@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -121,6 +122,15 @@ def wait_for_event(
         return next((e for e in ledger.read(run.ledger) if match(e)), None)
 
     return wait_until(found, what, timeout, backoff)
+
+
+def free_port() -> int:
+    """A port the kernel hands out now (bound to port 0, then let go), for a server the test
+    starts at once (torchrun's rendezvous, Prometheus): never a fixed range, which the suite's
+    xdist workers would each count from the same first port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 # --- what rank 0's tracking wrote, read back raw (--tensorboard, --wandb-project) ---------------

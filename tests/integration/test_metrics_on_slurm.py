@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -17,17 +16,12 @@ import urllib.request
 import pytest
 
 from hpc_core.wait import Backoff, wait_until
+from hpc_train.testing import free_port
 
 pytestmark = pytest.mark.slurm
 
 STEADY = Backoff(0.5, 1.0, 0.5)
 MAX_UPDATE = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tool(name: str) -> str:

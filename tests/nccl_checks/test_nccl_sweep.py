@@ -7,18 +7,12 @@ ranks directly, as torchrun would, to check the worker's own contract quickly.)
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
+from hpc_train.testing import free_port
 from nccl_checks.parse import parse
 from nccl_checks.verdict import judge
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_two_gloo_ranks_print_one_parsable_table() -> None:

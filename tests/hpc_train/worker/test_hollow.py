@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,18 +21,8 @@ from hpc_core.rundir import RunDir
 from hpc_core.wait import FAST, wait_until
 from hpc_train.contract import CrashRequest, WorkerEnv, read_beats, write_crash_request
 from hpc_train.job.command_lines import HOLLOW_MODULE
+from hpc_train.testing import free_port
 from hpc_train.worker import checkpoints
-
-
-def free_port() -> int:
-    """A port the kernel hands out now (bound to port 0, then let go): torchrun's rendezvous
-    binds it at once. A fixed range was shared by the suite's workers, each importing this
-    module with its own count from the same first port (CI of 2026-11-29: two workers' runs
-    met on one store and a rank's rendezvous failed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 pytestmark = pytest.mark.slow  # real torchrun and two rank processes: ~28 s of CPU
 
