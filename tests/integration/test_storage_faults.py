@@ -40,12 +40,21 @@ PACE_S = 0.25  # an update takes at least this long: the faults land between sav
 
 def _held(runs, job: str, what: str, restarts: int) -> dict[str, str]:
     """Slurm's record of ``job`` once it is held (requeuehold: PENDING, Reason
-    job_requeued_in_held_state), after ``restarts`` requeues; its processes gone."""
-    runs.wait_for(f"job {job} held ({what})", lambda: (info := slurm.job_info(job)) is not None
-                  and info.get("Reason") == "job_requeued_in_held_state" and info, 240)  # fmt: skip
+    job_requeued_in_held_state), after ``restarts`` requeues; its processes gone. The Reason
+    is set at the requeue, while the job may still read COMPLETING (its steps' ends and the
+    epilog not yet reported: CI's run of 2026-11-29 read it there), so both are waited for."""
+
+    def held() -> dict[str, str] | None:
+        info = slurm.job_info(job)
+        if info is None or info.get("Reason") != "job_requeued_in_held_state":
+            return None
+        return info if info.get("JobState") == "PENDING" else None
+
+    runs.wait_for(f"job {job} held ({what})", held, 240)
     runs.wait_processes_gone(job)
     info = slurm.job_info(job)
     assert info is not None and info["JobState"] == "PENDING", info
+    assert info.get("Reason") == "job_requeued_in_held_state", info
     assert int(info["Restarts"]) == restarts, info  # the hold's requeue, no restart before it
     return info
 
