@@ -48,8 +48,7 @@ from hpc_train.faults.end_evidence import (
     SlurmWord,
     Where,
 )
-from hpc_train.faults.failures import CORRUPT_CHECKPOINT, Failure, NodeExit
-from hpc_train.faults.storage import Probe
+from hpc_train.faults.failures import CORRUPT_CHECKPOINT, Failure, NodeExit, Probe
 from hpc_train.faults.suspects import Evidence, RankReport, Suspect
 from hpc_train.launch.restart_policy import EndOptions, after_end
 from hpc_train.launch.transition import AskSlurm

@@ -35,8 +35,8 @@ from hpc_core.ledger import Kind
 from hpc_core.rundir import incident_reports
 from hpc_core.wait import FAST, Backoff, wait_until
 from hpc_train.contract import Beat, Cause, FailureRecord, StartFiles, read_beats
-from hpc_train.faults import failures, storage
-from hpc_train.faults.failures import Failure, NodeExit
+from hpc_train.faults import failures
+from hpc_train.faults.failures import Failure, NodeExit, Probe
 from hpc_train.faults.suspects import RankReport, Suspect, code_at_fault
 
 EVIDENCE_WAIT_S = 15.0  # for every node's exit record after a crash (a worker reports first)
@@ -76,7 +76,7 @@ class Ended:
     # a failed end's storage evidence from this node, kept in memory (never a file on the save
     # dir): its ranks' reports said on stderr (``agent_exit.Tee.failures``), its probe
     said: tuple[FailureRecord, ...] = ()
-    probe: storage.Probe | None = None
+    probe: Probe | None = None
 
 
 # --- what Slurm says, asked once per question ----------------------------------------------------
@@ -245,7 +245,7 @@ class EndEvidence:
     own_cause: Cause | None = None  # NOTICE: task 0's own notice's cause (a grow, a hang)
     training: bool = False  # SILENT: the ranks are training
     slurm: SlurmWord = field(default_factory=SlurmWord)
-    probes: tuple[storage.Probe, ...] = ()  # EXITED: each node's probe of the save dir it sent
+    probes: tuple[Probe, ...] = ()  # EXITED: each node's probe of the save dir it sent
     needed: int | None = None  # EXITED, a failure: the bytes one checkpoint takes
 
     def answered(self, word: SlurmWord) -> EndEvidence:
@@ -281,7 +281,7 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     stuck_hang = ended.stuck is not None and not ended.saved and not (finished and not now)
     if where.task == 0 and (ended.hang is not None or stuck_hang):
         ranks, reported = read_hang_reports(files.incident, len(hosts))
-    needed = storage.checkpoint_bytes(events, files.run.checkpoint_last) if probes else None
+    needed = failures.checkpoint_bytes(events, files.run.checkpoint_last) if probes else None
     return EndEvidence(
         Ending.EXITED, where, time.time(), events, ended, tuple(signals), beats, now, before,
         exits, ranks, reported, probes=probes, needed=needed,
@@ -290,7 +290,7 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
 
 def _reports_and_probes(
     reports: Sequence[Failure], ended: Ended, exits: Sequence[NodeExit]
-) -> tuple[tuple[Failure, ...], tuple[storage.Probe, ...]]:
+) -> tuple[tuple[Failure, ...], tuple[Probe, ...]]:
     """The round's failure reports: the files (``reports``, read), then those said on stderr
     (this node's, in ``ended``; the others', in their exit records) of ranks with no file; and
     the save dir's probes (this node's first)."""

@@ -21,12 +21,32 @@ writes the agent's exit status and the rank it names as the root cause (``NodeEx
 ``faults.agent_exit.Tee``), and a rank or an agent killed by a signal we did not send points to
 its node (``NodeExit.killed``). The rank's side (writing the report, a crash injected by ``chaos
 JOB crash``) is ``hpc_train.worker.crash``; ``explain`` says what a start's reports come to.
+
+A storage failure is the save dir's file system refusing a write: ENOSPC (full), EDQUOT (over a
+user, group or project quota: FSx for Lustre has all three), EROFS (read-only), EIO (on FSx for
+Lustre, what a client the servers evicted sees, on that node only, until it reconnects). It is
+never a user error (the code is fine) and not a node's fault unless only that node sees it. Its
+evidence, none of it a file that had to be written to the failed file system: the ranks' reports
+(the errno found anywhere in the exception's chain and the file it names; a report said on
+stderr because it could not be written, ``agent_exit.Tee.failures``, is the same record) and
+each node's ``Probe`` of the save dir (``faults.storage.probe``: its free space and inodes and a
+test write), compared with the bytes a checkpoint needs. ``storage_failure`` (None: not one):
+
+- a report whose errno is ENOSPC, EDQUOT or EROFS (unless it names a file outside the save dir),
+  or EIO naming a file in the save dir; or a probe that cannot write, or finds less room than a
+  checkpoint needs: storage. A rank that left no report at all (its report lost with the file
+  system) is no crash when its node's probe fails: storage.
+- EIO or EROFS seen on some nodes while the others' probes write and find room: those nodes'
+  (``Storage.node_only``: a client evicted, not the file system). ENOSPC and EDQUOT are the file
+  system's whatever node saw them: its capacity and its quotas are the same from every node.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
 import signal
 import sys
 from collections.abc import Iterable, Sequence
@@ -34,9 +54,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hpc_core import space
+from hpc_core.ledger import Event, Kind
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_train.contract import Cause, FailureRecord, StartFiles, write_failure
-from hpc_train.faults import signatures, storage
+from hpc_train.faults import signatures
 
 # an infrastructure error that only says a *peer* went away: the reporting rank is a witness
 PEER_MARKS = (
@@ -171,16 +193,16 @@ class NodeExit:
     root_exitcode: int | None = None  # its exit status (negative: killed by that signal)
     # its ranks' failure reports said on stderr (``agent_exit.Tee.failures``), as dicts
     said: tuple[dict[str, Any], ...] = ()
-    probe: dict[str, Any] | None = None  # its probe of the save dir (``storage.Probe``), if any
+    probe: dict[str, Any] | None = None  # its probe of the save dir (``Probe``), if any
 
     def reports(self) -> list[Failure]:
         """The reports its ranks said on stderr, classified."""
         return [Failure(**fields) for fields in self.said]
 
-    def probed(self) -> storage.Probe | None:
+    def probed(self) -> Probe | None:
         if self.probe is None:
             return None
-        return storage.Probe(**{**self.probe, "path": Path(self.probe["path"])})
+        return Probe(**{**self.probe, "path": Path(self.probe["path"])})
 
     def killed(self) -> str | None:
         """Why this node looks at fault: its agent or its root-cause rank died of a signal it
@@ -234,3 +256,129 @@ def read_exits_of(files: StartFiles, tasks: Iterable[int]) -> dict[int, NodeExit
         if record is not None:
             found[task] = record
     return found
+
+
+# --- the save dir's file system: is a failure storage's, and whose (each node's probe of it:
+# ``faults.storage.probe``, on that node) ---------------------------------------------------
+
+STORAGE_ERRNOS = {
+    errno.ENOSPC: "full",
+    errno.EDQUOT: "over its quota",
+    errno.EROFS: "read-only",
+    errno.EIO: "failing with I/O errors",
+}
+CAPACITY = frozenset({errno.ENOSPC, errno.EDQUOT})  # the file system's, from every node alike
+QUOTA_UNKNOWN = "quota unknown (no `lfs quota` on this node)"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one node found at the save dir: its room (None: ``statvfs`` failed) and whether a
+    small file could be written there (``errno`` None: it could)."""
+
+    node: str
+    path: Path
+    free_bytes: int | None
+    free_inodes: int | None
+    errno: int | None = None
+    error: str | None = None
+    quota: str = QUOTA_UNKNOWN  # what ``lfs quota`` says of this user here (``quota``)
+
+    def fails(self, needed: int | None) -> bool:
+        """Did it fail to write, or find less room than ``needed`` bytes?"""
+        if self.errno is not None or self.error is not None or self.free_bytes is None:
+            return True
+        return needed is not None and self.free_bytes < needed
+
+
+def checkpoint_bytes(events: Sequence[Event], last: Path) -> int | None:
+    """The bytes one checkpoint takes: the ledger's last ``checkpoint`` event's, else ``last``'s
+    size (``checkpoint_last.pt``); None when neither says."""
+    saves = [e for e in events if e.kind == Kind.CHECKPOINT and e.get("bytes")]
+    if saves:
+        return int(saves[-1].get("bytes"))
+    try:
+        return last.stat().st_size if last.is_file() else None
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class Storage:
+    """A storage failure: what the file system did (``errno``), where, the figures, who saw it;
+    ``node_only``: only ``nodes`` see it while the others write fine (those nodes' fault)."""
+
+    errno: int | None  # None: no errno survived; a probe found the file system short or failing
+    path: Path
+    nodes: tuple[str, ...]
+    node_only: bool
+    free_bytes: int | None
+    needed_bytes: int | None
+    quota: str = QUOTA_UNKNOWN
+
+    @property
+    def what(self) -> str:
+        if self.errno in STORAGE_ERRNOS:
+            return f"{STORAGE_ERRNOS[self.errno]} ({errno.errorcode[self.errno]})"
+        return "short of room for a checkpoint"
+
+    def line(self) -> str:
+        """One line: the path, what it did, the free space, the quota (or that it is unknown),
+        the space a checkpoint needs, who saw it."""
+        free = (
+            "free space unknown"
+            if self.free_bytes is None
+            else f"{space.size(self.free_bytes)} free"
+        )
+        need = (
+            ""
+            if self.needed_bytes is None
+            else f", a checkpoint needs {space.size(self.needed_bytes)}"
+        )
+        whose = f"on {', '.join(self.nodes)} only: that node's, not the file system's" if (
+            self.node_only) else f"seen on {', '.join(self.nodes) or 'no node'}"  # fmt: skip
+        return f"storage: {self.path} is {self.what}: {free}, {self.quota}{need}; {whose}"
+
+
+def _in(path: str | None, save_dir: Path) -> bool | None:
+    """Is ``path`` in ``save_dir`` (None: no path to tell)?"""
+    if not path:
+        return None
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(save_dir))
+
+
+def storage_errno(record: FailureRecord, save_dir: Path) -> int | None:
+    """The report's errno when it is the save dir's storage failing (see the module docs)."""
+    number, inside = record.errno, _in(record.errno_path, save_dir)
+    if number not in STORAGE_ERRNOS or inside is False:
+        return None
+    return number if number != errno.EIO or inside else None
+
+
+def storage_failure(
+    reports: Sequence[FailureRecord],
+    probes: Sequence[Probe],
+    save_dir: Path,
+    needed: int | None = None,
+) -> Storage | None:
+    """Is this a storage failure, and whose (see the module docstring)? ``needed``: the bytes a
+    checkpoint takes (the last one's, or the preset's estimate)."""
+    seen = [(r.node or f"rank {r.rank}", n) for r in reports if (n := storage_errno(r, save_dir))]
+    failing = [p for p in probes if p.fails(needed)]
+    if not seen and not failing:
+        return None
+    nodes = tuple(dict.fromkeys([node for node, _ in seen] + [p.node for p in failing]))
+    fine = [p for p in probes if not p.fails(needed) and p.node not in nodes]
+    number = seen[0][1] if seen else next((p.errno for p in failing if p.errno), None)
+    node_only = (
+        bool(fine)
+        and number not in CAPACITY
+        and not any(
+            p.free_bytes is not None and needed is not None and p.free_bytes < needed
+            for p in failing
+        )
+    )
+    free = [p.free_bytes for p in probes if p.free_bytes is not None]
+    said = [p.quota for p in probes if p.quota != QUOTA_UNKNOWN]
+    return Storage(number, save_dir, nodes, node_only, min(free) if free else None, needed,
+                   said[0] if said else QUOTA_UNKNOWN)  # fmt: skip

@@ -247,7 +247,7 @@ class Launcher:
 
     def _record_exit(
         self, here: Here, returncode: int, tee: agent_exit.Tee
-    ) -> tuple[tuple[FailureRecord, ...], storage.Probe | None]:
+    ) -> tuple[tuple[FailureRecord, ...], failures.Probe | None]:
         """This node's exit record for task 0 (``faults.failures.NodeExit``): torchrun's exit,
         its root cause, and after a failure the reports its ranks said on stderr and a probe of
         the save dir from here (storage evidence on no file there); (said, probe)."""

@@ -29,7 +29,7 @@ from typing import NoReturn
 from hpc_core.slurm import DEFAULT_SLURMD_TIMEOUT_S, SILENCE_PATIENCE_S, node_usable
 from hpc_core.wait import Backoff
 from hpc_train.contract import Cause
-from hpc_train.faults import failures, storage
+from hpc_train.faults import failures
 from hpc_train.faults.end_evidence import EndEvidence, Ending, JobWord, NodeWord, Question, Where
 from hpc_train.faults.suspects import (
     Blame,
@@ -151,7 +151,7 @@ def after_exit(
     the training code's: task 0 looks for the node at fault (``after_end``, with the picks of
     ``hpc_train.faults.suspects``). A storage failure holds the job (no restart into the same
     full or broken file system), unless ``node_only``: only some nodes saw it while the others
-    write (``faults.storage``): those nodes are blamed and the run restarts without them.
+    write (``failures.storage_failure``): those nodes are blamed and the run restarts without them.
     Only task 0 restarts the run (``Action.RESTART``: ``after_end`` chooses a round in
     the allocation or a requeue), so one job restarts once however many nodes saw the failure.
     """
@@ -475,7 +475,7 @@ def _stop_suspect(
                 "hang: no suspect node (no rank had completed an update)"]  # fmt: skip
         why = f"hang in job {job}: {found.why}" if found else ""
         return found, why, HangVerdict(files.incident, found), said
-    if cause == Cause.STORAGE:  # only these nodes saw it (storage.classify's node_only)
+    if cause == Cause.STORAGE:  # only these nodes saw it (failures.storage_failure's node_only)
         held = _storage(ev)
         assert held is not None
         node = held.nodes[0]
@@ -554,10 +554,10 @@ def _after_exit(ev: EndEvidence, opt: EndOptions) -> Transition:
     return replace(found, blames=blames, hang=verdict, said=tuple(said))
 
 
-def _storage(ev: EndEvidence) -> storage.Storage | None:
-    """The end's storage failure, if it is one (``faults.storage.classify`` on the ranks' reports,
+def _storage(ev: EndEvidence) -> failures.Storage | None:
+    """The end's storage failure, if it is one (``failures.storage_failure`` on the ranks' reports,
     files and stderr, and every node's probe of the save dir)."""
-    return storage.classify(ev.failures, ev.probes, ev.where.files.run.root, ev.needed)
+    return failures.storage_failure(ev.failures, ev.probes, ev.where.files.run.root, ev.needed)
 
 
 def held_why(line: str, job: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from hpc_core import space
 from hpc_core.ledger import Event, Kind
 from hpc_core.rundir import RunDir
-from hpc_train.faults import storage
+from hpc_train.faults import failures
 
 # the room a running job needs at any moment: the next save in flight and a save on notice
 NEXT_SAVES = 2
@@ -80,7 +80,7 @@ def measure(run: RunDir) -> space.Space | None:
 
 def of(run: RunDir, events: Sequence[Event], room: space.Space | None) -> SaveDir:
     """The save dir's storage from the run's ledger ``events`` and its ``room``."""
-    nbytes = storage.checkpoint_bytes(events, run.checkpoint_last)
+    nbytes = failures.checkpoint_bytes(events, run.checkpoint_last)
     verified = [e for e in events if e.kind == Kind.VERIFIED]
     aside = tuple(e for e in events if e.kind == Kind.SET_ASIDE)
     return SaveDir(room, nbytes, verified[-1] if verified else None, aside)

@@ -1,8 +1,8 @@
-"""Is it a storage failure, and whose (``faults.storage``): the classifier on rank reports and
-probes (pure, table-tested), and the probe on real file systems of their own (a tmpfs per test,
-``small_fs``, standing for the save dir's FSx for Lustre: filled with a real ballast file, or
-made read-only). What an evicted Lustre client sees (EIO on one node) cannot be made here: those
-rows are written as the reports and probes it would give."""
+"""Is it a storage failure, and whose (``faults.failures.storage_failure``): the classifier on
+rank reports and probes (pure, table-tested), and the probe (``faults.storage``) on real file
+systems of their own (a tmpfs per test, ``small_fs``, standing for the save dir's FSx for Lustre:
+filled with a real ballast file, or made read-only). What an evicted Lustre client sees (EIO on
+one node) cannot be made here: those rows are written as the reports and probes it would give."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import torch
 
 from hpc_core import rundir
 from hpc_train.contract import FailureRecord
-from hpc_train.faults import storage
-from hpc_train.faults.storage import Probe
+from hpc_train.faults import failures, storage
+from hpc_train.faults.failures import Probe
 from hpc_train.worker import crash
 
 SAVE = Path("/lustre/runs/x")
@@ -61,7 +61,7 @@ IN_SAVE = str(SAVE / "checkpoint_1_50.pt")
     ],
 )  # fmt: skip
 def test_storage_and_whose(reports, probes, expect):
-    found = storage.classify(reports, probes, SAVE, needed=int(4.47 * GB))
+    found = failures.storage_failure(reports, probes, SAVE, needed=int(4.47 * GB))
     assert found is not None
     assert (found.errno, found.nodes, found.node_only) == expect
 
@@ -77,17 +77,17 @@ def test_storage_and_whose(reports, probes, expect):
     ],
 )
 def test_not_storage(reports, probes):
-    assert storage.classify(reports, probes, SAVE, needed=int(4.47 * GB)) is None
+    assert failures.storage_failure(reports, probes, SAVE, needed=int(4.47 * GB)) is None
 
 
 def test_the_line_names_the_path_what_it_did_the_room_and_the_need():
-    full = storage.classify([rec("n1", errno.ENOSPC, IN_SAVE)], [fine("n1", int(1.2 * GB))],
+    full = failures.storage_failure([rec("n1", errno.ENOSPC, IN_SAVE)], [fine("n1", int(1.2 * GB))],
                             SAVE, needed=int(4.47 * GB))  # fmt: skip
     assert full.line() == (
         "storage: /lustre/runs/x is full (ENOSPC): 1.20 GB free, quota unknown (no `lfs quota` "
         "on this node), a checkpoint needs 4.47 GB; seen on n1"
     )
-    evicted = storage.classify([], [fine("n1"), failing("n2", errno.EIO)], SAVE)
+    evicted = failures.storage_failure([], [fine("n1"), failing("n2", errno.EIO)], SAVE)
     assert evicted.line().endswith("on n2 only: that node's, not the file system's")
     assert "failing with I/O errors (EIO)" in evicted.line()
 
@@ -120,7 +120,7 @@ def test_a_real_full_disk_failure_is_storage_from_the_report_and_the_probe(small
             torch.save({"w": torch.zeros(1 << 20)}, fh)
     except RuntimeError as err:
         record = crash.from_exception(err, rank=0, update=50)
-    found = storage.classify([record], [storage.probe(fs.root, record.node)], fs.root,
+    found = failures.storage_failure([record], [storage.probe(fs.root, record.node)], fs.root,
                              needed=4 * 2**20)  # fmt: skip
     assert found is not None and found.errno == errno.ENOSPC and not found.node_only
     assert found.line().startswith(f"storage: {fs.root} is full (ENOSPC): ")

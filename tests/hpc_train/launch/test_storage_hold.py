@@ -22,8 +22,7 @@ from hpc_core.rundir import RunDir
 from hpc_train.contract import Cause, FailureRecord, StartFiles
 from hpc_train.faults import end_evidence, failures, storage
 from hpc_train.faults.end_evidence import Ended, EndEvidence, Ending, Where
-from hpc_train.faults.failures import CORRUPT_CHECKPOINT, Failure, NodeExit
-from hpc_train.faults.storage import Probe
+from hpc_train.faults.failures import CORRUPT_CHECKPOINT, Failure, NodeExit, Probe
 from hpc_train.faults.suspects import Evidence
 from hpc_train.job.sizing import Sizing
 from hpc_train.job.spec import JobSpec, Training
@@ -151,8 +150,8 @@ def test_lfs_quota_in_words_and_unknown_by_name_without_lfs(monkeypatch, tmp_pat
     assert storage.lfs_quota("/fsx 2048 0 0 - 3 0 0 -") == "no quota set (2.1 MB used)"
     assert storage.lfs_quota("garbage").startswith("quota unknown (`lfs quota` said")
     monkeypatch.setenv("PATH", str(tmp_path))  # no lfs on it
-    assert storage.quota(tmp_path) == storage.QUOTA_UNKNOWN
-    assert storage.probe(tmp_path, "n1").quota == storage.QUOTA_UNKNOWN
+    assert storage.quota(tmp_path) == failures.QUOTA_UNKNOWN
+    assert storage.probe(tmp_path, "n1").quota == failures.QUOTA_UNKNOWN
 
 
 def test_a_save_dir_that_does_not_answer_fails_the_probe_in_time(monkeypatch, tmp_path):
@@ -169,11 +168,11 @@ def test_a_save_dir_that_does_not_answer_fails_the_probe_in_time(monkeypatch, tm
 
 def test_checkpoint_bytes_from_the_ledger_else_the_file(tmp_path):
     last = tmp_path / "checkpoint_last.pt"
-    assert storage.checkpoint_bytes([], last) is None
+    assert failures.checkpoint_bytes([], last) is None
     last.write_bytes(b"x" * 300)
-    assert storage.checkpoint_bytes([], last) == 300
+    assert failures.checkpoint_bytes([], last) == 300
     save = ledger.Event(Kind.CHECKPOINT, 1.0, "41", 0, {"bytes": 4_200_000})
-    assert storage.checkpoint_bytes([save], last) == 4_200_000
+    assert failures.checkpoint_bytes([save], last) == 4_200_000
 
 
 class ReadOnlyRank(launcher.Launcher):
