@@ -368,6 +368,12 @@ def _exits_awaited(
     return tuple(found[t] for t in sorted(found)), waited
 
 
+# every node's hang monitor waits for the others' reports at this pace (a listing of the incident
+# dir, for the few seconds of a hang): the last node stops at most this long after the last report
+# (at up to 1 s, the slowest of 16 nodes came most of a second late)
+REPORT_POLL = Backoff(0.1, 1.5, 0.25)
+
+
 def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
     """Wait until ``nodes`` nodes have reported a hang (or ``timeout``); how many did."""
     with contextlib.suppress(TimeoutError):
@@ -375,7 +381,7 @@ def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
             lambda: len(incident_reports(incident)) >= nodes or None,
             "every node's hang report",
             timeout,
-            Backoff(0.2, 1.5, 1.0),
+            REPORT_POLL,
         )
     return len(incident_reports(incident))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hpc_train.contract import CHECKPOINT, EPOCH, STARTUP, STOPPING, TRAIN, Beat
@@ -160,3 +162,36 @@ def test_a_stack_written_line_by_line_is_copied_whole(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_hang_declared_elsewhere_is_seen_at_the_next_short_look_not_the_next_heartbeat_poll(
+    tmp_path, monkeypatch
+):
+    """The monitor thread ticks every ``DECLARED_POLL_S`` (0.25 s) and reads this node's
+    heartbeats only every ``POLL_S`` (2 s): another node's declaration stops this node within a
+    quarter second, not within a heartbeat poll (the last of 16 nodes came 2 s late). Its
+    ticks run on a clock of the test's; its response to the hang is recorded, not run."""
+    from hpc_core.rundir import RunDir
+    from hpc_train.contract import StartFiles
+    from hpc_train.watch import hang_monitor
+
+    files = StartFiles(RunDir(tmp_path), "41", 0)
+    reads: list[float] = []
+    now = [100.0]
+    monkeypatch.setattr(hang_monitor, "read_beats", lambda d: reads.append(now[0]) or [])
+    monitor = hang_monitor.Monitor(files, "n2", 1, 2, LIMITS, os.getpid(), lambda: False, print)
+    monitor.clock = lambda: now[0]
+    acted: list[str] = []
+    monkeypatch.setattr(monitor, "respond", acted.append)
+    monkeypatch.setattr(monitor, "stop_ranks", lambda: acted.append("stopped"))
+    assert monitor.interval == hang_monitor.DECLARED_POLL_S < hang_monitor.POLL_S
+
+    ticks = [monitor.tick() for now[0] in (100.0, 100.25, 100.5, 101.75, 102.0, 102.25)]
+    assert ticks == [None] * 6 and acted == []
+    assert reads == [100.0, 102.0]  # the heartbeats at the 2 s pace only
+    hang_monitor.declare(files.incident, "n1", "rank 0 on n1 gave no heartbeat")
+    now[0] = 102.5
+    assert monitor.tick() is True  # the next quarter second, no heartbeat read
+    assert reads == [100.0, 102.0]
+    assert acted == ["rank 0 on n1 gave no heartbeat", "stopped"]
+    assert monitor.result() == "rank 0 on n1 gave no heartbeat"
