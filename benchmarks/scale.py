@@ -29,7 +29,8 @@ For each event: its timeline from the ledger (task 0's ``stopped``, ``restarted`
 ``requeued``; rank 0's ``first_update``), the nodes' exit records, ``hang.json`` and the
 processes' own start times (/proc, ``scale_probe.Scanner``); the toolkit's own share
 (``toolkit_s``: failure seen -> decision written -> next torchrun launched, its polls, timeouts
-and look-ups; a requeue's relaunch includes the launchers' own start-up, said apart); the Slurm
+and look-ups; a requeue's relaunch includes the launchers' own start-up, said apart; a hang's
+leaves out its nodes' torchrun agents shutting down, ``teardown_s``, said beside it); the Slurm
 calls the job made (``scale_probe.CallLog``: Slurm's clients shadowed on the job's PATH, each
 call logged then run), by kind and per node; the files created in the save dir per node; CPU
 seconds per node of the start-up. The rest of the wall time on a 2-core machine is many
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -57,7 +59,7 @@ from benchmarks.preemption import BenchError, machine, missing_updates, say
 from benchmarks.report import fmt, provenance, run_and_write
 from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
-from hpc_core.rundir import RunDir
+from hpc_core.rundir import RunDir, incident_reports
 from hpc_core.slurm_env import CONF
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import testing
@@ -399,8 +401,28 @@ def hang_event(job: Job) -> dict[str, Any]:
     allowance = float(declared.get("allowance_s") or 0) or None
     detect = float(declared["time"]) - fault
     out = recovery(job, fault, float(declared["time"]), before, True)
-    return {"node": victim, "allowance_s": allowance,
+    down = teardown(job, StartFiles(job.run, job.id, restart, rnd))
+    if down is not None and out["toolkit_s"] is not None:
+        out["toolkit_with_teardown_s"] = out["toolkit_s"]
+        out["toolkit_s"] = round(out["toolkit_s"] - down, 2)
+    return {"node": victim, "allowance_s": allowance, "teardown_s": down,
             "detect_over_T": round(detect / allowance, 2) if allowance else None, **out}  # fmt: skip
+
+
+def teardown(job: Job, files: StartFiles) -> float | None:
+    """The hung round's nodes going down: the last node's hang report (each node stops its ranks
+    once every node has reported) -> the last exit record (written once its torchrun ended): the
+    torchrun agents shutting down, N at once on this machine's cores, neither a poll nor a
+    look-up of the toolkit's. Left out of the hang's toolkit share and said beside it, as
+    start-up is (None: a report or a record missing)."""
+    reports = []
+    for path in incident_reports(files.incident):
+        with contextlib.suppress(OSError, ValueError):
+            reports.append(float(json.loads(path.read_text())["time"]))
+    exits = [p.stat().st_mtime for t in range(job.nodes) if (p := files.node_exit(t)).exists()]
+    if not reports or len(exits) < len(reports):
+        return None
+    return span(max(exits), max(reports))
 
 
 def notice_event(job: Job) -> dict[str, Any]:

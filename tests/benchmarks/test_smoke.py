@@ -401,8 +401,12 @@ def test_bench_scale_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) ->
     for event in (rounds["kill_round"], rounds["hang"], requeue["kill_requeue"]):
         at = event["at"]
         assert at["seen"] <= at["decided"] <= at["last_torchrun"] <= at["first_update"], at
-        assert event["toolkit_s"] == round(event["decide_s"] + event["relaunch_s"], 2)
+        whole = round(event["decide_s"] + event["relaunch_s"], 2)
+        assert event.get("toolkit_with_teardown_s", event["toolkit_s"]) == whole, event
         assert event["slurm_calls"]["rpc"] >= 1  # task 0's own look-ups at least
+    hang = rounds["hang"]  # its nodes' agents going down, within seen -> decided, said apart
+    assert hang["teardown_s"] is not None and 0 <= hang["teardown_s"] <= hang["decide_s"], hang
+    assert hang["toolkit_s"] == round(hang["toolkit_with_teardown_s"] - hang["teardown_s"], 2)
     assert 0 < rounds["hang"]["detect_over_T"] < 3 and rounds["hang"]["allowance_s"] == 10
     assert rounds["notice"]["saved_s"] <= rounds["notice"]["stopped_s"]
     assert requeue["kill_requeue"]["slurm_calls"]["by_kind"].get("scontrol requeue") == 1
