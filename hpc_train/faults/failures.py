@@ -282,7 +282,7 @@ class Probe:
     free_inodes: int | None
     errno: int | None = None
     error: str | None = None
-    quota: str = QUOTA_UNKNOWN  # what ``lfs quota`` says of this user here (``quota``)
+    quota: str = QUOTA_UNKNOWN  # what ``lfs quota`` says of this user here (``storage.quota``)
 
     def fails(self, needed: int | None) -> bool:
         """Did it fail to write, or find less room than ``needed`` bytes?"""
