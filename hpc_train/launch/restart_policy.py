@@ -462,10 +462,11 @@ def _unless_lost(ev: EndEvidence, found: Suspect) -> tuple[Suspect, list[str]]:
 
 
 def _stop_suspect(
-    ev: EndEvidence, cause: Cause
+    ev: EndEvidence, cause: Cause, held: failures.Storage | None
 ) -> tuple[Suspect | None, str, HangVerdict | None, list[str]]:
-    """Task 0: the node a hang's reports or a crash's evidence point to, why (the blame's),
-    the hang's verdict for ``suspect.json``, and what to say."""
+    """Task 0: the node a hang's reports, a crash's evidence or a storage failure only some
+    nodes see (``held``, weighed already) point to, why (the blame's), the hang's verdict for
+    ``suspect.json``, and what to say."""
     files, hosts = ev.where.files, ev.where.hosts
     job = files.name  # as the log and the ledger have always said it (a round's: 41.1)
     if cause == Cause.HANG:
@@ -476,7 +477,6 @@ def _stop_suspect(
         why = f"hang in job {job}: {found.why}" if found else ""
         return found, why, HangVerdict(files.incident, found), said
     if cause == Cause.STORAGE:  # only these nodes saw it (failures.storage_failure's node_only)
-        held = _storage(ev)
         assert held is not None
         node = held.nodes[0]
         return (
@@ -494,13 +494,13 @@ def _stop_suspect(
 
 
 def _stop_blames(
-    ev: EndEvidence, outcome: Decision
+    ev: EndEvidence, outcome: Decision, held: failures.Storage | None
 ) -> tuple[Suspect | None, tuple[Blame, ...], HangVerdict | None, list[str]]:
     """Whom this stop blames (task 0): the node its evidence points to (``outcome.blame``: a
     hang, a crash a node may cause), and a straggler the watch evicted; the stop's suspect."""
     assert ev.ended is not None
     found, why, hang, said = (
-        _stop_suspect(ev, outcome.cause) if outcome.blame else (None, "", None, [])
+        _stop_suspect(ev, outcome.cause, held) if outcome.blame else (None, "", None, [])
     )
     blames = []
     if found is not None:
@@ -531,14 +531,14 @@ def _after_exit(ev: EndEvidence, opt: EndOptions) -> Transition:
     if returncode != 0 and not hang:  # the watchdog's kill makes the peers report lost peers
         crash, repeated = failures.explain(ev.failures, ev.before)
     held = _storage(ev) if returncode != 0 and not hang and not ended.saved else None
-    if held is not None:  # storage, whatever the ranks' exceptions wrap (faults.storage)
+    if held is not None:  # storage, whatever the ranks' exceptions wrap
         crash, repeated = (Cause.STORAGE, held.line()), False
     outcome = after_exit(returncode, ended.saved, where.task, where.spent, opt.max_restarts,
                          cancelled, hang, crash, repeated, held is not None and held.node_only)  # fmt: skip
     if outcome.action is Action.HOLD and held is not None:
         outcome = replace(outcome, why=held_why(held.line(), where.files.job))
     outcome = evicting(outcome, ended.evicted.node if ended.evicted else None)
-    suspect, blames, verdict, told = _stop_blames(ev, outcome)
+    suspect, blames, verdict, told = _stop_blames(ev, outcome, held)
     if crash and crash[0] == Cause.CRASH and suspect is not None:  # the blamed node says why
         crash = (Cause.CRASH, f"{suspect.node}: {suspect.why}")
     detail = crash[1] if crash else hang or f"torchrun exited with {returncode}"
