@@ -1,6 +1,7 @@
 """How Slurm reads an option list, proven on the local Slurm 22.05 by behaviour (never by
 ``scontrol show config``, which echoes the raw line), in a private mini cluster (node ``a1``,
-ports 27117-27121, job ids from 7200001) whose slurm.conf ``Include``s a file last, as
+job ids from 7200001, ports of each test's own: the file's tests run side by side on the test
+workers, so each mini cluster has its block of ten from 27117) whose slurm.conf ``Include``s a file last, as
 ParallelCluster includes a cluster's CustomSlurmSettings after its own lines
 (``HPC_TRAIN_CLUSTER_INCLUDE``). The first ``AuthInfo`` and ``SchedulerParameters`` lines of the
 cluster's config play ParallelCluster's; the included file plays the custom settings.
@@ -37,15 +38,19 @@ from hpc_train.cluster import slurm_conf
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "slurm" / "local" / "cluster.sh"
 CLUSTER = {"HPC_TRAIN_CLUSTER_NODES": "1", "HPC_TRAIN_CLUSTER_NODE_PREFIX": "a",
-           "HPC_TRAIN_CLUSTER_PORT": "27117", "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": "7200001"}  # fmt: skip
+           "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": "7200001"}  # fmt: skip
+# each test's ports (slurmctld's first; a one-node cluster takes five): no two mini clusters meet
+PORT = {"authinfo": 27117, "cred_expire": 27127, "custom line": 27137, "advised line": 27147}
 PASSES = "bf_interval=2,sched_interval=2"  # the local cluster's scheduling passes
 
 pytestmark = pytest.mark.slurm
 
 
 @contextmanager
-def mini_cluster(cred_expire: int, sched: str, lines: list[str]) -> Iterator[dict[str, str]]:
-    """A one-node cluster whose own lines hold ``cred_expire`` and ``sched``, with ``lines``
+def mini_cluster(
+    port: int, cred_expire: int, sched: str, lines: list[str]
+) -> Iterator[dict[str, str]]:
+    """A one-node cluster on ``port`` whose own lines hold ``cred_expire`` and ``sched``, with ``lines``
     included last (MUNGE: the cluster's munge socket, through the dir's ``munge`` link that
     ``up`` makes; PROLOG: a prolog that exits 1); the environment of its clients. Short and under
     /tmp: slurmd's sockets live in the cluster dir (108-byte limit)."""
@@ -57,6 +62,7 @@ def mini_cluster(cred_expire: int, sched: str, lines: list[str]) -> Iterator[dic
     text = "".join(f"{line}\n" for line in lines)
     (where / "custom.conf").write_text(text.replace("MUNGE", socket).replace("PROLOG", str(prolog)))
     env = {**os.environ, **CLUSTER, "HPC_TRAIN_CLUSTER_DIR": str(state),
+           "HPC_TRAIN_CLUSTER_PORT": str(port),
            "HPC_TRAIN_CLUSTER_CRED_EXPIRE": str(cred_expire),
            "HPC_TRAIN_CLUSTER_SCHEDULER_PARAMETERS": sched,
            "HPC_TRAIN_CLUSTER_INCLUDE": str(where / "custom.conf"),
@@ -132,7 +138,7 @@ def test_the_last_authinfo_line_is_kept_whole() -> None:
     """ParallelCluster's line says 70 s; the included custom line, which ``validate`` says loses
     nothing, says 10 s: the hold is 10 s. The log says Slurm saw both lines."""
     line = no_loss("AuthInfo", "socket=MUNGE,cred_expire=10")
-    with mini_cluster(70, PASSES, [line]) as env:
+    with mini_cluster(PORT["authinfo"], 70, PASSES, [line]) as env:
         hold = requeue_hold(env)
         log = Path(env["HPC_TRAIN_CLUSTER_DIR"], "log", "slurmctld.log").read_text()
     assert hold in (9, 10), hold  # 9: where Slurm bumped the submit time by 1 s (job_mgr.c)
@@ -142,7 +148,8 @@ def test_the_last_authinfo_line_is_kept_whole() -> None:
 def test_inside_one_line_the_first_cred_expire_wins() -> None:
     """The advice the old comparison gave for ``AuthInfo: cred_expire=10`` was
     ``cred_expire=70,cred_expire=10``: followed, it brings back 70 s."""
-    with mini_cluster(10, PASSES, ["AuthInfo=socket=MUNGE,cred_expire=70,cred_expire=10"]) as env:
+    line = "AuthInfo=socket=MUNGE,cred_expire=70,cred_expire=10"
+    with mini_cluster(PORT["cred_expire"], 10, PASSES, [line]) as env:
         hold = requeue_hold(env)
     assert hold in (69, 70), hold
 
@@ -165,7 +172,8 @@ def test_a_flag_left_out_of_the_last_schedulerparameters_line_is_lost(follow_adv
     custom = f"SchedulerParameters={PASSES}"
     line = advised("SchedulerParameters", PASSES) if follow_advice else custom
     assert line.endswith(PASSES)
-    with mini_cluster(10, f"nohold_on_prolog_fail,{PASSES}", [line, "Prolog=PROLOG"]) as env:
+    port = PORT["advised line" if follow_advice else "custom line"]
+    with mini_cluster(port, 10, f"nohold_on_prolog_fail,{PASSES}", [line, "Prolog=PROLOG"]) as env:
         fields = prolog_fail(env)
     held = fields.get("Reason") == "launch_failed_requeued_held"
     assert held is not follow_advice, fields
