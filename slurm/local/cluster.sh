@@ -249,24 +249,44 @@ write_oci_conf() {
   mv "$dir/etc/oci.conf.tmp" "$dir/etc/oci.conf"
 }
 
-# /etc/hosts may be a bind mount (containers): rewrite it in place, never rename over it.
+# /etc/hosts may be a bind mount (containers): rewrite it in place, never rename over it. Two
+# clusters side by side (the test workers', a test's own) edit it under one lock, so that neither
+# loses the other's line; a name that resolves only through another cluster's line gets a line of
+# this cluster's too (that cluster's `down` takes its own line away with it).
 hosts_add() {
-  local missing=0 name
-  while read -r name; do getent hosts "$name" >/dev/null || missing=1; done < <(node_names)
+  local missing=0 name lent
+  [ ! -e "$dir/run/hosts-added" ] || return 0
+  lent=$(sed -n '/# hpc-train local cluster /s/#.*//p' /etc/hosts)
+  while read -r name; do
+    getent hosts "$name" >/dev/null && ! grep -qw -- "$name" <<<"$lent" || missing=1
+  done < <(node_names)
   [ "$missing" -eq 1 ] || return 0
   [ -w /etc/hosts ] || die "node names ${prefix}1..${prefix}$nodes do not resolve and /etc/hosts is not writable; add: 127.0.0.1 $(node_names | tr '\n' ' ')"
-  printf '127.0.0.1 %s %s\n' "$(node_names | paste -sd' ')" "$hosts_tag" >>/etc/hosts
+  hosts_locked printf '127.0.0.1 %s %s\n' "$(node_names | paste -sd' ')" "$hosts_tag"
   touch "$dir/run/hosts-added"
   log "added node names to /etc/hosts"
 }
 
 hosts_remove() {
   [ -e "$dir/run/hosts-added" ] || return 0
-  local kept
-  kept=$(grep -vF -- "$hosts_tag" /etc/hosts || true)
-  printf '%s\n' "$kept" >/etc/hosts
+  hosts_locked grep -vF -- "$hosts_tag"
   rm -f "$dir/run/hosts-added"
   log "removed node names from /etc/hosts"
+}
+
+# hosts_locked CMD...: under an exclusive lock on /etc/hosts, CMD's output appended (printf) or, for
+# a filter (grep), /etc/hosts replaced in place by what CMD keeps of it
+hosts_locked() {
+  local fd kept
+  exec {fd}</etc/hosts
+  flock -w 30 "$fd" || die "/etc/hosts: locked by another process for 30 s"
+  if [ "$1" = printf ]; then
+    "$@" >>/etc/hosts
+  else
+    kept=$("$@" /etc/hosts || true)
+    printf '%s\n' "$kept" >/etc/hosts
+  fi
+  exec {fd}<&-
 }
 
 start_munge() {

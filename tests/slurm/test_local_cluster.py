@@ -37,6 +37,17 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+def hosts_as_found(before: str, dirs: list[Path]) -> bool:
+    """/etc/hosts holds every line it held ``before`` but the lines of clusters that came or went
+    meanwhile (the other test workers'), and no line of the clusters in ``dirs``."""
+    now = Path("/etc/hosts").read_text().splitlines()
+    tag = "# hpc-train local cluster "
+    kept = [line for line in before.splitlines() if tag not in line]
+    return all(line in now for line in kept) and not any(
+        line.endswith(f"{tag}{d}") for line in now for d in dirs
+    )
+
+
 @pytest.fixture
 def state_dir():
     """Under the repo's .local: munged (user munge) must traverse every parent directory,
@@ -282,8 +293,40 @@ def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slur
         down = sh("down", env=env)
     assert down.returncode == 0, down.stderr
     assert not any(alive(p) for p in started.values())
-    assert Path("/etc/hosts").read_text() == hosts_before
+    assert hosts_as_found(hosts_before, [state])
     assert sh("down", env=env).returncode == 0  # twice is fine
     # the session's main cluster was not touched
     ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
     assert "UP" in ping.stdout
+
+
+def test_two_clusters_with_the_same_node_names_side_by_side_keep_their_names(tmp_path):
+    """The test workers' clusters share node names (n1..n4), as a file's mini clusters do: a
+    cluster whose names resolve only through another cluster's /etc/hosts line adds its own, so
+    the first cluster's ``down`` (which takes its line away) leaves the second one's nodes
+    reachable; both lines are edited under one lock, and /etc/hosts ends as it was found."""
+    hosts_before = Path("/etc/hosts").read_text()
+    where = Path(tempfile.mkdtemp(prefix="hs-", dir="/tmp"))  # munged must cross its parents
+    env = {**os.environ, "HPC_TRAIN_CLUSTER_NODES": "1", "HPC_TRAIN_CLUSTER_NODE_PREFIX": "v",
+           "HPC_TRAIN_CLUSTER_FIRST_JOB_ID": "7300001"}  # fmt: skip
+    first, second = (
+        {**env, "HPC_TRAIN_CLUSTER_DIR": str(where / name), "HPC_TRAIN_CLUSTER_PORT": port,
+         "SLURM_CONF": str(where / name / "etc" / "slurm.conf")}
+        for name, port in (("a", "27217"), ("b", "27227"))
+    )  # fmt: skip
+    try:
+        for cluster in (first, second):
+            up = sh("up", env=cluster)
+            assert up.returncode == 0, up.stderr
+        lines = [line for line in Path("/etc/hosts").read_text().splitlines() if " v1 " in line]
+        assert len(lines) == 2, lines  # one line each, tagged with its own cluster dir
+        assert sh("down", env=first).returncode == 0
+        assert subprocess.run(["getent", "hosts", "v1"], capture_output=True).returncode == 0
+        out = subprocess.run(["srun", "-N1", "hostname"], capture_output=True, text=True,
+                             env=second, timeout=60)  # fmt: skip
+        assert out.stdout.strip() == "v1", out.stderr
+    finally:
+        downs = [sh("down", env=cluster) for cluster in (first, second)]
+        shutil.rmtree(where, ignore_errors=True)
+    assert all(d.returncode == 0 for d in downs), [d.stderr for d in downs]
+    assert hosts_as_found(hosts_before, [where / "a", where / "b"])
