@@ -18,7 +18,7 @@ lowered to the most that fit, said with those figures. Then, per kind and size, 
 
 1. **rounds** (``--nodes N --spares 1``): submit -> first update; a steady window (the unique
    memory of task 0's node and of the last node; the save dir's file operations of those two
-   nodes' processes under strace, per update; Slurm calls per minute); one rank SIGKILLed on the
+   nodes' processes under strace, per update and per second; Slurm calls per minute); one rank SIGKILLed on the
    last node -> the in-job round -> first update; one rank SIGSTOPped -> the hang declared (in
    units of its allowance T) -> the round -> first update; a notice (USR2) -> saved on notice,
    stopped, requeued by submitit -> first update -> the run completes (0 updates missing).
@@ -75,8 +75,8 @@ GOAL_TOOLKIT_RATIO = 1.5  # the toolkit's share of a recovery at the largest siz
 GOAL_DETECT_OVER_T = 2.0
 GOAL_CALLS_RATIO = 4.0  # Slurm calls per event at the largest size vs 2 nodes
 LEAVE_GIB = 8.0  # memory left to the machine's other users
-# on a node's measured unique memory: its slurmstepd (not measured), task 0's launcher once it
-# imports fairseq to verify a checkpoint at a resume, the page cache of the run's files
+# on a node's measured unique memory: its slurmstepd (not measured), the page cache of the run's
+# files (task 0's launcher, which holds what verifying a checkpoint imports, is counted apart)
 MARGIN = 1.1
 SMOKE = {"real": "", "hollow": "2", "max_update": 70, "trace_s": 4.0, "hang_floor_s": 10.0,
          "pace_s": 0.1, "after": 5}  # fmt: skip
@@ -300,6 +300,12 @@ def steady(job: Job) -> dict[str, Any]:
         k: {**{op: round(n / max(done, 1), 2) for op, n in counts.items()}, "updates": done}
         for k, counts in ops.items()
     }
+    # the polls are paced by the clock (heartbeats, a hang's looks, the straggler watch), the
+    # saves and beats by updates: an update slower on a loaded machine counts more polls
+    out["file_ops_per_second"] = {
+        k: {**{op: round(n / args.trace_s, 2) for op, n in counts.items()}, "seconds": args.trace_s}
+        for k, counts in ops.items()
+    }
     calls = job.setup.calls.calls(began, time.time())
     minutes = (time.time() - began) / 60
     out["slurm_calls_per_minute"] = round(sum(1 for c in calls if c.node != "-") / minutes, 2)
@@ -520,11 +526,12 @@ def event_of(size: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(size["rounds"].get(name) or {})
 
 
-def file_ops(size: dict[str, Any], label: str) -> float | None:
-    """File operations per update of one node (``task0``, ``last``) in the steady window."""
-    ops = size["rounds"]["steady"]["file_ops_per_update"].get(label) or {}
-    counts = [v for k, v in ops.items() if k != "updates"]
-    return round(sum(counts), 2) if ops.get("updates") else None
+def file_ops(size: dict[str, Any], label: str, per: str = "update") -> float | None:
+    """File operations of one node (``task0``, ``last``) in the steady window, ``per`` update or
+    second."""
+    ops = size["rounds"]["steady"].get(f"file_ops_per_{per}", {}).get(label) or {}
+    counts = [v for k, v in ops.items() if k not in ("updates", "seconds")]
+    return round(sum(counts), 2) if ops.get(f"{per}s") else None
 
 
 def compared(sizes_: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -544,10 +551,12 @@ def compared(sizes_: dict[int, dict[str, Any]]) -> dict[str, Any]:
                 report.ratio(calls, (then.get("slurm_calls") or {}).get("rpc")),
             )
         for label in ("task0", "last"):
-            row[f"steady.file_ops_per_update.{label}"] = (
-                file_ops(size, label),
-                report.ratio(file_ops(size, label), file_ops(base, label)),
-            )
+            for per in ("update", "second"):
+                now_ops, then_ops = file_ops(size, label, per), file_ops(base, label, per)
+                row[f"steady.file_ops_per_{per}.{label}"] = (
+                    now_ops,
+                    report.ratio(now_ops, then_ops),
+                )
         mem = size["rounds"]["steady"]["memory"]["last"].get("node_mb")
         row["steady.node_mb"] = (
             mem,
@@ -557,12 +566,18 @@ def compared(sizes_: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return table
 
 
-def node_mb(result: dict[str, Any]) -> float:
-    """A hollow node's unique memory, the most any measured size's node took, with MARGIN (a
-    node's grows a little with the world: its gloo pairs, the rendezvous store's clients)."""
-    taken = [m.get("node_mb") or 0 for size in result["hollow"].values()
-             for m in size["rounds"]["steady"]["memory"].values()]  # fmt: skip
-    return MARGIN * max(taken)
+def node_mb(result: dict[str, Any], who: str = "last") -> float:
+    """A hollow node's unique memory (``who``: the last node, any node but task 0's), the most any
+    measured size's took, with MARGIN (a node's grows a little with the world: its gloo pairs,
+    the rendezvous store's clients)."""
+    return MARGIN * max((size["rounds"]["steady"]["memory"][who].get("node_mb") or 0)
+                        for size in result["hollow"].values())  # fmt: skip
+
+
+def task0_extra_mb(result: dict[str, Any]) -> float:
+    """What task 0's node takes beyond any other node's, once a run: its launcher holds what
+    verifying a checkpoint imports (``checkpoints.warm``)."""
+    return max(0.0, node_mb(result, "task0") - node_mb(result))
 
 
 def memory_budget_mb(args: argparse.Namespace) -> float:
@@ -579,11 +594,15 @@ def memory_budget_mb(args: argparse.Namespace) -> float:
     return min(budget, available - 1024)
 
 
-def fitting(asked: list[int], node_mb: float, budget_mb: float) -> tuple[list[int], dict[str, Any]]:
-    """The hollow sizes that fit (with a spare: N + 1 nodes of ``node_mb``); larger ones
-    lowered to the most that fit. BenchError when fewer than 32 would (the issue's floor)."""
-    most = int(budget_mb // node_mb) - 1
-    said = {"node_mb": round(node_mb, 1), "budget_mb": round(budget_mb), "most_nodes": most}
+def fitting(
+    asked: list[int], node_mb: float, budget_mb: float, task0_mb: float = 0.0
+) -> tuple[list[int], dict[str, Any]]:
+    """The hollow sizes that fit (with a spare: N + 1 nodes of ``node_mb``, and task 0's
+    ``task0_mb`` more once); larger ones lowered to the most that fit. BenchError when fewer than
+    32 would (the issue's floor)."""
+    most = int((budget_mb - task0_mb) // node_mb) - 1
+    said = {"node_mb": round(node_mb, 1), "task0_extra_mb": round(task0_mb, 1),
+            "budget_mb": round(budget_mb), "most_nodes": most}  # fmt: skip
     if max(asked) > most and most < min(32, max(asked)):
         raise BenchError(
             f"{node_mb:.0f} MB a hollow node: {budget_mb:.0f} MB hold {most} nodes and a spare, fewer than 32"
@@ -629,12 +648,14 @@ def rows(result: dict[str, Any]) -> report.Rows:
         worst = max((s["rounds"]["hang"].get("detect_over_T") or 0) for s in sizes_)
         out.append((f"{kind}: hang detected, worst (x T)", fmt(worst), f"<= {GOAL_DETECT_OVER_T}"))
         for label, who in (("last", "a node"), ("task0", "task 0")):
-            key = f"steady.file_ops_per_update.{label}"
-            out.append(ratio_row(result, kind, key, 1.0, f"{kind} file ops/update, {who}"))
+            for per in ("update", "second"):
+                key = f"steady.file_ops_per_{per}.{label}"
+                out.append(ratio_row(result, kind, key, 1.0, f"{kind} file ops/{per}, {who}"))
         out.append(view_row(result, kind))
     if "memory" in result:
         mem = result["memory"]
-        said = f"{mem['most_nodes']} ({mem['node_mb']:.0f} MB a node in {mem['budget_mb']} MB)"
+        said = (f"{mem['most_nodes']} ({mem['node_mb']:.0f} MB a node, task 0's "
+                f"{mem.get('task0_extra_mb', 0):.0f} MB more, in {mem['budget_mb']} MB)")  # fmt: skip
         out.append(("hollow nodes that fit, with a spare", said, "64, else >= 32"))
     return out
 
@@ -666,13 +687,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result["real"][str(nodes)] = one_size(setup, nodes, False)
                 cluster.resume_drained()
             for asked in hollow[1:]:
-                fits, result["memory"] = fitting(hollow, node_mb(result), memory_budget_mb(args))
+                fits, result["memory"] = fitting(hollow, node_mb(result), memory_budget_mb(args),
+                                                 task0_extra_mb(result))  # fmt: skip
                 nodes = min(asked, max(fits))
                 say(f"hollow {asked} nodes asked, {nodes} run: {result['memory']}")
                 result["hollow"][str(nodes)] = one_size(setup, nodes, True)
                 cluster.resume_drained()
             if hollow and "memory" not in result:
-                _, result["memory"] = fitting(hollow, node_mb(result), memory_budget_mb(args))
+                _, result["memory"] = fitting(hollow, node_mb(result), memory_budget_mb(args),
+                                              task0_extra_mb(result))  # fmt: skip
         finally:
             setup.scanner.stop()
             for job in setup.jobs:

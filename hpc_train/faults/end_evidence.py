@@ -33,7 +33,7 @@ from typing import Any
 from hpc_core import ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import incident_reports
-from hpc_core.wait import FAST, Backoff, wait_until
+from hpc_core.wait import WORD, wait_until
 from hpc_train.contract import Beat, Cause, FailureRecord, StartFiles, read_beats
 from hpc_train.faults import failures
 from hpc_train.faults.failures import Failure, NodeExit, Probe
@@ -364,14 +364,8 @@ def _exits_awaited(
     waited = not enough()
     if waited:
         with contextlib.suppress(TimeoutError):
-            wait_until(enough, "every node's exit record", EVIDENCE_WAIT_S, FAST)
+            wait_until(enough, "every node's exit record", EVIDENCE_WAIT_S, WORD)
     return tuple(found[t] for t in sorted(found)), waited
-
-
-# every node's hang monitor waits for the others' reports at this pace (a listing of the incident
-# dir, for the few seconds of a hang): the last node stops at most this long after the last report
-# (at up to 1 s, the slowest of 16 nodes came most of a second late)
-REPORT_POLL = Backoff(0.1, 1.5, 0.25)
 
 
 def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
@@ -381,7 +375,7 @@ def wait_for_reports(incident: Path, nodes: int, timeout: float) -> int:
             lambda: len(incident_reports(incident)) >= nodes or None,
             "every node's hang report",
             timeout,
-            REPORT_POLL,
+            WORD,  # a listing of the incident dir a poll, for the few seconds of a hang
         )
     return len(incident_reports(incident))
 

@@ -62,7 +62,7 @@ from hpc_train.launch import lifecycle, notify, recovery, requeue, restart_polic
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.rounds import Onward
 from hpc_train.launch.signals import SAVE_WAIT_ENV as SAVE_WAIT_ENV
-from hpc_train.launch.starts import Start, allocation_start
+from hpc_train.launch.starts import Start, allocation_start, warm_decider
 from hpc_train.watch import launchers
 
 ROOT_CAUSE_WAIT_S = 5.0  # to copy torchrun's last stderr lines (its summary) after its exit
@@ -236,6 +236,7 @@ class Launcher:
                 tee.start()
                 pulse.beat(WAITING)
                 watchers.start(here, nproc, self._proc.pid, spent, self._own_notice)
+                warm_decider(here.start)  # idle while its ranks train
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
                 said, probe = self._record_exit(here, returncode, tee)

@@ -21,13 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_core.wait import FAST, Backoff, wait_until
+from hpc_core.wait import WORD, Backoff, wait_until
 from hpc_train.contract import IN_JOB_RESTART, RoundAction, RoundVerdict
 from hpc_train.launch import requeue
 from hpc_train.launch.context import Here, log
 from hpc_train.launch.starts import Start
 
-SPARE_POLL = Backoff(1.0, 1.5, 5.0)  # a hot spare reads task 0's word: seconds matter, not ms
+# a hot spare reads task 0's word (one open a poll) at most a second late: a round that takes it
+# in waits for its report (at up to 5 s, the spare's poll was most of a hang round's relaunch)
+SPARE_POLL = Backoff(0.25, 1.5, 1.0)
 VERDICT_WAIT_S = 240.0  # for task 0's word after a bad end (its evidence waits come first)
 
 
@@ -104,6 +106,6 @@ def _word(here: Here, waiting: Start, why: str, spare: bool) -> RoundVerdict:
     if spare:
         return wait_until(files.verdict, f"round {waiting.round}'s end", None, SPARE_POLL)
     try:
-        return wait_until(files.verdict, "task 0's verdict", VERDICT_WAIT_S, FAST)
+        return wait_until(files.verdict, "task 0's verdict", VERDICT_WAIT_S, WORD)
     except TimeoutError:
         raise RuntimeError(f"{why}; task 0 said nothing in {VERDICT_WAIT_S:.0f} s") from None

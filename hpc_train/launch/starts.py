@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hpc_core import ledger
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
-from hpc_core.wait import FAST, wait_until
+from hpc_core.wait import WORD, wait_until
 from hpc_train.contract import NodeReport, StartDecision, StartFiles, node_name
 from hpc_train.faults import quarantine
 from hpc_train.job.batch import BatchPlan
@@ -98,6 +98,13 @@ def node_health(spec: JobSpec, gpus: int, log: Callable[[str], None]) -> str:
     return check.failed
 
 
+def warm_decider(start: Start) -> None:
+    """On task 0, the decider: import what verifying a checkpoint needs (``checkpoints.warm``)
+    now, where nothing waits on it, so that the next decision (an in-job round's) does not."""
+    if start.task == 0:
+        checkpoints.warm()
+
+
 def decide_start(
     run: RunDir, start: Start, spec: JobSpec, gpus: int, log: Callable[[str], None]
 ) -> StartDecision:
@@ -109,12 +116,14 @@ def decide_start(
     if start.task != 0:
         try:
             return wait_until(files.decision, "task 0's decision", timeout=DECISION_WAIT_S,
-                              backoff=FAST)  # fmt: skip
+                              backoff=WORD)  # fmt: skip
         except TimeoutError:
             raise RuntimeError(f"task 0 wrote no decision in {DECISION_WAIT_S:.0f} s") from None
+    if run.checkpoint_last.exists() or run.interval_checkpoints():
+        checkpoints.warm()  # while the other nodes' launchers report
     reports = wait_until(
         lambda: files.node_reports(start.num_nodes),
-        "every node's report", timeout=DECISION_WAIT_S, backoff=FAST,
+        "every node's report", timeout=DECISION_WAIT_S, backoff=WORD,
     )  # fmt: skip
     shape = geometry.from_reports(spec.sizing.gpus_per_node, reports, quarantine.nodes(run))
     if shape.refused:

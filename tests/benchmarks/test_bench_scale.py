@@ -30,3 +30,26 @@ def test_a_hangs_teardown_is_the_last_report_to_the_last_exit_record(tmp_path):
     files.node_exit(2).write_text("{}")
     os.utime(files.node_exit(2), (1002.0, 1002.0))
     assert scale.teardown(job, files) == 3.1
+
+
+def steady_of(task0_mb: float, last_mb: float, ops: dict, per_update: int, seconds: float) -> dict:
+    memory = {"task0": {"node_mb": task0_mb}, "last": {"node_mb": last_mb}}
+    return {"rounds": {"steady": {
+        "memory": memory,
+        "file_ops_per_update": {"last": {k: v / per_update for k, v in ops.items()} | {"updates": per_update}},
+        "file_ops_per_second": {"last": {k: v / seconds for k, v in ops.items()} | {"seconds": seconds}},
+    }}}  # fmt: skip
+
+
+def test_task_0s_extra_memory_is_counted_once_and_file_ops_per_update_and_per_second():
+    """Task 0's launcher holds the checkpoint readers' imports: 100 nodes of 200 MB and one
+    task 0 of 500 MB fit where 200 x 101 + 300 does (not 101 x 500); the steady window's 12
+    reads and 8 stats in 4 s over 10 updates are 2 an update and 5 a second."""
+    result = {"hollow": {"2": steady_of(500, 200, {"read": 12, "stat": 8}, 10, 4.0)}}
+    extra = scale.task0_extra_mb(result)
+    assert abs(scale.node_mb(result) - 200 * scale.MARGIN) < 1e-9
+    assert abs(extra - 300 * scale.MARGIN) < 1e-9
+    fits, said = scale.fitting([2, 64], scale.node_mb(result), 101 * 220 + 331, extra)
+    assert said["most_nodes"] == 100 and fits == [2, 64] and said["task0_extra_mb"] == 330
+    size = result["hollow"]["2"]
+    assert scale.file_ops(size, "last") == 2.0 and scale.file_ops(size, "last", "second") == 5.0

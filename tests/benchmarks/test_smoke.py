@@ -414,4 +414,6 @@ def test_bench_scale_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) ->
     assert abs(memory["node_mb"] - sum(v for k, v in memory.items() if k != "node_mb")) < 0.5
     assert r["memory"]["most_nodes"] >= 2 and r["compared"]["hollow"]["2"]
     assert rounds["steady"]["file_ops_per_update"]["last"]["updates"] > 0
+    assert rounds["steady"]["file_ops_per_second"]["last"]["seconds"] > 0
+    assert r["compared"]["hollow"]["2"]["steady.file_ops_per_second.last"][0] > 0
     print(f"bench-scale smoke: {took:.1f} s")

@@ -7,6 +7,7 @@ no Slurm here)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,15 @@ from hpc_core.rundir import RunDir
 from hpc_train.contract import (
     Cause,
     FailureRecord,
+    NodeReport,
     RoundAction,
     RoundVerdict,
+    StartDecision,
     StartFiles,
     StopMarker,
     read_verdict,
     write_failure,
+    write_node_report,
     write_stop,
     write_verdict,
 )
@@ -32,7 +36,7 @@ from hpc_train.faults import end_evidence, failures
 from hpc_train.faults.end_evidence import Ended, EndEvidence, Ending, Question, SlurmWord
 from hpc_train.faults.suspects import Evidence
 from hpc_train.job.sizing import Sizing
-from hpc_train.job.spec import JobSpec, Recovery, Training
+from hpc_train.job.spec import JobSpec, Recovery, Training, Watch
 from hpc_train.launch import lifecycle, recovery, release, requeue, restart_policy, rounds, signals
 from hpc_train.launch.context import Here
 from hpc_train.launch.rounds import Onward
@@ -393,6 +397,54 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
         rounds.follow(silent, "crash")
 
 
+def late_by(monkeypatch, module: Any, word_at: float, follow: Any) -> float:
+    """How long after ``word_at`` (seconds on a clock of the test's, slept through by the waits
+    of ``module`` and nothing else) ``follow()`` saw a word that was there from then on."""
+    now, real = [0.0], module.wait_until
+
+    def on_test_clock(check, what, timeout=None, backoff=None, **_):
+        def gated():
+            return check() if now[0] >= word_at else None
+
+        def sleep(delay: float) -> None:
+            now[0] += delay
+
+        return real(gated, what, timeout, backoff, sleep=sleep, clock=lambda: now[0])
+
+    monkeypatch.setattr(module, "wait_until", on_test_clock)
+    follow()
+    monkeypatch.setattr(module, "wait_until", real)
+    return now[0] - word_at
+
+
+@pytest.mark.parametrize("word_at", [2.1, 9.1, 30.6])
+def test_a_node_sees_task_0s_word_within_a_quarter_second_and_a_spare_within_a_second(
+    tmp_path, fake_slurm, monkeypatch, word_at
+):
+    """However long a node has waited, it acts on task 0's verdict (``rounds.follow``) and on its
+    start decision (``starts.decide_start``) at most 0.25 s after it is written, and a hot spare
+    on a verdict at most 1 s after: the slowest of N nodes is no later at 64 nodes than at 2.
+    With the back-off these waits had (up to 1 s, a spare's up to 5 s), a word written 9.1 s in
+    was seen 0.98 s late, a spare's 30.6 s in 2.5 s late."""
+    from hpc_train.launch import starts
+
+    run = RunDir(tmp_path)
+    start = Start("41", 0, 3, "n1", 0, ("n1", "n2", "n3"), 0, ("n4",))
+    write_verdict(
+        run, "41", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "crash", ["n1", "n3", "n4"], [])
+    )
+    n3, _ = here_of(tmp_path, dataclasses.replace(start, task=2))
+    assert late_by(monkeypatch, rounds, word_at, lambda: rounds.follow(n3, "crash")) <= 0.25
+    spare, _ = here_of(tmp_path, Start("41", 3, 4, "n1", 0, ("n1", "n2", "n3", "n4")))
+    assert late_by(monkeypatch, rounds, word_at, lambda: rounds.follow(spare, "s", True)) <= 1.0
+    files = start.files(run)
+    files.write_decision(StartDecision([], 0, "fresh start", 1, False, 3, 8, 1))
+    spec = JobSpec(Training("tiny", tmp_path / "d", tmp_path))
+    task1 = dataclasses.replace(start, task=1)
+    decide = lambda: starts.decide_start(run, task1, spec, 0, lambda _: None)  # noqa: E731
+    assert late_by(monkeypatch, starts, word_at, decide) <= 0.25
+
+
 def test_only_task_0_releases_the_spares(tmp_path):
     start = dataclasses.replace(TWO, standby=("n3",))
     other, _ = here_of(tmp_path, dataclasses.replace(start, task=1))
@@ -542,3 +594,44 @@ def test_a_cpu_job_counts_no_gpu_and_its_launcher_never_imports_torch():
                          check=True, timeout=60).stdout  # fmt: skip
     assert out.split() == ["0", "False"], out
     assert lifecycle.visible_gpus(8) == 0
+
+
+def test_task_0_imports_the_checkpoint_readers_while_the_nodes_report_and_its_ranks_train(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """What verifying a checkpoint imports (``checkpoints.warm``: torch and fairseq, 1.7-4 s
+    cold) is off the decision's critical path: at a resume task 0 imports before it waits for the
+    other nodes' reports (n2 reports here only once the import has begun, so a task 0 that
+    imported after the wait would wait in vain), and while its first start's ranks train, so
+    that the first in-job round finds it done; never on the other nodes."""
+    from hpc_train.launch import launcher, starts
+    from hpc_train.worker import checkpoints
+
+    began = threading.Event()
+    monkeypatch.setattr(checkpoints, "warm", began.set)
+    monkeypatch.setattr(starts, "DECISION_WAIT_S", 5.0)
+    monkeypatch.setattr(checkpoints, "choose_resume",
+                        lambda _: checkpoints.ResumePoint(None, (), "resume (a test's)", 40))  # fmt: skip
+    run = RunDir(tmp_path)
+    run.checkpoint_last.write_bytes(b"a checkpoint (never read: choose_resume is the test's)")
+    spec = JobSpec(Training("tiny", tmp_path / "d", tmp_path), sizing=Sizing(gpus_per_node=0))
+
+    def n2_reports() -> None:
+        if began.wait(5):
+            write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
+
+    reporter = threading.Thread(target=n2_reports)
+    reporter.start()
+    decision = starts.decide_start(run, TWO, spec, 0, lambda _: None)
+    reporter.join()
+    assert decision.at_update == 40
+
+    class Trains(launcher.Launcher):  # torchrun: a process that exits 0 (training finished)
+        def torchrun_command(self, start, nproc, args):
+            return [sys.executable, "-c", "pass"]
+
+    began.clear()
+    fresh = JobSpec(Training("tiny", Path("/d"), tmp_path / "fresh"), sizing=Sizing(gpus_per_node=0),
+                    watch=Watch(no_watchdog=True))  # fmt: skip
+    Trains(fresh).run(Start("42", 0, 1, "n1", 0, ("n1",)), gpus=0)
+    assert began.is_set()  # nothing to verify at a fresh start: imported while its ranks trained
