@@ -29,8 +29,8 @@ For each event: its timeline from the ledger (task 0's ``stopped``, ``restarted`
 ``requeued``; rank 0's ``first_update``), the nodes' exit records, ``hang.json`` and the
 processes' own start times (/proc, ``scale_probe.Scanner``); the toolkit's own share
 (``toolkit_s``: failure seen -> decision written -> next torchrun launched, its polls, timeouts
-and look-ups; a requeue's relaunch includes the launchers' own start-up, said apart; a hang's
-leaves out its nodes' torchrun agents shutting down, ``teardown_s``, said beside it); the Slurm
+and look-ups; a requeue's leaves out its launchers starting, ``launchers_up_s``, and a hang's its
+nodes' torchrun agents shutting down, ``teardown_s``, each said beside it); the Slurm
 calls the job made (``scale_probe.CallLog``: Slurm's clients shadowed on the job's PATH, each
 call logged then run), by kind and per node; the files created in the save dir per node; CPU
 seconds per node of the start-up. The rest of the wall time on a 2-core machine is many
@@ -390,7 +390,13 @@ def kill_event(job: Job, round_: bool) -> dict[str, Any]:
     fault = time.time()
     os.kill(pid, signal.SIGKILL)
     seen = exit_seen(job, restart, rnd, fault)
-    return {"node": victim, **recovery(job, fault, seen, before, round_)}
+    out = recovery(job, fault, seen, before, round_)
+    if not round_:
+        first = out["at"]["launchers"]
+        said_apart(out, "launchers_up", launchers_up(
+            StartFiles(job.run, job.id, restart + 1, 0), job.nodes,
+            None if first is None else fault + first))  # fmt: skip
+    return {"node": victim, **out}
 
 
 def hang_event(job: Job) -> dict[str, Any]:
@@ -407,12 +413,20 @@ def hang_event(job: Job) -> dict[str, Any]:
     allowance = float(declared.get("allowance_s") or 0) or None
     detect = float(declared["time"]) - fault
     out = recovery(job, fault, float(declared["time"]), before, True)
-    down = teardown(job, StartFiles(job.run, job.id, restart, rnd))
-    if down is not None and out["toolkit_s"] is not None:
-        out["toolkit_with_teardown_s"] = out["toolkit_s"]
-        out["toolkit_s"] = round(out["toolkit_s"] - down, 2)
-    return {"node": victim, "allowance_s": allowance, "teardown_s": down,
+    said_apart(out, "teardown", teardown(job, StartFiles(job.run, job.id, restart, rnd)))
+    return {"node": victim, "allowance_s": allowance,
             "detect_over_T": round(detect / allowance, 2) if allowance else None, **out}  # fmt: skip
+
+
+def said_apart(out: dict[str, Any], name: str, seconds: float | None) -> None:
+    """``seconds`` of ``out``'s toolkit share that are process start-up or shutdown, not the
+    toolkit's polls, timeouts or look-ups (``name``: a hang's agents going down, a requeue's
+    launchers starting): taken out of ``toolkit_s``, said beside it as ``<name>_s``, the whole
+    kept as ``toolkit_with_<name>_s`` (None: not measured, nothing taken out)."""
+    out[f"{name}_s"] = seconds
+    if seconds is not None and out["toolkit_s"] is not None:
+        out[f"toolkit_with_{name}_s"] = out["toolkit_s"]
+        out["toolkit_s"] = round(out["toolkit_s"] - seconds, 2)
 
 
 def teardown(job: Job, files: StartFiles) -> float | None:
@@ -429,6 +443,19 @@ def teardown(job: Job, files: StartFiles) -> float | None:
     if not reports or len(exits) < len(reports):
         return None
     return span(max(exits), max(reports))
+
+
+def launchers_up(files: StartFiles, nodes: int, first: float | None) -> float | None:
+    """A requeue's next start (``files``): its first launcher's start (``first``) -> the last of
+    ``nodes`` nodes' reports (``contract.NodeReport``, written as a launcher begins): srun's
+    fan-out to every node and each launcher's Python start-up, ``nodes`` of them on this
+    machine's cores. Process start-up, left out of the requeue's toolkit share and said beside
+    it (None: a report missing)."""
+    reports = [p.stat().st_mtime for t in range(nodes)
+               if (p := files.run.node_report(files.name, files.restart, t)).exists()]  # fmt: skip
+    if first is None or len(reports) < nodes:
+        return None
+    return span(max(reports), first)
 
 
 def notice_event(job: Job) -> dict[str, Any]:

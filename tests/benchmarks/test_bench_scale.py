@@ -53,3 +53,26 @@ def test_task_0s_extra_memory_is_counted_once_and_file_ops_per_update_and_per_se
     assert said["most_nodes"] == 100 and fits == [2, 64] and said["task0_extra_mb"] == 330
     size = result["hollow"]["2"]
     assert scale.file_ops(size, "last") == 2.0 and scale.file_ops(size, "last", "second") == 5.0
+
+
+def test_a_requeues_launchers_coming_up_are_the_first_launcher_to_the_last_nodes_report(tmp_path):
+    """The next start's node reports (written as each launcher begins) at times the test chose:
+    launchers up = the last report - the first launcher's start, taken out of the toolkit share
+    and said beside it; a report missing: not measured, nothing taken out."""
+    run = RunDir(tmp_path)
+    files = StartFiles(run, "7", 1, 0)
+    for task, at in ((0, 1000.4), (1, 1003.0), (2, 1001.5)):
+        path = run.node_report("7", 1, task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        os.utime(path, (at, at))
+    assert scale.launchers_up(files, 3, 1000.0) == 3.0
+    assert (
+        scale.launchers_up(files, 4, 1000.0) is None and scale.launchers_up(files, 3, None) is None
+    )
+    out = {"toolkit_s": 5.5}
+    scale.said_apart(out, "launchers_up", 3.0)
+    assert out == {"toolkit_s": 2.5, "launchers_up_s": 3.0, "toolkit_with_launchers_up_s": 5.5}
+    kept = {"toolkit_s": 5.5}
+    scale.said_apart(kept, "teardown", None)
+    assert kept == {"toolkit_s": 5.5, "teardown_s": None}
