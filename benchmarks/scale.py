@@ -3,6 +3,7 @@
     python -m benchmarks.scale --data .local/data/demo-bin --out benchmarks/results/scale.json
     python -m benchmarks.scale --data .local/data/demo-bin --real 2,4 --hollow 2,16
     python -m benchmarks.scale --data .local/data/demo-bin --smoke
+    python -m benchmarks.scale --reanalyze benchmarks/results/scale.json  # from its run's files
 
 The control plane at the mission's node counts, each figure beside the same worker kind's 2-node
 value, in one run: real nodes (the tiny fairseq preset, 2, 4 and 16) and hollow ones
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
 import shutil
@@ -293,8 +295,8 @@ def steady(job: Job) -> dict[str, Any]:
             for k, n in chosen.items()}  # fmt: skip
     beats = job.run.heartbeats(job.id, 0, nodes[-1])
     began, at = time.time(), max((b.update for b in read_beats(beats)), default=0)
-    ops = probe.trace_files(pids, args.trace_s, job.save.resolve(),
-                            args.work_dir / f"strace-{job.id}")  # fmt: skip
+    traces = args.work_dir / f"strace-{job.id}"
+    ops = probe.trace_files(pids, args.trace_s, job.save.resolve(), traces)
     done = max((b.update for b in read_beats(beats)), default=0) - at
     out["file_ops_per_update"] = {
         k: {**{op: round(n / max(done, 1), 2) for op, n in counts.items()}, "updates": done}
@@ -306,10 +308,25 @@ def steady(job: Job) -> dict[str, Any]:
         k: {**{op: round(n / args.trace_s, 2) for op, n in counts.items()}, "seconds": args.trace_s}
         for k, counts in ops.items()
     }
+    out["file_ops_by_pace"] = {
+        k: by_pace(
+            probe.count_by_pace(Path(f"{traces}-{k}.txt"), job.save.resolve()), done, args.trace_s
+        )
+        for k in ops
+    }
     calls = job.setup.calls.calls(began, time.time())
     minutes = (time.time() - began) / 60
     out["slurm_calls_per_minute"] = round(sum(1 for c in calls if c.node != "-") / minutes, 2)
     return out
+
+
+def by_pace(counts: dict[str, int], updates: int, seconds: float) -> dict[str, float | None]:
+    """A node's file operations in a traced window of ``updates`` updates and ``seconds``: those
+    paced by updates per update, the timed polls per second (``scale_probe.pace``)."""
+    return {
+        "per_update": round(counts["update"] / updates, 2) if updates else None,
+        "polls_per_second": round(counts["clock"] / seconds, 2),
+    }
 
 
 def views(job: Job) -> dict[str, Any]:
@@ -561,6 +578,12 @@ def file_ops(size: dict[str, Any], label: str, per: str = "update") -> float | N
     return round(sum(counts), 2) if ops.get(f"{per}s") else None
 
 
+def paced(size: dict[str, Any], label: str, key: str) -> float | None:
+    """One node's (``task0``, ``last``) update-paced operations per update, or timed polls per
+    second (``key``), in the steady window (``by_pace``)."""
+    return (size["rounds"]["steady"].get("file_ops_by_pace", {}).get(label) or {}).get(key)
+
+
 def compared(sizes_: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """Each size's headline figures and their ratio to the 2-node run of the same kind."""
     base = sizes_.get(2) or sizes_[min(sizes_)]
@@ -584,6 +607,9 @@ def compared(sizes_: dict[int, dict[str, Any]]) -> dict[str, Any]:
                     now_ops,
                     report.ratio(now_ops, then_ops),
                 )
+            for key in ("per_update", "polls_per_second"):
+                now_p, then_p = paced(size, label, key), paced(base, label, key)
+                row[f"steady.paced.{key}.{label}"] = (now_p, report.ratio(now_p, then_p))
         mem = size["rounds"]["steady"]["memory"]["last"].get("node_mb")
         row["steady.node_mb"] = (
             mem,
@@ -675,9 +701,12 @@ def rows(result: dict[str, Any]) -> report.Rows:
         worst = max((s["rounds"]["hang"].get("detect_over_T") or 0) for s in sizes_)
         out.append((f"{kind}: hang detected, worst (x T)", fmt(worst), f"<= {GOAL_DETECT_OVER_T}"))
         for label, who in (("last", "a node"), ("task0", "task 0")):
-            for per in ("update", "second"):
-                key = f"steady.file_ops_per_{per}.{label}"
-                out.append(ratio_row(result, kind, key, 1.0, f"{kind} file ops/{per}, {who}"))
+            for key, what in (("file_ops_per_update", "file ops/update"),
+                              ("paced.per_update", "file ops paced by updates, /update"),
+                              ("paced.polls_per_second", "timed polls/s")):  # fmt: skip
+                out.append(
+                    ratio_row(result, kind, f"steady.{key}.{label}", 1.0, f"{kind} {what}, {who}")
+                )
         out.append(view_row(result, kind))
     if "memory" in result:
         mem = result["memory"]
@@ -735,7 +764,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def reanalyze(path: Path, work_dir: Path, trace_s: float) -> dict[str, Any]:
+    """``path``'s result again, from what its run left in ``work_dir`` (each steady window's strace
+    files, each requeue's ledger and next start's node reports): the figures the benchmark has
+    gained since it ran (``file_ops_by_pace``, a requeue's ``launchers_up_s``), compared anew;
+    ``trace_s``: the run's ``--trace-s``. Every other figure is kept as measured."""
+    result = json.loads(path.read_text())
+    for kind in ("real", "hollow"):
+        for nodes, size in result[kind].items():
+            save, steady_ = work_dir / f"rounds-{kind}-{nodes}", size["rounds"]["steady"]
+            traces = work_dir / f"strace-{size['rounds']['job']}"
+            steady_["file_ops_by_pace"] = {
+                k: by_pace(probe.count_by_pace(Path(f"{traces}-{k}.txt"), save.resolve()),
+                           v["updates"], trace_s)
+                for k, v in steady_["file_ops_per_update"].items()
+            }  # fmt: skip
+            event, run = (
+                size["requeue"]["kill_requeue"],
+                RunDir(work_dir / f"requeue-{kind}-{nodes}"),
+            )
+            if "launchers_up_s" in event or event["at"].get("launchers") is None:
+                continue
+            requeued = next(e for e in ledger.read(run.ledger) if e.kind == Kind.REQUEUED)
+            fault = requeued.time - event["at"]["decided"]
+            files = StartFiles(run, str(size["requeue"]["job"]), requeued.restart + 1, 0)
+            said_apart(event, "launchers_up",
+                       launchers_up(files, int(nodes), fault + event["at"]["launchers"]))  # fmt: skip
+    result["compared"] = {k: compared({int(n): v for n, v in result[k].items()})
+                          for k in ("real", "hollow") if result[k]}  # fmt: skip
+    result["reanalyzed"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--reanalyze"]:  # a result again, from the files its run left
+        p = argparse.ArgumentParser(prog="python -m benchmarks.scale --reanalyze")
+        p.add_argument("result", type=Path)
+        p.add_argument("--work-dir", type=Path, default=Path(".local/bench/scale"))
+        p.add_argument("--trace-s", type=float, default=10.0, help="the run's --trace-s")
+        got = p.parse_args(argv[1:])
+        again = run_and_write("bench-scale", got.result,
+                              lambda: reanalyze(got.result, got.work_dir, got.trace_s), rows,
+                              (OSError, KeyError, StopIteration))  # fmt: skip
+        return 0 if again is not None else 1
     args = report.parse(build_parser(), argv, "scale", SMOKE)
     result = run_and_write("bench-scale", args.out, lambda: run(args), rows,
                            (BenchError, slurm.SlurmError))  # fmt: skip

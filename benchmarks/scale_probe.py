@@ -341,6 +341,31 @@ def count_ops(trace: Path, root: Path) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def pace(call: str, args: str) -> str:
+    """What paces one file operation: ``clock`` for the watchers' polls on a timer (a heartbeat
+    read or its folder listed by the hang monitor or the straggler watch, a look for a hang's
+    declaration or its reports, a launcher's beat), ``update`` for everything a rank does once an
+    update or a save (its heartbeat written: a temporary and a rename; the notice and chaos
+    files it looks for; checkpoints; the ledger)."""
+    paths = PATH_RE.findall(args)
+    if any(w in p for p in paths for w in ("/incidents/", "/launchers/")):
+        return "clock"
+    if any("/heartbeats/" in p for p in paths):
+        written = call.startswith("rename") or any(".tmp" in p for p in paths)
+        return "update" if written else "clock"
+    return "update"
+
+
+def count_by_pace(trace: Path, root: Path) -> dict[str, int]:
+    """A trace's file operations under ``root`` by what paces them (``pace``)."""
+    counts: Counter[str] = Counter({"update": 0, "clock": 0})
+    for line in trace.read_text(errors="replace").splitlines() if trace.exists() else []:
+        found = CALL_RE.match(line)
+        if found and classify(found.group(1), found.group(2), str(root)):
+            counts[pace(found.group(1), found.group(2))] += 1
+    return dict(counts)
+
+
 def files_under(root: Path) -> set[str]:
     """Every file under ``root`` now (relative paths): a created file is one more."""
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
