@@ -236,7 +236,7 @@ class Launcher:
                 tee.start()
                 pulse.beat(WAITING)
                 watchers.start(here, nproc, self._proc.pid, spent, self._own_notice)
-                warm_decider(here.start)  # idle while its ranks train
+                warm_decider(here.start, self.spec)  # idle while its ranks train
                 returncode = self._proc.wait()
                 lifecycle.end_leftovers(here, returncode)  # a killed agent's ranks train on
                 said, probe = self._record_exit(here, returncode, tee)

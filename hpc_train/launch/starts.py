@@ -98,10 +98,12 @@ def node_health(spec: JobSpec, gpus: int, log: Callable[[str], None]) -> str:
     return check.failed
 
 
-def warm_decider(start: Start) -> None:
-    """On task 0, the decider: import what verifying a checkpoint needs (``checkpoints.warm``)
-    now, where nothing waits on it, so that the next decision (an in-job round's) does not."""
-    if start.task == 0:
+def warm_decider(start: Start, spec: JobSpec) -> None:
+    """On task 0, the decider, of a run that restarts in the job: import what verifying a
+    checkpoint needs (``checkpoints.warm``) now, where nothing waits on it, so that the next
+    decision, an in-job round's, does not (after a requeue a new launcher decides:
+    ``decide_start`` imports while the nodes report)."""
+    if start.task == 0 and spec.recovery.in_job_restarts:
         checkpoints.warm()
 
 

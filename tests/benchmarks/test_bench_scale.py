@@ -8,6 +8,7 @@ import os
 from types import SimpleNamespace
 
 from benchmarks import scale
+from benchmarks import scale_probe as probe
 from hpc_core.rundir import RunDir, incident_report
 from hpc_train.contract import StartFiles
 
@@ -76,3 +77,28 @@ def test_a_requeues_launchers_coming_up_are_the_first_launcher_to_the_last_nodes
     kept = {"toolkit_s": 5.5}
     scale.said_apart(kept, "teardown", None)
     assert kept == {"toolkit_s": 5.5, "teardown_s": None}
+
+
+def test_a_nodes_file_operations_are_split_by_what_paces_them(tmp_path):
+    """strace lines the test wrote: a rank's heartbeat written (a temporary, a rename), the
+    notice file it looks for and a checkpoint are paced by updates; the hang monitor's read of a
+    heartbeat and its look for a declaration, a launcher's beat, by the clock; a path outside
+    the save dir is not counted. 4 update-paced in 2 updates, 3 polls in 1.5 s."""
+    root = tmp_path / "save"
+    hb = f"{root}/.hpc-train/heartbeats/7-0/s1"
+    lines = [
+        f'11 openat(AT_FDCWD, "{hb}/.rank-0.json.11.tmp", O_WRONLY|O_CREAT|O_EXCL, 0644) = 3',
+        f'11 rename("{hb}/.rank-0.json.11.tmp", "{hb}/rank-0.json") = 0',
+        f'11 newfstatat(AT_FDCWD, "{root}/.hpc-train/notice-7-0.json", 0x7ff, 0) = -1 ENOENT',
+        f'11 openat(AT_FDCWD, "{root}/checkpoint_last.pt", O_RDONLY|O_CLOEXEC) = 4',
+        f'12 openat(AT_FDCWD, "{hb}/rank-0.json", O_RDONLY|O_CLOEXEC) = 5',
+        f'12 openat(AT_FDCWD, "{root}/.hpc-train/incidents/7-0/hang.json", O_RDONLY) = -1 ENOENT',
+        f'13 openat(AT_FDCWD, "{root}/.hpc-train/launchers/.7-0-task0.json.13.tmp", O_WRONLY|O_CREAT, 0644) = 6',
+        '12 openat(AT_FDCWD, "/usr/lib/python3.11/json/__init__.py", O_RDONLY) = 7',
+    ]  # fmt: skip
+    trace = tmp_path / "trace.txt"
+    trace.write_text("\n".join(lines) + "\n")
+    counts = probe.count_by_pace(trace, root)
+    assert counts == {"update": 4, "clock": 3}
+    assert scale.by_pace(counts, 2, 1.5) == {"per_update": 2.0, "polls_per_second": 2.0}
+    assert scale.by_pace(counts, 0, 1.5)["per_update"] is None

@@ -422,4 +422,17 @@ def test_bench_scale_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) ->
     assert rounds["steady"]["file_ops_per_update"]["last"]["updates"] > 0
     assert rounds["steady"]["file_ops_per_second"]["last"]["seconds"] > 0
     assert r["compared"]["hollow"]["2"]["steady.file_ops_per_second.last"][0] > 0
+    paced = rounds["steady"]["file_ops_by_pace"]["last"]
+    assert paced["per_update"] > 0 and paced["polls_per_second"] > 0  # its beats; the monitors'
+    # --reanalyze derives the same figures from the files the run left
+    again = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--reanalyze", str(out / "scale.json"),
+                            "--work-dir", str(tmp_path / "work"), "--trace-s", "4"],
+                           capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    redone = json.loads((out / "scale.json").read_text())
+    assert (
+        redone["hollow"]["2"]["rounds"]["steady"]["file_ops_by_pace"]
+        == rounds["steady"]["file_ops_by_pace"]
+    )
+    assert redone["compared"] == r["compared"] and "reanalyzed" in redone
     print(f"bench-scale smoke: {took:.1f} s")

@@ -602,8 +602,8 @@ def test_task_0_imports_the_checkpoint_readers_while_the_nodes_report_and_its_ra
     """What verifying a checkpoint imports (``checkpoints.warm``: torch and fairseq, 1.7-4 s
     cold) is off the decision's critical path: at a resume task 0 imports before it waits for the
     other nodes' reports (n2 reports here only once the import has begun, so a task 0 that
-    imported after the wait would wait in vain), and while its first start's ranks train, so
-    that the first in-job round finds it done; never on the other nodes."""
+    imported after the wait would wait in vain), and, where rounds restart in the job, while its
+    first start's ranks train, so that the first in-job round finds it done."""
     from hpc_train.launch import launcher, starts
     from hpc_train.worker import checkpoints
 
@@ -631,7 +631,13 @@ def test_task_0_imports_the_checkpoint_readers_while_the_nodes_report_and_its_ra
             return [sys.executable, "-c", "pass"]
 
     began.clear()
-    fresh = JobSpec(Training("tiny", Path("/d"), tmp_path / "fresh"), sizing=Sizing(gpus_per_node=0),
-                    watch=Watch(no_watchdog=True))  # fmt: skip
-    Trains(fresh).run(Start("42", 0, 1, "n1", 0, ("n1",)), gpus=0)
-    assert began.is_set()  # nothing to verify at a fresh start: imported while its ranks trained
+    for in_job, warmed in (
+        (False, False),
+        (True, True),
+    ):  # a requeue's next decision: a new launcher's
+        began.clear()
+        fresh = JobSpec(Training("tiny", Path("/d"), tmp_path / f"fresh-{in_job}"),
+                        sizing=Sizing(gpus_per_node=0), watch=Watch(no_watchdog=True),
+                        recovery=Recovery(restart_in_job=in_job))  # fmt: skip
+        Trains(fresh).run(Start("42", 0, 1, "n1", 0, ("n1",)), gpus=0)
+        assert began.is_set() is warmed  # a fresh start: imported while its ranks trained
