@@ -252,40 +252,52 @@ write_oci_conf() {
 # /etc/hosts may be a bind mount (containers): rewrite it in place, never rename over it. Two
 # clusters side by side (the test workers', a test's own) edit it under one lock, so that neither
 # loses the other's line; a name that resolves only through another cluster's line gets a line of
-# this cluster's too (that cluster's `down` takes its own line away with it).
+# this cluster's too (that cluster's `down` takes its own line away with it). A cluster's line is
+# the one its tag ends (the tag of .local/cluster is a prefix of .local/cluster-gw1's).
 hosts_add() {
   local missing=0 name lent
-  [ ! -e "$dir/run/hosts-added" ] || return 0
+  [ -z "$(hosts_lines own)" ] || return 0
   lent=$(sed -n '/# hpc-train local cluster /s/#.*//p' /etc/hosts)
   while read -r name; do
     getent hosts "$name" >/dev/null && ! grep -qw -- "$name" <<<"$lent" || missing=1
   done < <(node_names)
   [ "$missing" -eq 1 ] || return 0
   [ -w /etc/hosts ] || die "node names ${prefix}1..${prefix}$nodes do not resolve and /etc/hosts is not writable; add: 127.0.0.1 $(node_names | tr '\n' ' ')"
-  hosts_locked printf '127.0.0.1 %s %s\n' "$(node_names | paste -sd' ')" "$hosts_tag"
+  hosts_locked hosts_append
   touch "$dir/run/hosts-added"
   log "added node names to /etc/hosts"
 }
 
 hosts_remove() {
   [ -e "$dir/run/hosts-added" ] || return 0
-  hosts_locked grep -vF -- "$hosts_tag"
+  hosts_locked hosts_drop
   rm -f "$dir/run/hosts-added"
   log "removed node names from /etc/hosts"
 }
 
-# hosts_locked CMD...: under an exclusive lock on /etc/hosts, CMD's output appended (printf) or, for
-# a filter (grep), /etc/hosts replaced in place by what CMD keeps of it
+# hosts_lines own|others: the lines of /etc/hosts that this cluster's tag ends, or every other one
+hosts_lines() {
+  TAG=$hosts_tag WANT=$1 awk '{
+    t = ENVIRON["TAG"]; n = length(t)
+    own = length($0) >= n && substr($0, length($0) - n + 1) == t
+    if (own == (ENVIRON["WANT"] == "own")) print
+  }' /etc/hosts
+}
+
+hosts_append() { printf '127.0.0.1 %s %s\n' "$(node_names | paste -sd' ')" "$hosts_tag" >>/etc/hosts; }
+
+hosts_drop() {
+  local kept
+  kept=$(hosts_lines others)
+  printf '%s\n' "$kept" >/etc/hosts
+}
+
+# hosts_locked CMD...: CMD with an exclusive lock on /etc/hosts held
 hosts_locked() {
-  local fd kept
+  local fd
   exec {fd}</etc/hosts
   flock -w 30 "$fd" || die "/etc/hosts: locked by another process for 30 s"
-  if [ "$1" = printf ]; then
-    "$@" >>/etc/hosts
-  else
-    kept=$("$@" /etc/hosts || true)
-    printf '%s\n' "$kept" >/etc/hosts
-  fi
+  "$@"
   exec {fd}<&-
 }
 

@@ -303,8 +303,10 @@ def test_up_and_down_are_idempotent_and_leave_etc_hosts_as_found(state_dir, slur
 def test_two_clusters_with_the_same_node_names_side_by_side_keep_their_names(tmp_path):
     """The test workers' clusters share node names (n1..n4), as a file's mini clusters do: a
     cluster whose names resolve only through another cluster's /etc/hosts line adds its own, so
-    the first cluster's ``down`` (which takes its line away) leaves the second one's nodes
-    reachable; both lines are edited under one lock, and /etc/hosts ends as it was found."""
+    the first cluster's ``down`` (which takes its line away, and only its own: the second's
+    folder name starts with the first's, as .local/cluster-gw1's does with .local/cluster's)
+    leaves the second one's nodes reachable; both lines are edited under one lock, and
+    /etc/hosts ends as it was found."""
     hosts_before = Path("/etc/hosts").read_text()
     where = Path(tempfile.mkdtemp(prefix="hs-", dir="/tmp"))  # munged must cross its parents
     env = {**os.environ, "HPC_TRAIN_CLUSTER_NODES": "1", "HPC_TRAIN_CLUSTER_NODE_PREFIX": "v",
@@ -312,7 +314,7 @@ def test_two_clusters_with_the_same_node_names_side_by_side_keep_their_names(tmp
     first, second = (
         {**env, "HPC_TRAIN_CLUSTER_DIR": str(where / name), "HPC_TRAIN_CLUSTER_PORT": port,
          "SLURM_CONF": str(where / name / "etc" / "slurm.conf")}
-        for name, port in (("a", "27217"), ("b", "27227"))
+        for name, port in (("c", "27217"), ("c-gw1", "27227"))
     )  # fmt: skip
     try:
         for cluster in (first, second):
@@ -329,4 +331,4 @@ def test_two_clusters_with_the_same_node_names_side_by_side_keep_their_names(tmp
         downs = [sh("down", env=cluster) for cluster in (first, second)]
         shutil.rmtree(where, ignore_errors=True)
     assert all(d.returncode == 0 for d in downs), [d.stderr for d in downs]
-    assert hosts_as_found(hosts_before, [where / "a", where / "b"])
+    assert hosts_as_found(hosts_before, [where / "c", where / "c-gw1"])
