@@ -213,11 +213,21 @@ class Job:
         return 120.0 + 6.0 * self.nodes
 
 
+def save_dir(work_dir: Path, name: str, hollow: bool, nodes: int) -> Path:
+    """The save dir of a benchmark job (``rounds``, ``requeue``) of one kind and size."""
+    return work_dir / f"{name}-{'hollow' if hollow else 'real'}-{nodes}"
+
+
+def traces_of(work_dir: Path, job: str) -> Path:
+    """Where a job's steady window's strace files go (``<it>-<label>.txt``)."""
+    return work_dir / f"strace-{job}"
+
+
 def submit(setup: Setup, name: str, nodes: int, hollow: bool, max_update: int,
            extra: Sequence[str] = ()) -> tuple[Job, float]:  # fmt: skip
     """Submit through the real CLI, Slurm's clients shadowed on the job's PATH."""
     args = setup.args
-    save = args.work_dir / f"{name}-{'hollow' if hollow else 'real'}-{nodes}"
+    save = save_dir(args.work_dir, name, hollow, nodes)
     shutil.rmtree(save, ignore_errors=True)  # an earlier run's: its ledger and checkpoints
     floor = args.hang_floor_s
     options = ["--hang-timeout-floor", str(floor), "--hang-factor", "3",
@@ -295,8 +305,10 @@ def steady(job: Job) -> dict[str, Any]:
             for k, n in chosen.items()}  # fmt: skip
     beats = job.run.heartbeats(job.id, 0, nodes[-1])
     began, at = time.time(), max((b.update for b in read_beats(beats)), default=0)
-    traces = args.work_dir / f"strace-{job.id}"
-    ops = probe.trace_files(pids, args.trace_s, job.save.resolve(), traces)
+    traced = probe.trace_files(
+        pids, args.trace_s, job.save.resolve(), traces_of(args.work_dir, job.id)
+    )
+    ops = {k: probe.count_ops(v) for k, v in traced.items()}
     done = max((b.update for b in read_beats(beats)), default=0) - at
     out["file_ops_per_update"] = {
         k: {**{op: round(n / max(done, 1), 2) for op, n in counts.items()}, "updates": done}
@@ -309,10 +321,7 @@ def steady(job: Job) -> dict[str, Any]:
         for k, counts in ops.items()
     }
     out["file_ops_by_pace"] = {
-        k: by_pace(
-            probe.count_by_pace(Path(f"{traces}-{k}.txt"), job.save.resolve()), done, args.trace_s
-        )
-        for k in ops
+        k: by_pace(probe.count_by_pace(v), done, args.trace_s) for k, v in traced.items()
     }
     calls = job.setup.calls.calls(began, time.time())
     minutes = (time.time() - began) / 60
@@ -772,17 +781,15 @@ def reanalyze(path: Path, work_dir: Path, trace_s: float) -> dict[str, Any]:
     result = json.loads(path.read_text())
     for kind in ("real", "hollow"):
         for nodes, size in result[kind].items():
-            save, steady_ = work_dir / f"rounds-{kind}-{nodes}", size["rounds"]["steady"]
-            traces = work_dir / f"strace-{size['rounds']['job']}"
+            save = save_dir(work_dir, "rounds", kind == "hollow", int(nodes)).resolve()
+            traces, steady_ = traces_of(work_dir, size["rounds"]["job"]), size["rounds"]["steady"]
             steady_["file_ops_by_pace"] = {
-                k: by_pace(probe.count_by_pace(Path(f"{traces}-{k}.txt"), save.resolve()),
+                k: by_pace(probe.count_by_pace(probe.traced_ops(Path(f"{traces}-{k}.txt"), save)),
                            v["updates"], trace_s)
                 for k, v in steady_["file_ops_per_update"].items()
             }  # fmt: skip
-            event, run = (
-                size["requeue"]["kill_requeue"],
-                RunDir(work_dir / f"requeue-{kind}-{nodes}"),
-            )
+            event = size["requeue"]["kill_requeue"]
+            run = RunDir(save_dir(work_dir, "requeue", kind == "hollow", int(nodes)))
             if "launchers_up_s" in event or event["at"].get("launchers") is None:
                 continue
             requeued = next(e for e in ledger.read(run.ledger) if e.kind == Kind.REQUEUED)

@@ -310,10 +310,10 @@ def classify(call: str, args: str, root: str) -> str | None:
 
 def trace_files(
     pids: Mapping[str, Sequence[int]], seconds: float, root: Path, out: Path
-) -> dict[str, dict[str, int]]:
+) -> dict[str, list[tuple[str, str]]]:
     """strace each group of ``pids`` (by label; and what they start) at once for ``seconds``;
-    each group's file operations on paths under ``root``, by class (``classify``). The traced
-    processes stop only at these calls, and only for the window."""
+    each group's file operations on paths under ``root`` (``traced_ops``). The traced processes
+    stop only at these calls, and only for the window."""
     if shutil.which("strace") is None:
         return {}
     running = {}
@@ -329,16 +329,30 @@ def trace_files(
     for proc in running.values():
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
-    return {label: count_ops(Path(f"{out}-{label}.txt"), root) for label in running}
+    return {label: traced_ops(Path(f"{out}-{label}.txt"), root) for label in running}
 
 
-def count_ops(trace: Path, root: Path) -> dict[str, int]:
-    counts: Counter[str] = Counter()
+def traced_ops(trace: Path, root: Path) -> list[tuple[str, str]]:
+    """A trace's file operations on paths under ``root``, the file read once: each as (its class,
+    ``classify``; what paces it, ``pace``)."""
+    ops = []
     for line in trace.read_text(errors="replace").splitlines() if trace.exists() else []:
         found = CALL_RE.match(line)
         if found and (what := classify(found.group(1), found.group(2), str(root))):
-            counts[what] += 1
-    return dict(sorted(counts.items()))
+            ops.append((what, pace(found.group(1), found.group(2))))
+    return ops
+
+
+def count_ops(ops: Sequence[tuple[str, str]]) -> dict[str, int]:
+    """``traced_ops``' operations by class."""
+    return dict(sorted(Counter(what for what, _ in ops).items()))
+
+
+def count_by_pace(ops: Sequence[tuple[str, str]]) -> dict[str, int]:
+    """``traced_ops``' operations by what paces them (``pace``)."""
+    counts = Counter({"update": 0, "clock": 0})
+    counts.update(paced for _, paced in ops)
+    return dict(counts)
 
 
 def pace(call: str, args: str) -> str:
@@ -354,16 +368,6 @@ def pace(call: str, args: str) -> str:
         written = call.startswith("rename") or any(".tmp" in p for p in paths)
         return "update" if written else "clock"
     return "update"
-
-
-def count_by_pace(trace: Path, root: Path) -> dict[str, int]:
-    """A trace's file operations under ``root`` by what paces them (``pace``)."""
-    counts: Counter[str] = Counter({"update": 0, "clock": 0})
-    for line in trace.read_text(errors="replace").splitlines() if trace.exists() else []:
-        found = CALL_RE.match(line)
-        if found and classify(found.group(1), found.group(2), str(root)):
-            counts[pace(found.group(1), found.group(2))] += 1
-    return dict(counts)
 
 
 def files_under(root: Path) -> set[str]:

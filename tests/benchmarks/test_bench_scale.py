@@ -98,7 +98,7 @@ def test_a_nodes_file_operations_are_split_by_what_paces_them(tmp_path):
     ]  # fmt: skip
     trace = tmp_path / "trace.txt"
     trace.write_text("\n".join(lines) + "\n")
-    counts = probe.count_by_pace(trace, root)
+    counts = probe.count_by_pace(probe.traced_ops(trace, root))
     assert counts == {"update": 4, "clock": 3}
     assert scale.by_pace(counts, 2, 1.5) == {"per_update": 2.0, "polls_per_second": 2.0}
     assert scale.by_pace(counts, 0, 1.5)["per_update"] is None
