@@ -15,6 +15,9 @@
 - ``hpc_core.ledger``: a run's ledger (what happened to it) and the user's index of runs.
 - ``hpc_core.instances``: EC2 instance types (GPUs, memory, EFA) and the NCCL environment.
 - ``hpc_core.wait``: the one poll-with-back-off loop.
+- ``hpc_core.doorbell``: a node waiting on another node's word wakes when it is written (a UDP
+  datagram with nothing in it, to a port each launcher registers in the run directory), not at
+  its next poll; the polls stay the backstop.
 - ``hpc_core.procs``: this host's processes whose environment carries given values (a job's, a
   start's, one emulated node's), read from /proc.
 

@@ -395,6 +395,11 @@ class RunDir:
         these nodes, requeue, or stop (``hpc_train.contract.RoundVerdict``)."""
         return self.state / f"next-{job_id}-{restart}.json"
 
+    @property
+    def bells(self) -> Path:
+        """Each node's doorbell (``hpc_core.doorbell``): a file a node, its launcher's port."""
+        return self.state / "bells"
+
     def resume_decision(self, job_id: str, restart: int) -> Path:
         return self.state / f"resume-{job_id}-{restart}.json"
 

@@ -30,7 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from hpc_core import ledger, slurm
+from hpc_core import doorbell, ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import incident_reports
 from hpc_core.wait import WORD, wait_until
@@ -364,7 +364,7 @@ def _exits_awaited(
     waited = not enough()
     if waited:
         with contextlib.suppress(TimeoutError):
-            wait_until(enough, "every node's exit record", EVIDENCE_WAIT_S, WORD)
+            doorbell.await_word(enough, "every node's exit record", EVIDENCE_WAIT_S)
     return tuple(found[t] for t in sorted(found)), waited
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpc_core.rundir import RunDir
-from hpc_train.contract import StartFiles, node_name
+from hpc_train.contract import RoundVerdict, StartFiles, node_name
 from hpc_train.faults import node_blame
 from hpc_train.faults.end_evidence import Where
 from hpc_train.job.spec import JobSpec
@@ -64,6 +64,12 @@ class Here:
     @property
     def task0(self) -> bool:
         return self.start.task == 0
+
+    def tell(self, verdict: RoundVerdict) -> None:
+        """Task 0's word on this round (or task 1's, for a stuck task 0): written for every
+        node (``files.write_verdict``), then their bells rung (``Start.ring_others``)."""
+        self.files.write_verdict(verdict)
+        self.start.ring_others(self.run)
 
     def blamer(self, deputy: bool = False) -> node_blame.Blamer:
         """Who records this start's blames (``faults.node_blame``): task 0, or task 1 acting

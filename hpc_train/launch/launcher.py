@@ -41,7 +41,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from hpc_core import ledger
+from hpc_core import doorbell, ledger
 from hpc_core.ledger import Kind
 from hpc_core.slurm_env import SlurmEnv
 from hpc_core.wait import wait_until
@@ -153,6 +153,7 @@ class Launcher:
         hosts = tuple(job.hostnames)
         spare_count = self.spec.spares_in(len(hosts))  # derived once: the spares of this job
         start = allocation_start(job.job_id, job.global_rank, hosts, restart, spare_count)
+        doorbell.open_here(self.spec.run_dir.bells, hosts[job.global_rank])  # before any word
         gpus = lifecycle.visible_gpus(self.spec.sizing.gpus_per_node)
         if start is None:  # a hot spare: idle until task 0 swaps it in, or the run ends
             spare = Start(job.job_id, job.global_rank, len(hosts), hosts[0], restart, hosts)
@@ -261,6 +262,7 @@ class Launcher:
             tuple(asdict(r) for r in said), asdict(probe) if probe else None,
         )  # fmt: skip
         failures.write_exit(here.files, record)
+        here.start.ring_decider(here.run)
         return said, probe
 
     def _await_watched(self, here: Here, pulse: launchers.Pulse) -> None:

@@ -135,7 +135,7 @@ def _to_spares(here: Here, action: RoundAction, why: str, everyone: bool = False
     """Task 0, as the run ends in this allocation: the hot spares standing by end too
     (``everyone``: and the launchers following its word)."""
     if here.start.task == 0 and (here.start.standby or everyone):
-        here.files.write_verdict(RoundVerdict(action, why, [], list(here.start.standby)))
+        here.tell(RoundVerdict(action, why, [], list(here.start.standby)))
 
 
 def _stop(here: Here, t: to.Stop, ev: EndEvidence, path: EndPath, deputy: bool) -> Onward:
@@ -149,7 +149,7 @@ def _stop(here: Here, t: to.Stop, ev: EndEvidence, path: EndPath, deputy: bool) 
         _to_spares(here, RoundAction.DONE, t.why, everyone=True)
         return Onward.ends(here.done(**t.result))
     if here.start.task == 0 or deputy:
-        here.files.write_verdict(RoundVerdict(RoundAction.FAIL, t.why, [],
+        here.tell(RoundVerdict(RoundAction.FAIL, t.why, [],
                                               list(here.start.standby)))  # fmt: skip
     if path.pulse:  # nothing can replace the node: end the job, not hold it
         cancel(here.job_id)
@@ -162,7 +162,7 @@ def _held(here: Here, t: to.Hold) -> None:
     ``scontrol release``. A verdict the full or read-only save dir refuses is said instead: the
     hold ends every task."""
     try:
-        here.files.write_verdict(RoundVerdict(RoundAction.REQUEUE, t.why, [],
+        here.tell(RoundVerdict(RoundAction.REQUEUE, t.why, [],
                                               list(here.start.standby)))  # fmt: skip
     except OSError as err:
         log(f"the round's verdict not written ({err}): the hold ends the other tasks")
@@ -193,7 +193,7 @@ def _requeue(here: Here, t: to.Requeue, ev: EndEvidence, path: EndPath, deputy: 
     _record(here, t, ev, deputy, note)
     if t.waiting:
         note(Kind.REQUEUE_BLOCKED, why=t.waiting, waiting=True)
-    here.files.write_verdict(RoundVerdict(RoundAction.REQUEUE, t.why))
+    here.tell(RoundVerdict(RoundAction.REQUEUE, t.why))
     note(Kind.REQUEUED, by=f"task {here.start.task}")
     requeue_job(here.job_id)
     if t.exclude:
@@ -210,7 +210,7 @@ def _in_job_round(here: Here, t: to.InJobRound) -> Onward:
     ``restarted`` in the ledger; this node's next start (or its end, if left out itself)."""
     start = here.start
     members, standby = list(t.members), list(t.standby)
-    here.files.write_verdict(RoundVerdict(RoundAction.RESTART_IN_JOB, t.why, members, standby))
+    here.tell(RoundVerdict(RoundAction.RESTART_IN_JOB, t.why, members, standby))
     tasks = {start.hosts.index(n): n for n in t.left_out}
     release.start(release.LeftOut(here.files, tasks), log, here.note)
     spares = {"spare_in": list(t.spare_in), "spares": standby} if start.standby else {}

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hpc_core.wait import WORD, Backoff, wait_until
+from hpc_core import doorbell
+from hpc_core.wait import Backoff
 from hpc_train.contract import IN_JOB_RESTART, RoundAction, RoundVerdict
 from hpc_train.launch import requeue
 from hpc_train.launch.context import Here, log
@@ -104,8 +105,8 @@ def _word(here: Here, waiting: Start, why: str, spare: bool) -> RoundVerdict:
     the round ``VERDICT_WAIT_S`` at most (then it fails: task 0 is gone)."""
     files = waiting.files(here.run)
     if spare:
-        return wait_until(files.verdict, f"round {waiting.round}'s end", None, SPARE_POLL)
+        return doorbell.await_word(files.verdict, f"round {waiting.round}'s end", None, SPARE_POLL)
     try:
-        return wait_until(files.verdict, "task 0's verdict", VERDICT_WAIT_S, WORD)
+        return doorbell.await_word(files.verdict, "task 0's verdict", VERDICT_WAIT_S)
     except TimeoutError:
         raise RuntimeError(f"{why}; task 0 said nothing in {VERDICT_WAIT_S:.0f} s") from None

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hpc_core import ledger
+from hpc_core import doorbell, ledger
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
-from hpc_core.wait import WORD, wait_until
 from hpc_train.contract import NodeReport, StartDecision, StartFiles, node_name
 from hpc_train.faults import quarantine
 from hpc_train.job.batch import BatchPlan
@@ -43,6 +42,20 @@ class Start:
         """This node's view of the in-job restart on ``members`` (it must be one of them)."""
         return Start(self.job_id, list(members).index(me), len(members), members[0],
                      self.restart, tuple(members), self.round + 1, tuple(standby))  # fmt: skip
+
+    def others(self) -> tuple[str, ...]:
+        """Every node of this start but this one, the hot spares too: who task 0's word is for."""
+        me = self.hosts[self.task] if self.task < len(self.hosts) else ""
+        return tuple(h for h in dict.fromkeys((*self.hosts, *self.standby)) if h != me)
+
+    def ring_decider(self, run: RunDir) -> None:
+        """A word for task 0 was written (this node's report, its exit record): ring its bell."""
+        if self.task != 0:
+            doorbell.ring(run.bells, [self.first_host])
+
+    def ring_others(self, run: RunDir) -> None:
+        """Task 0's word for the others was written (a decision, a verdict): ring their bells."""
+        doorbell.ring(run.bells, self.others())
 
     def files(self, run: RunDir) -> StartFiles:
         """This start's files in ``run`` (its round's own: ``41.1`` for an in-job restart), its
@@ -115,23 +128,23 @@ def decide_start(
     resume from (verifying the checkpoints); the other tasks wait for its decision."""
     files = start.files(run)
     files.write_node_report(NodeReport(start.task, node_name(), gpus, node_health(spec, gpus, log)))
+    start.ring_decider(run)
     if start.task != 0:
         try:
-            return wait_until(files.decision, "task 0's decision", timeout=DECISION_WAIT_S,
-                              backoff=WORD)  # fmt: skip
+            return doorbell.await_word(files.decision, "task 0's decision", DECISION_WAIT_S)
         except TimeoutError:
             raise RuntimeError(f"task 0 wrote no decision in {DECISION_WAIT_S:.0f} s") from None
     if run.checkpoint_last.exists() or run.interval_checkpoints():
         checkpoints.warm()  # while the other nodes' launchers report
-    reports = wait_until(
-        lambda: files.node_reports(start.num_nodes),
-        "every node's report", timeout=DECISION_WAIT_S, backoff=WORD,
-    )  # fmt: skip
+    reports = doorbell.await_word(
+        lambda: files.node_reports(start.num_nodes), "every node's report", DECISION_WAIT_S
+    )
     shape = geometry.from_reports(spec.sizing.gpus_per_node, reports, quarantine.nodes(run))
     if shape.refused:
         decision = StartDecision([], 0, "", shape.ranks_per_node, shape.use_gpu,
                                  refused=shape.refused, bad_nodes=list(shape.bad_nodes))  # fmt: skip
         files.write_decision(decision)
+        start.ring_others(run)
         return decision
     plan = spec.batch_plan(shape.nodes * shape.ranks_per_node, shape.use_gpu)
     resume = checkpoints.choose_resume(run.root)
@@ -152,6 +165,7 @@ def decide_start(
         held=resume.held,
     )  # fmt: skip
     files.write_decision(decision)
+    start.ring_others(run)
     return decision
 
 

@@ -1,7 +1,8 @@
 """Task 0's wait for the exit records after a crash, bounded by what it waits for (issue 46: at
 16 real nodes it waited 14 s for nodes still tearing down ranks that died of the lost peer).
 
-The wait's clock is the test's own: ``wait_until`` is replaced by ``FakeWait``, which moves a
+The wait's clock is the test's own: ``wait_until`` (as ``hpc_core.doorbell.await_word``, the
+wait for another node's word, calls it) is replaced by ``FakeWait``, which moves a
 fake clock by the poll's step and writes each node's record at the fake time the test says, so
 "how long task 0 waited" is counted, never timed."""
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+from hpc_core import doorbell
 from hpc_core.rundir import RunDir
 from hpc_train.contract import StartFiles
 from hpc_train.faults import end_evidence, failures
@@ -36,7 +38,9 @@ class FakeWait:
         while self.writes and self.writes[0][0] <= self.now:
             write_at(self.files, *self.writes.pop(0))
 
-    def __call__(self, check: Callable[[], object], what: str, timeout: float, backoff) -> object:
+    def __call__(
+        self, check: Callable[[], object], what: str, timeout: float, backoff, **_
+    ) -> object:
         start = self.now
         while self.now - start < timeout:
             self.now += STEP
@@ -69,7 +73,7 @@ def awaited(tmp_path, monkeypatch, at: dict[int, float], killed: dict[int, int],
             write_at(files, when, recs[t])
     fake = FakeWait(files, [(when, recs[t]) for t, when in at.items() if when > start])
     fake.now = start
-    monkeypatch.setattr(end_evidence, "wait_until", fake)
+    monkeypatch.setattr(doorbell, "wait_until", fake)
     exits, waited = end_evidence._exits_awaited(files, len(HOSTS), fake.clock)
     return exits, waited, fake.now
 
@@ -137,6 +141,7 @@ def test_a_user_error_report_blames_no_node_so_task_0_does_not_wait(tmp_path, mo
 
     run = RunDir(tmp_path)
     failures.write(run, "41", 0, Failure(3, 40, "ValueError", "bad batch"))
+    monkeypatch.setattr(doorbell, "wait_until", no_wait)
     monkeypatch.setattr(end_evidence, "wait_until", no_wait)
     where = Where(StartFiles(run, "41", 0), 0, HOSTS, len(HOSTS), node="n1")
     ev = end_evidence.at_exit(where, Ended(1, False), (), 100)

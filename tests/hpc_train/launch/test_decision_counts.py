@@ -170,7 +170,9 @@ def test_a_rank_crash_to_the_next_round_reads_each_file_once_in_six_modules(
     assert max(done_reads.values()) == 1  # the finish too
     (round_reads, acting), _ = execution.spans  # the in-job round's; the finish's
     again = {p: n for p, n in round_reads.items() if p.startswith(str(tmp_path))}
+    rung = {p: again.pop(p) for p in list(again) if p.startswith(str(run.bells))}
     assert again == {}  # the executor acts on the evidence read, it reads none again
+    assert rung == {str(run.bells / "n2"): 1}  # the verdict written, n2's bell rung (its port)
 
     deciding = {m for m in crash_modules if m.startswith("hpc_train/")}
     # issue 43's goal; the storage question (issue 41b) is asked in faults/failures, beside the

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hpc_core import ledger
+from hpc_core import doorbell, ledger
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
 from hpc_train.contract import (
@@ -37,7 +37,16 @@ from hpc_train.faults.end_evidence import Ended, EndEvidence, Ending, Question, 
 from hpc_train.faults.suspects import Evidence
 from hpc_train.job.sizing import Sizing
 from hpc_train.job.spec import JobSpec, Recovery, Training, Watch
-from hpc_train.launch import lifecycle, recovery, release, requeue, restart_policy, rounds, signals
+from hpc_train.launch import (
+    lifecycle,
+    recovery,
+    release,
+    requeue,
+    restart_policy,
+    rounds,
+    signals,
+    starts,
+)
 from hpc_train.launch.context import Here
 from hpc_train.launch.rounds import Onward
 from hpc_train.launch.starts import Start
@@ -399,7 +408,8 @@ def test_one_loop_follows_task_0_for_the_rounds_nodes_and_its_hot_spares(
 
 def late_by(monkeypatch, module: Any, word_at: float, follow: Any) -> float:
     """How long after ``word_at`` (seconds on a clock of the test's, slept through by the waits
-    of ``module`` and nothing else) ``follow()`` saw a word that was there from then on."""
+    of ``module`` and nothing else: ``hpc_core.doorbell``, whose ``await_word`` every wait for
+    a node's word goes through) ``follow()`` saw a word that was there from then on."""
     now, real = [0.0], module.wait_until
 
     def on_test_clock(check, what, timeout=None, backoff=None, **_):
@@ -434,15 +444,37 @@ def test_a_node_sees_task_0s_word_within_a_quarter_second_and_a_spare_within_a_s
         run, "41", 0, RoundVerdict(RoundAction.RESTART_IN_JOB, "crash", ["n1", "n3", "n4"], [])
     )
     n3, _ = here_of(tmp_path, dataclasses.replace(start, task=2))
-    assert late_by(monkeypatch, rounds, word_at, lambda: rounds.follow(n3, "crash")) <= 0.25
+    assert late_by(monkeypatch, doorbell, word_at, lambda: rounds.follow(n3, "crash")) <= 0.25
     spare, _ = here_of(tmp_path, Start("41", 3, 4, "n1", 0, ("n1", "n2", "n3", "n4")))
-    assert late_by(monkeypatch, rounds, word_at, lambda: rounds.follow(spare, "s", True)) <= 1.0
+    assert late_by(monkeypatch, doorbell, word_at, lambda: rounds.follow(spare, "s", True)) <= 1.0
     files = start.files(run)
     files.write_decision(StartDecision([], 0, "fresh start", 1, False, 3, 8, 1))
     spec = JobSpec(Training("tiny", tmp_path / "d", tmp_path))
     task1 = dataclasses.replace(start, task=1)
     decide = lambda: starts.decide_start(run, task1, spec, 0, lambda _: None)  # noqa: E731
-    assert late_by(monkeypatch, starts, word_at, decide) <= 0.25
+    assert late_by(monkeypatch, doorbell, word_at, decide) <= 0.25
+
+
+def test_each_word_rings_the_nodes_that_wait_on_it(tmp_path, monkeypatch):
+    """A report rings task 0 only; task 0's decision and its verdict ring every other node and
+    the hot spares, never itself (``hpc_core.doorbell``: the waiting nodes look at once)."""
+    rung: list[tuple[str, ...]] = []
+    monkeypatch.setattr(doorbell, "ring", lambda registry, names: rung.append(tuple(names)))
+    run = RunDir(tmp_path)
+    start = Start("41", 0, 2, "n1", 0, ("n1", "n2"), 0, ("n3",))
+    spec = JobSpec(Training("tiny", tmp_path / "d", tmp_path))
+    files = start.files(run)
+    files.write_decision(StartDecision([], 0, "fresh start", 1, False, 2, 8, 1))
+    starts.decide_start(run, dataclasses.replace(start, task=1), spec, 0, lambda _: None)
+    assert rung == [("n1",)]  # n2's report: to task 0
+    rung.clear()
+    write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
+    starts.decide_start(run, start, spec, 0, lambda _: None)
+    assert rung == [("n2", "n3")]  # task 0's decision: to the others and the spare
+    rung.clear()
+    here, _ = here_of(tmp_path, start)
+    here.tell(RoundVerdict(RoundAction.DONE, "done", [], ["n3"]))
+    assert rung == [("n2", "n3")] and read_verdict(run, "41", 0).why == "done"
 
 
 def test_only_task_0_releases_the_spares(tmp_path):

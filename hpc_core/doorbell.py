@@ -1,0 +1,137 @@
+"""A doorbell between nodes: a node waiting on another node's word looks as soon as it is written,
+not at its next poll.
+
+A word between launchers (an exit record, a report, task 0's verdict or decision) is always a
+file in the run directory: durable, read by whoever comes later, the only truth. Lustre tells no
+other client that a file appeared, so a waiting node polls (``hpc_core.wait.WORD``: a quarter
+second at most), and a round is a chain of such waits (exit records -> verdict -> reports ->
+decision): the last of N nodes to look is late at every link, the more so the more nodes
+(issue 46: the polls were most of an in-job round's own share at 39 nodes).
+
+So each launcher process opens a bell (``open_here``): a UDP socket on a port of the kernel's
+choosing, its port registered in the run directory under its node's name. Whoever writes a word
+rings the nodes that wait on it (``ring``: one empty datagram each, to the node's name as Slurm
+and torchrun's rendezvous resolve it), and a waiting node's sleep between looks
+(``nap``, inside ``await_word``) ends at the first datagram. The ring carries nothing and is
+never trusted: it only makes a node look now at the file it waits for. A datagram lost, blocked
+by a firewall or forged costs nothing but a look: the polls stay the backstop, as late as
+before and never later. Trust decision: the port is open to anything that reaches the node
+(bound to every address: emulated nodes share one host); what it receives is drained unread.
+
+One bell a process (the launcher's); two threads napping at once may take each other's ring
+and fall back to their polls. A process that opened none naps by sleeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import time
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import TypeVar
+
+from hpc_core.rundir import atomic_write
+from hpc_core.wait import WORD, Backoff, wait_until
+
+T = TypeVar("T")
+DRAIN = 64  # datagrams read at most per wake (more are left for the next nap: it returns at once)
+
+
+class Bell:
+    """This process's bell: a UDP socket on an ephemeral port, registered as ``name`` in
+    ``registry`` (a folder of the run directory: one file a node, its port)."""
+
+    def __init__(self, registry: Path, name: str) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.setblocking(False)
+        self.port: int = self.sock.getsockname()[1]
+        self.rung = 0  # naps ended by a ring (for tests and the benchmark's log)
+        registry.mkdir(parents=True, exist_ok=True)
+        atomic_write(registry / name, f"{self.port}\n", durable=False)
+
+    def nap(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True if a ring ended it (every datagram waiting drained)."""
+        ready, _, _ = select.select([self.sock], [], [], max(0.0, seconds))
+        if not ready:
+            return False
+        for _ in range(DRAIN):
+            try:
+                self.sock.recv(16)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # an ICMP error queued on the socket: nothing to read
+                break
+        self.rung += 1
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+_here: Bell | None = None
+
+
+def open_here(registry: Path, name: str) -> Bell | None:
+    """Open this process's bell (once: a second call keeps the first); None where no socket
+    could be had (the polls alone then, as before)."""
+    global _here
+    if _here is None:
+        with contextlib.suppress(OSError):
+            _here = Bell(registry, name)
+    return _here
+
+
+def close_here() -> None:
+    global _here
+    if _here is not None:
+        _here.close()
+        _here = None
+
+
+def nap(seconds: float) -> None:
+    """Sleep between two looks: on this process's bell if it has one (a ring ends it early)."""
+    if _here is None:
+        time.sleep(seconds)
+    else:
+        _here.nap(seconds)
+
+
+def await_word(
+    check: Callable[[], T | None], what: str, timeout: float | None, backoff: Backoff = WORD
+) -> T:
+    """``wait_until`` for another node's word: its polls as ``backoff`` says, each sleep ended
+    by a ring (``nap``). Raises TimeoutError as ``wait_until`` does."""
+    return wait_until(check, what, timeout, backoff, sleep=nap)
+
+
+@lru_cache(maxsize=1024)
+def _address(name: str) -> str | None:
+    """``name``'s IPv4 address, resolved once a process (None: it does not resolve)."""
+    try:
+        return str(socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0])
+    except (OSError, IndexError):
+        return None
+
+
+def ring(registry: Path, names: Iterable[str]) -> int:
+    """Ring the bells of ``names`` (each's port read now: a requeued node registers anew);
+    how many datagrams went. A name with no bell, or that does not resolve, is skipped: it
+    polls."""
+    sent = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for name in dict.fromkeys(names):
+            try:
+                port = int((registry / name).read_text())
+            except (OSError, ValueError):
+                continue
+            address = _address(name)
+            if address is None:
+                continue
+            with contextlib.suppress(OSError):
+                sock.sendto(b"", (address, port))
+                sent += 1
+    return sent

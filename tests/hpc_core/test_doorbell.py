@@ -1,0 +1,129 @@
+"""The doorbell between nodes (``hpc_core.doorbell``): a ring ends a waiting node's nap, so it
+looks at once instead of at its next poll. Real UDP sockets on this machine's loopback; the
+node name is ``localhost`` (it resolves here as a Slurm node name resolves on a cluster).
+
+Every wait below polls once a minute (or never): a test passes only if the ring woke it, and
+fails by its timeout, never by a clock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpc_core import doorbell
+from hpc_core.wait import Backoff
+
+RARELY = Backoff(60.0, 1.0, 60.0)  # one look, then the next a minute later
+
+
+@pytest.fixture
+def here_bell(tmp_path) -> Iterator[doorbell.Bell]:
+    bell = doorbell.open_here(tmp_path / "bells", "localhost")
+    assert bell is not None
+    yield bell
+    doorbell.close_here()
+
+
+def test_a_ring_ends_a_nap_and_is_drained(tmp_path):
+    bell = doorbell.Bell(tmp_path, "localhost")
+    try:
+        assert (tmp_path / "localhost").read_text().strip() == str(bell.port)
+        assert bell.nap(0) is False  # nothing rung yet
+        assert doorbell.ring(tmp_path, ["localhost", "localhost"]) == 1  # a name rung once
+        assert bell.nap(30) is True and bell.rung == 1
+        assert bell.nap(0) is False  # drained: the next nap sleeps
+    finally:
+        bell.close()
+
+
+def test_a_name_without_a_bell_or_an_address_is_skipped(tmp_path):
+    (tmp_path / "no-such-node.invalid").write_text("40000\n")
+    (tmp_path / "garbled").write_text("not a port\n")
+    assert doorbell.ring(tmp_path, ["nobody", "no-such-node.invalid", "garbled"]) == 0
+    assert doorbell.ring(tmp_path / "none-yet", ["localhost"]) == 0
+
+
+def test_a_node_registered_again_is_rung_at_its_new_port(tmp_path):
+    """A requeued node's new launcher registers a new port; a ringer reads it at every ring (a
+    port kept from before would ring a closed socket all start long)."""
+    old = doorbell.Bell(tmp_path, "localhost")
+    assert doorbell.ring(tmp_path, ["localhost"]) == 1
+    old.close()
+    new = doorbell.Bell(tmp_path, "localhost")
+    try:
+        assert doorbell.ring(tmp_path, ["localhost"]) == 1
+        assert new.nap(30) is True
+    finally:
+        new.close()
+
+
+def test_a_word_awaited_is_seen_when_rung_not_at_the_next_poll(tmp_path, here_bell):
+    """The word is written and rung from another thread once the waiter has looked and found
+    nothing: it returns with the word though its next poll is a minute away (a broken bell
+    times out after 20 s)."""
+    word, looked = tmp_path / "verdict.json", threading.Event()
+
+    def check() -> str | None:
+        if not looked.is_set():  # the first look finds nothing, whenever the writer comes
+            looked.set()
+            return None
+        return word.read_text() if word.exists() else None
+
+    def writer() -> None:
+        looked.wait(20)
+        word.write_text("go")
+        doorbell.ring(tmp_path / "bells", ["localhost"])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    got = doorbell.await_word(check, "the verdict", 20.0, RARELY)
+    thread.join()
+    assert got == "go" and here_bell.rung >= 1
+
+
+def test_without_a_bell_a_nap_is_a_sleep(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(doorbell.time, "sleep", slept.append)
+    doorbell.nap(0.25)
+    assert slept == [0.25]
+
+
+WAITER = """
+import sys
+from pathlib import Path
+from hpc_core import doorbell
+from hpc_core.wait import Backoff
+registry, word = Path(sys.argv[1]), Path(sys.argv[2])
+bell = doorbell.open_here(registry, "localhost")
+looked = []
+def check():
+    if not looked:  # the first look finds nothing: the word comes after it
+        looked.append(print("ready", flush=True))
+        return None
+    return word.read_text() if word.exists() else None
+got = doorbell.await_word(check, "the word", 60.0, Backoff(600.0, 1.0, 600.0))
+print(got, bell.rung, flush=True)
+"""
+
+
+def test_another_process_is_woken_across_processes(tmp_path):
+    """A launcher's way: the waiter is its own process with its own bell; the word's writer
+    rings it by name (its port read from the run directory)."""
+    word = tmp_path / "decision.json"
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", WAITER, str(tmp_path / "bells"), str(word)],
+                            stdout=subprocess.PIPE, text=True, cwd=root)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        word.write_text("decided")
+        assert doorbell.ring(tmp_path / "bells", ["localhost"]) == 1
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    got, rung = out.split()
+    assert got == "decided" and int(rung) >= 1
