@@ -11,6 +11,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from hpc_train.contract import Cause
 from hpc_train.launch import signals
 
@@ -72,3 +74,25 @@ def test_task_0s_own_notice_hands_its_cause_over_before_the_signal_goes_out(fake
     thread.join()
     assert seen == [Cause.GROW] and fake_slurm.signals == [("41", "USR2")]
     assert own.cause() == Cause.GROW
+
+
+@pytest.mark.parametrize("saved_at", [2.1, 9.1, 30.6])
+def test_the_save_on_notice_is_seen_within_a_quarter_second_however_long_it_took(
+    tmp_path, monkeypatch, saved_at
+):
+    """``checkpoint()`` requeues at most 0.25 s after rank 0's marker appears, whether the save
+    took 2 or 30 s (on a clock of the test's, slept through by the wait). With the back-off it
+    had (up to 1 s), a save made 9.1 s in was seen 0.96 s late."""
+    marker, now, real = tmp_path / "stop", [0.0], signals.wait_until
+
+    def sleep(delay: float) -> None:
+        now[0] += delay
+        if now[0] >= saved_at and not marker.exists():
+            marker.write_text("{}")
+
+    def on_test_clock(check, what, timeout=None, backoff=None, **_):
+        return real(check, what, timeout, backoff, sleep=sleep, clock=lambda: now[0])
+
+    monkeypatch.setattr(signals, "wait_until", on_test_clock)
+    assert signals.wait_for_save(marker, 600) is True
+    assert now[0] - saved_at <= 0.25
