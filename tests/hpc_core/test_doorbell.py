@@ -127,3 +127,26 @@ def test_another_process_is_woken_across_processes(tmp_path):
         proc.kill()
     got, rung = out.split()
     assert got == "decided" and int(rung) >= 1
+
+
+def test_a_bell_past_descriptor_1024_still_naps(tmp_path):
+    """A launcher with many files open gets a socket numbered above select()'s limit (1024):
+    its naps still work (``poll``)."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        bell = doorbell.Bell(tmp_path, "localhost")
+        assert bell.sock.fileno() > 1024
+        assert bell.nap(0) is False
+        assert doorbell.ring(tmp_path, ["localhost"]) == 1 and bell.nap(30) is True
+        bell.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
