@@ -423,7 +423,46 @@ def kill_event(job: Job, round_: bool) -> dict[str, Any]:
         said_apart(out, "launchers_up", launchers_up(
             StartFiles(job.run, job.id, restart + 1, 0), job.nodes,
             None if first is None else fault + first))  # fmt: skip
+    shutdown_and_startup_apart(out, StartFiles(job.run, job.id, restart, rnd), job.nodes, fault)
     return {"node": victim, **out}
+
+
+def shutdown_and_startup_apart(out: dict[str, Any], files: StartFiles, nodes: int,
+                               fault: float) -> None:  # fmt: skip
+    """A crash's other nodes going down while task 0 waits for their exit records
+    (``agents_down``) and the next torchruns starting one after another (``torchruns_up``), each
+    N processes on this machine's shared cores: said apart from the toolkit's share (once: a
+    result that has them keeps them)."""
+    at = out["at"]
+    if "agents_down_s" not in out:
+        seen, stopped = at.get("seen"), at.get("stopped")
+        said_apart(out, "agents_down", agents_down(
+            files, nodes, None if seen is None else fault + seen,
+            None if stopped is None else fault + stopped))  # fmt: skip
+    torchruns_up_apart(out)
+
+
+def torchruns_up_apart(out: dict[str, Any]) -> None:
+    """The next torchruns starting: the first node's -> the last node's (/proc), N launchers each
+    starting its process on this machine's cores once they read the decision (on a cluster,
+    each on its own node): process start-up, said apart once (``torchruns_up_s``)."""
+    if "torchruns_up_s" not in out:
+        at = out["at"]
+        said_apart(out, "torchruns_up", span(at.get("last_torchrun"), at.get("first_torchrun")))
+
+
+def agents_down(
+    files: StartFiles, nodes: int, seen: float | None, stopped: float | None
+) -> float | None:
+    """Task 0's exit record (``seen``: it saw the crash) -> the last other node's written before
+    its decision (``stopped``): the other nodes' torchrun agents ending (their ranks die of the
+    lost peer), N at once on this machine's cores, while task 0 waits for their records
+    (``end_evidence``). Process shutdown, as a hang's teardown is; 0 when none came after task
+    0's (None: not measured)."""
+    if seen is None or stopped is None:
+        return None
+    written = [p.stat().st_mtime for t in range(nodes) if (p := files.node_exit(t)).exists()]
+    return round(max(0.0, max((w for w in written if w <= stopped), default=seen) - seen), 2)
 
 
 def hang_event(job: Job) -> dict[str, Any]:
@@ -441,6 +480,7 @@ def hang_event(job: Job) -> dict[str, Any]:
     detect = float(declared["time"]) - fault
     out = recovery(job, fault, float(declared["time"]), before, True)
     said_apart(out, "teardown", teardown(job, StartFiles(job.run, job.id, restart, rnd)))
+    torchruns_up_apart(out)
     return {"node": victim, "allowance_s": allowance,
             "detect_over_T": round(detect / allowance, 2) if allowance else None, **out}  # fmt: skip
 
@@ -790,7 +830,8 @@ def reanalyze(path: Path, work_dir: Path, trace_s: float) -> dict[str, Any]:
     """``path``'s result again, from what its run left in ``work_dir`` (each steady window's strace
     files, each requeue's ledger and next start's node reports): the figures the benchmark has
     gained since it ran (``file_ops_by_pace``, a requeue's ``launchers_up_s``, a notice's
-    ``ranks_save_s``), compared anew;
+    ``ranks_save_s``, a crash's ``agents_down_s``, the ``torchruns_up_s`` of every event that
+    relaunches: ``events_again``), compared anew;
     ``trace_s``: the run's ``--trace-s``. Every other figure is kept as measured."""
     result = json.loads(path.read_text())
     for kind in ("real", "hollow"):
@@ -802,20 +843,33 @@ def reanalyze(path: Path, work_dir: Path, trace_s: float) -> dict[str, Any]:
                            v["updates"], trace_s)
                 for k, v in steady_["file_ops_per_update"].items()
             }  # fmt: skip
-            ranks_save_apart(size["rounds"]["notice"])
-            event = size["requeue"]["kill_requeue"]
-            run = RunDir(save_dir(work_dir, "requeue", kind == "hollow", int(nodes)))
-            if "launchers_up_s" in event or event["at"].get("launchers") is None:
-                continue
-            requeued = next(e for e in ledger.read(run.ledger) if e.kind == Kind.REQUEUED)
-            fault = requeued.time - event["at"]["decided"]
-            files = StartFiles(run, str(size["requeue"]["job"]), requeued.restart + 1, 0)
-            said_apart(event, "launchers_up",
-                       launchers_up(files, int(nodes), fault + event["at"]["launchers"]))  # fmt: skip
+            events_again(size, work_dir, kind == "hollow", int(nodes))
     result["compared"] = {k: compared({int(n): v for n, v in result[k].items()})
                           for k in ("real", "hollow") if result[k]}  # fmt: skip
     result["reanalyzed"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     return result
+
+
+def events_again(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int) -> None:
+    """One size's events with the figures said apart since its run (``reanalyze``), each found
+    from its run's ledger (the fault's time: the decision's less its ``decided`` mark)."""
+    ranks_save_apart(size["rounds"]["notice"])
+    torchruns_up_apart(size["rounds"]["hang"])
+    run = RunDir(save_dir(work_dir, "rounds", hollow, nodes))
+    kill = size["rounds"]["kill_round"]
+    restarted = next(e for e in ledger.read(run.ledger) if e.kind == Kind.RESTARTED)
+    files = StartFiles(run, str(size["rounds"]["job"]), restarted.restart,
+                       int(restarted.get("round", 1)) - 1)  # fmt: skip
+    shutdown_and_startup_apart(kill, files, nodes, restarted.time - kill["at"]["decided"])
+    event = size["requeue"]["kill_requeue"]
+    run = RunDir(save_dir(work_dir, "requeue", hollow, nodes))
+    requeued = next(e for e in ledger.read(run.ledger) if e.kind == Kind.REQUEUED)
+    fault, job = requeued.time - event["at"]["decided"], str(size["requeue"]["job"])
+    if "launchers_up_s" not in event and event["at"].get("launchers") is not None:
+        files = StartFiles(run, job, requeued.restart + 1, 0)
+        said_apart(event, "launchers_up",
+                   launchers_up(files, nodes, fault + event["at"]["launchers"]))  # fmt: skip
+    shutdown_and_startup_apart(event, StartFiles(run, job, requeued.restart, 0), nodes, fault)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,3 +113,25 @@ def test_a_notices_ranks_saving_is_said_apart_once():
     scale.ranks_save_apart(notice)
     assert notice == {"saved_s": 0.45, "toolkit_s": 0.2, "ranks_save_s": 0.45,
                       "toolkit_with_ranks_save_s": 0.65}  # fmt: skip
+
+
+def test_a_crashs_agents_going_down_and_its_torchruns_starting_are_said_apart_once(tmp_path):
+    """Exit records at times the test chose: task 0's at 100.0 (it saw the crash), n2's at
+    100.1, n3's at 100.18, n4's at 101.0, after task 0's decision at 100.2: the agents going down
+    while task 0 waited are 0.18 s (n4's came after it decided: not waited for); the torchruns
+    started 13.81 -> 14.05 s after the fault: 0.24 s. Both out of the toolkit's 0.51 s, once."""
+    run = RunDir(tmp_path)
+    files = StartFiles(run, "7", 0, 0)
+    for task, at in ((0, 100.0), (1, 100.1), (2, 100.18), (3, 101.0)):
+        path = files.node_exit(task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        os.utime(path, (at, at))
+    assert scale.agents_down(files, 4, 100.0, 100.2) == 0.18
+    assert scale.agents_down(files, 4, 100.0, 100.05) == 0.0  # none after task 0's, by then
+    assert scale.agents_down(files, 4, None, 100.2) is None
+    out = {"toolkit_s": 0.51,
+           "at": {"seen": 13.53, "stopped": 13.73, "first_torchrun": 13.81, "last_torchrun": 14.05}}  # fmt: skip
+    for _ in range(2):  # the run's, then a --reanalyze of its result
+        scale.shutdown_and_startup_apart(out, files, 4, 100.0 - 13.53)
+    assert (out["agents_down_s"], out["torchruns_up_s"], out["toolkit_s"]) == (0.18, 0.24, 0.09)
