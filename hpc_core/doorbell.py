@@ -9,7 +9,8 @@ decision): the last of N nodes to look is late at every link, the more so the mo
 (issue 46: the polls were most of an in-job round's own share at 39 nodes).
 
 So each launcher process opens a bell (``open_here``): a UDP socket on a port of the kernel's
-choosing, its port registered in the run directory under its node's name. Whoever writes a word
+choosing, its port registered in the run directory under its node's name, with the Slurm start
+it rings for (a bell an earlier start left is never rung). Whoever writes a word
 rings the nodes that wait on it (``ring``: one empty datagram each, to the node's name as Slurm
 and torchrun's rendezvous resolve it), and a waiting node's sleep between looks
 (``nap``, inside ``await_word``) ends at the first datagram. The ring carries nothing and is
@@ -42,9 +43,10 @@ DRAIN = 64  # datagrams read at most per wake (more are left for the next nap: i
 
 class Bell:
     """This process's bell: a UDP socket on an ephemeral port, registered as ``name`` in
-    ``registry`` (a folder of the run directory: one file a node, its port)."""
+    ``registry`` (a folder of the run directory: one file a node, its port and ``key``, the
+    start it rings for: a ringer of another start leaves it alone)."""
 
-    def __init__(self, registry: Path, name: str) -> None:
+    def __init__(self, registry: Path, name: str, key: str) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("0.0.0.0", 0))
         self.sock.setblocking(False)
@@ -53,7 +55,7 @@ class Bell:
         self._poll = select.poll()  # not select(): no limit on the descriptor's number
         self._poll.register(self.sock, select.POLLIN)
         registry.mkdir(parents=True, exist_ok=True)
-        atomic_write(registry / name, f"{self.port}\n", durable=False)
+        atomic_write(registry / name, f"{self.port} {key}\n", durable=False)
 
     def nap(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; True if a ring ended it (every datagram waiting drained)."""
@@ -76,13 +78,13 @@ class Bell:
 _here: Bell | None = None
 
 
-def open_here(registry: Path, name: str) -> Bell | None:
-    """Open this process's bell (once: a second call keeps the first); None where no socket
-    could be had (the polls alone then, as before)."""
+def open_here(registry: Path, name: str, key: str) -> Bell | None:
+    """Open this process's bell for the start ``key`` (once: a second call keeps the first);
+    None where no socket could be had or registered (the polls alone then, as before)."""
     global _here
     if _here is None:
         with contextlib.suppress(OSError):
-            _here = Bell(registry, name)
+            _here = Bell(registry, name, key)
     return _here
 
 
@@ -118,21 +120,32 @@ def _address(name: str) -> str | None:
         return None
 
 
-def ring(registry: Path, names: Iterable[str]) -> int:
-    """Ring the bells of ``names`` (each's port read now: a requeued node registers anew);
-    how many datagrams went. A name with no bell, or that does not resolve, is skipped: it
-    polls."""
+def ring(registry: Path, names: Iterable[str], key: str) -> int:
+    """Ring the bells of ``names`` registered for the start ``key`` (each read now: a requeued
+    node registers anew; a bell left by an earlier start is never rung, its port may be another
+    program's now); how many datagrams went. A name with no such bell, or that does not
+    resolve, is skipped: it polls. Never raises: a ring that fails is a ring lost."""
     sent = 0
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError:
+        return 0
+    with sock:
         for name in dict.fromkeys(names):
-            try:
-                port = int((registry / name).read_text())
-            except (OSError, ValueError):
-                continue
-            address = _address(name)
-            if address is None:
+            port = _port(registry / name, key)
+            address = None if port is None else _address(name)
+            if port is None or address is None:
                 continue
             with contextlib.suppress(OSError):
                 sock.sendto(b"", (address, port))
                 sent += 1
     return sent
+
+
+def _port(path: Path, key: str) -> int | None:
+    """The port of the bell registered at ``path`` for the start ``key`` (None: none)."""
+    try:
+        port, registered = path.read_text().split()
+        return int(port) if registered == key else None
+    except (OSError, ValueError):
+        return None

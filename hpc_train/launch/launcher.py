@@ -153,11 +153,11 @@ class Launcher:
         hosts = tuple(job.hostnames)
         spare_count = self.spec.spares_in(len(hosts))  # derived once: the spares of this job
         start = allocation_start(job.job_id, job.global_rank, hosts, restart, spare_count)
-        doorbell.open_here(self.spec.run_dir.bells, hosts[job.global_rank])  # before any word
+        me = Start(job.job_id, job.global_rank, len(hosts), hosts[0], restart, hosts)
+        doorbell.open_here(self.spec.run_dir.bells, hosts[me.task], me.bell_key)  # before a word
         gpus = lifecycle.visible_gpus(self.spec.sizing.gpus_per_node)
         if start is None:  # a hot spare: idle until task 0 swaps it in, or the run ends
-            spare = Start(job.job_id, job.global_rank, len(hosts), hosts[0], restart, hosts)
-            return self._stand_by(spare, gpus, len(hosts) - spare_count)
+            return self._stand_by(me, gpus, len(hosts) - spare_count)
         return self.run(start, gpus)
 
     def run(self, start: Start, gpus: int, came_from: str | None = None) -> dict[str, Any]:

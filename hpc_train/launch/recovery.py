@@ -149,8 +149,7 @@ def _stop(here: Here, t: to.Stop, ev: EndEvidence, path: EndPath, deputy: bool) 
         _to_spares(here, RoundAction.DONE, t.why, everyone=True)
         return Onward.ends(here.done(**t.result))
     if here.start.task == 0 or deputy:
-        here.tell(RoundVerdict(RoundAction.FAIL, t.why, [],
-                                              list(here.start.standby)))  # fmt: skip
+        here.tell(RoundVerdict(RoundAction.FAIL, t.why, [], list(here.start.standby)))
     if path.pulse:  # nothing can replace the node: end the job, not hold it
         cancel(here.job_id)
         return Onward.ends(here.done())
@@ -162,8 +161,7 @@ def _held(here: Here, t: to.Hold) -> None:
     ``scontrol release``. A verdict the full or read-only save dir refuses is said instead: the
     hold ends every task."""
     try:
-        here.tell(RoundVerdict(RoundAction.REQUEUE, t.why, [],
-                                              list(here.start.standby)))  # fmt: skip
+        here.tell(RoundVerdict(RoundAction.REQUEUE, t.why, [], list(here.start.standby)))
     except OSError as err:
         log(f"the round's verdict not written ({err}): the hold ends the other tasks")
     here.note(Kind.REQUEUED, by=f"task {here.start.task}, held: scontrol release {here.job_id}")

@@ -48,14 +48,20 @@ class Start:
         me = self.hosts[self.task] if self.task < len(self.hosts) else ""
         return tuple(h for h in dict.fromkeys((*self.hosts, *self.standby)) if h != me)
 
+    @property
+    def bell_key(self) -> str:
+        """The Slurm start whose launchers ring one another (``hpc_core.doorbell``): its
+        launchers keep their bells through the in-job rounds."""
+        return f"{self.job_id}-{self.restart}"
+
     def ring_decider(self, run: RunDir) -> None:
         """A word for task 0 was written (this node's report, its exit record): ring its bell."""
         if self.task != 0:
-            doorbell.ring(run.bells, [self.first_host])
+            doorbell.ring(run.bells, [self.first_host], self.bell_key)
 
     def ring_others(self, run: RunDir) -> None:
         """Task 0's word for the others was written (a decision, a verdict): ring their bells."""
-        doorbell.ring(run.bells, self.others())
+        doorbell.ring(run.bells, self.others(), self.bell_key)
 
     def files(self, run: RunDir) -> StartFiles:
         """This start's files in ``run`` (its round's own: ``41.1`` for an in-job restart), its

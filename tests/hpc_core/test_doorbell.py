@@ -19,22 +19,23 @@ from hpc_core import doorbell
 from hpc_core.wait import Backoff
 
 RARELY = Backoff(60.0, 1.0, 60.0)  # one look, then the next a minute later
+KEY = "41-0"  # the Slurm start whose launchers ring one another
 
 
 @pytest.fixture
 def here_bell(tmp_path) -> Iterator[doorbell.Bell]:
-    bell = doorbell.open_here(tmp_path / "bells", "localhost")
+    bell = doorbell.open_here(tmp_path / "bells", "localhost", KEY)
     assert bell is not None
     yield bell
     doorbell.close_here()
 
 
 def test_a_ring_ends_a_nap_and_is_drained(tmp_path):
-    bell = doorbell.Bell(tmp_path, "localhost")
+    bell = doorbell.Bell(tmp_path, "localhost", KEY)
     try:
-        assert (tmp_path / "localhost").read_text().strip() == str(bell.port)
+        assert (tmp_path / "localhost").read_text().split() == [str(bell.port), KEY]
         assert bell.nap(0) is False  # nothing rung yet
-        assert doorbell.ring(tmp_path, ["localhost", "localhost"]) == 1  # a name rung once
+        assert doorbell.ring(tmp_path, ["localhost", "localhost"], KEY) == 1  # a name rung once
         assert bell.nap(30) is True and bell.rung == 1
         assert bell.nap(0) is False  # drained: the next nap sleeps
     finally:
@@ -42,24 +43,10 @@ def test_a_ring_ends_a_nap_and_is_drained(tmp_path):
 
 
 def test_a_name_without_a_bell_or_an_address_is_skipped(tmp_path):
-    (tmp_path / "no-such-node.invalid").write_text("40000\n")
+    (tmp_path / "no-such-node.invalid").write_text(f"40000 {KEY}\n")
     (tmp_path / "garbled").write_text("not a port\n")
-    assert doorbell.ring(tmp_path, ["nobody", "no-such-node.invalid", "garbled"]) == 0
-    assert doorbell.ring(tmp_path / "none-yet", ["localhost"]) == 0
-
-
-def test_a_node_registered_again_is_rung_at_its_new_port(tmp_path):
-    """A requeued node's new launcher registers a new port; a ringer reads it at every ring (a
-    port kept from before would ring a closed socket all start long)."""
-    old = doorbell.Bell(tmp_path, "localhost")
-    assert doorbell.ring(tmp_path, ["localhost"]) == 1
-    old.close()
-    new = doorbell.Bell(tmp_path, "localhost")
-    try:
-        assert doorbell.ring(tmp_path, ["localhost"]) == 1
-        assert new.nap(30) is True
-    finally:
-        new.close()
+    assert doorbell.ring(tmp_path, ["nobody", "no-such-node.invalid", "garbled"], KEY) == 0
+    assert doorbell.ring(tmp_path / "none-yet", ["localhost"], KEY) == 0
 
 
 def test_a_word_awaited_is_seen_when_rung_not_at_the_next_poll(tmp_path, here_bell):
@@ -77,7 +64,7 @@ def test_a_word_awaited_is_seen_when_rung_not_at_the_next_poll(tmp_path, here_be
     def writer() -> None:
         looked.wait(20)
         word.write_text("go")
-        doorbell.ring(tmp_path / "bells", ["localhost"])
+        doorbell.ring(tmp_path / "bells", ["localhost"], KEY)
 
     thread = threading.Thread(target=writer)
     thread.start()
@@ -99,7 +86,7 @@ from pathlib import Path
 from hpc_core import doorbell
 from hpc_core.wait import Backoff
 registry, word = Path(sys.argv[1]), Path(sys.argv[2])
-bell = doorbell.open_here(registry, "localhost")
+bell = doorbell.open_here(registry, "localhost", "41-0")
 looked = []
 def check():
     if not looked:  # the first look finds nothing: the word comes after it
@@ -121,7 +108,7 @@ def test_another_process_is_woken_across_processes(tmp_path):
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         word.write_text("decided")
-        assert doorbell.ring(tmp_path / "bells", ["localhost"]) == 1
+        assert doorbell.ring(tmp_path / "bells", ["localhost"], KEY) == 1
         out, _ = proc.communicate(timeout=30)
     finally:
         proc.kill()
@@ -141,12 +128,30 @@ def test_a_bell_past_descriptor_1024_still_naps(tmp_path):
     try:
         while not held or held[-1] < 1100:
             held.append(os.open(os.devnull, os.O_RDONLY))
-        bell = doorbell.Bell(tmp_path, "localhost")
+        bell = doorbell.Bell(tmp_path, "localhost", KEY)
         assert bell.sock.fileno() > 1024
         assert bell.nap(0) is False
-        assert doorbell.ring(tmp_path, ["localhost"]) == 1 and bell.nap(30) is True
+        assert doorbell.ring(tmp_path, ["localhost"], KEY) == 1 and bell.nap(30) is True
         bell.close()
     finally:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_bell_left_by_an_earlier_start_is_never_rung(tmp_path):
+    """A requeued job's launcher may ring a node before that node's new launcher registered:
+    the bell file there is the last start's, its port maybe another program's now. A ring for
+    this start leaves it alone, and rings the node's new launcher at its new port once it has
+    registered (the port read at every ring, never kept)."""
+    old = doorbell.Bell(tmp_path, "localhost", "41-0")
+    try:
+        assert doorbell.ring(tmp_path, ["localhost"], "41-1") == 0
+        assert old.nap(0) is False
+    finally:
+        old.close()
+    new = doorbell.Bell(tmp_path, "localhost", "41-1")
+    try:
+        assert doorbell.ring(tmp_path, ["localhost"], "41-1") == 1 and new.nap(30) is True
+    finally:
+        new.close()

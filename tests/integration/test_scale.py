@@ -81,3 +81,7 @@ def test_eight_hollow_nodes_start_recover_and_finish_asking_slurm_per_node(clust
     assert views["logs"]["exit"] == 0 and views["logs"]["lines"] < 40, views
     assert views["status"]["exit"] == 0 and views["status"]["lines"] <= 12, views
     assert kill["toolkit_s"] is not None and notice["saved_s"] is not None
+    # every launcher of the last start (after the notice's requeue: restart 1), the spare's too,
+    # registered its doorbell for that start (hpc_core.doorbell): the words rang them
+    bells = {p.name: p.read_text().split()[1] for p in job.run.bells.iterdir()}
+    assert len(bells) >= NODES and set(bells.values()) == {f"{job.id}-1"}, bells

@@ -459,22 +459,22 @@ def test_each_word_rings_the_nodes_that_wait_on_it(tmp_path, monkeypatch):
     """A report rings task 0 only; task 0's decision and its verdict ring every other node and
     the hot spares, never itself (``hpc_core.doorbell``: the waiting nodes look at once)."""
     rung: list[tuple[str, ...]] = []
-    monkeypatch.setattr(doorbell, "ring", lambda registry, names: rung.append(tuple(names)))
+    monkeypatch.setattr(doorbell, "ring", lambda registry, names, key: rung.append((*names, key)))
     run = RunDir(tmp_path)
     start = Start("41", 0, 2, "n1", 0, ("n1", "n2"), 0, ("n3",))
     spec = JobSpec(Training("tiny", tmp_path / "d", tmp_path))
     files = start.files(run)
     files.write_decision(StartDecision([], 0, "fresh start", 1, False, 2, 8, 1))
     starts.decide_start(run, dataclasses.replace(start, task=1), spec, 0, lambda _: None)
-    assert rung == [("n1",)]  # n2's report: to task 0
+    assert rung == [("n1", "41-0")]  # n2's report: to task 0, of job 41's first start
     rung.clear()
     write_node_report(run, "41", 0, NodeReport(1, "n2", 0))
     starts.decide_start(run, start, spec, 0, lambda _: None)
-    assert rung == [("n2", "n3")]  # task 0's decision: to the others and the spare
+    assert rung == [("n2", "n3", "41-0")]  # task 0's decision: to the others and the spare
     rung.clear()
     here, _ = here_of(tmp_path, start)
     here.tell(RoundVerdict(RoundAction.DONE, "done", [], ["n3"]))
-    assert rung == [("n2", "n3")] and read_verdict(run, "41", 0).why == "done"
+    assert rung == [("n2", "n3", "41-0")] and read_verdict(run, "41", 0).why == "done"
 
 
 def test_only_task_0_releases_the_spares(tmp_path):
