@@ -404,17 +404,25 @@ def test_bench_scale_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) ->
         whole = round(event["decide_s"] + event["relaunch_s"], 2)
         kept = next((k for k in event if k.startswith("toolkit_with_")), "toolkit_s")
         assert event[kept] == whole, event  # the whole, where start-up or shutdown was taken out
+        apart = [
+            k[len("toolkit_with_") : -len("_s")] for k in event if k.startswith("toolkit_with_")
+        ]
+        assert "torchruns_up" in apart and all(event[f"{n}_s"] >= 0 for n in apart), event
+        left = whole - sum(event[f"{name}_s"] for name in apart)  # each said apart once
+        assert abs(event["toolkit_s"] - left) < 0.006, (left, event)
         assert event["slurm_calls"]["rpc"] >= 1  # task 0's own look-ups at least
+    assert "agents_down_s" in rounds["kill_round"] and "agents_down_s" in requeue["kill_requeue"]
     hang = rounds["hang"]  # its nodes' agents going down, within seen -> decided, said apart
     assert hang["teardown_s"] is not None and 0 <= hang["teardown_s"] <= hang["decide_s"], hang
-    assert hang["toolkit_s"] == round(hang["toolkit_with_teardown_s"] - hang["teardown_s"], 2)
     assert 0 < rounds["hang"]["detect_over_T"] < 3 and rounds["hang"]["allowance_s"] == 10
     assert rounds["notice"]["saved_s"] <= rounds["notice"]["stopped_s"]
     assert requeue["kill_requeue"]["slurm_calls"]["by_kind"].get("scontrol requeue") == 1
     requeued = requeue["kill_requeue"]  # its launchers starting, within the relaunch, said apart
     assert 0 <= requeued["launchers_up_s"] <= requeued["relaunch_s"], requeued
-    assert requeued["toolkit_s"] == round(
-        requeued["toolkit_with_launchers_up_s"] - requeued["launchers_up_s"], 2
+    notice = rounds["notice"]  # its ranks finishing the update in flight and saving, said apart
+    assert (
+        notice["ranks_save_s"] == notice["saved_s"]
+        and notice["toolkit_with_ranks_save_s"] >= notice["ranks_save_s"]
     )
     memory = rounds["steady"]["memory"]["last"]
     assert abs(memory["node_mb"] - sum(v for k, v in memory.items() if k != "node_mb")) < 0.5
