@@ -432,23 +432,20 @@ def shutdown_and_startup_apart(out: dict[str, Any], files: StartFiles, nodes: in
     """A crash's other nodes going down while task 0 waits for their exit records
     (``agents_down``) and the next torchruns starting one after another (``torchruns_up``), each
     N processes on this machine's shared cores: said apart from the toolkit's share (once: a
-    result that has them keeps them)."""
-    at = out["at"]
-    if "agents_down_s" not in out:
-        seen, stopped = at.get("seen"), at.get("stopped")
-        said_apart(out, "agents_down", agents_down(
-            files, nodes, None if seen is None else fault + seen,
-            None if stopped is None else fault + stopped))  # fmt: skip
+    result that has them keeps them: ``said_apart``)."""
+    seen, stopped = out["at"].get("seen"), out["at"].get("stopped")
+    said_apart(out, "agents_down", agents_down(
+        files, nodes, None if seen is None else fault + seen,
+        None if stopped is None else fault + stopped))  # fmt: skip
     torchruns_up_apart(out)
 
 
 def torchruns_up_apart(out: dict[str, Any]) -> None:
     """The next torchruns starting: the first node's -> the last node's (/proc), N launchers each
     starting its process on this machine's cores once they read the decision (on a cluster,
-    each on its own node): process start-up, said apart once (``torchruns_up_s``)."""
-    if "torchruns_up_s" not in out:
-        at = out["at"]
-        said_apart(out, "torchruns_up", span(at.get("last_torchrun"), at.get("first_torchrun")))
+    each on its own node): process start-up, said apart (``torchruns_up_s``)."""
+    at = out["at"]
+    said_apart(out, "torchruns_up", span(at.get("last_torchrun"), at.get("first_torchrun")))
 
 
 def agents_down(
@@ -489,7 +486,10 @@ def said_apart(out: dict[str, Any], name: str, seconds: float | None) -> None:
     """``seconds`` of ``out``'s toolkit share that are process start-up or shutdown, not the
     toolkit's polls, timeouts or look-ups (``name``: a hang's agents going down, a requeue's
     launchers starting): taken out of ``toolkit_s``, said beside it as ``<name>_s``, the whole
-    kept as ``toolkit_with_<name>_s`` (None: not measured, nothing taken out)."""
+    kept as ``toolkit_with_<name>_s`` (None: not measured, nothing taken out). Once: a figure
+    already said apart (a ``--reanalyze`` of a result that has it) is left as it is."""
+    if f"{name}_s" in out:
+        return
     out[f"{name}_s"] = seconds
     if seconds is not None and out["toolkit_s"] is not None:
         out[f"toolkit_with_{name}_s"] = out["toolkit_s"]
@@ -553,8 +553,7 @@ def ranks_save_apart(notice: dict[str, Any]) -> None:
     this machine's 2 cores), not a poll or look-up of the toolkit's. Said apart
     (``ranks_save_s``): the toolkit's share is the save -> the requeue (its wait for rank 0's
     marker, the stop recorded, the requeue asked)."""
-    if "ranks_save_s" not in notice:
-        said_apart(notice, "ranks_save", notice["saved_s"])
+    said_apart(notice, "ranks_save", notice["saved_s"])
 
 
 def finished(job: Job) -> dict[str, Any]:
@@ -865,7 +864,7 @@ def events_again(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int)
     run = RunDir(save_dir(work_dir, "requeue", hollow, nodes))
     requeued = next(e for e in ledger.read(run.ledger) if e.kind == Kind.REQUEUED)
     fault, job = requeued.time - event["at"]["decided"], str(size["requeue"]["job"])
-    if "launchers_up_s" not in event and event["at"].get("launchers") is not None:
+    if event["at"].get("launchers") is not None:
         files = StartFiles(run, job, requeued.restart + 1, 0)
         said_apart(event, "launchers_up",
                    launchers_up(files, nodes, fault + event["at"]["launchers"]))  # fmt: skip

@@ -51,7 +51,7 @@ class Bell:
         self.sock.bind(("0.0.0.0", 0))
         self.sock.setblocking(False)
         self.port: int = self.sock.getsockname()[1]
-        self.rung = 0  # naps ended by a ring (for tests and the benchmark's log)
+        self.rung = 0  # naps ended by a ring (what a test sees of it)
         self._poll = select.poll()  # not select(): no limit on the descriptor's number
         self._poll.register(self.sock, select.POLLIN)
         registry.mkdir(parents=True, exist_ok=True)
@@ -64,9 +64,7 @@ class Bell:
         for _ in range(DRAIN):
             try:
                 self.sock.recv(16)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:  # an ICMP error queued on the socket: nothing to read
+            except OSError:  # drained (EAGAIN), or an ICMP error queued on the socket
                 break
         self.rung += 1
         return True

@@ -45,8 +45,8 @@ class Start:
 
     def others(self) -> tuple[str, ...]:
         """Every node of this start but this one, the hot spares too: who task 0's word is for."""
-        me = self.hosts[self.task] if self.task < len(self.hosts) else ""
-        return tuple(h for h in dict.fromkeys((*self.hosts, *self.standby)) if h != me)
+        me = self.hosts[self.task] if self.task < len(self.hosts) else ""  # hosts may be unsaid
+        return tuple(h for h in (*self.hosts, *self.standby) if h != me)
 
     @property
     def bell_key(self) -> str:
