@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -93,12 +94,23 @@ def close_here() -> None:
         _here = None
 
 
-def nap(seconds: float) -> None:
-    """Sleep between two looks: on this process's bell if it has one (a ring ends it early)."""
-    if _here is None:
-        time.sleep(seconds)
-    else:
+def nap(seconds: float, stop: threading.Event | None = None) -> None:
+    """Sleep between two looks: on this process's bell if it has one (a ring ends it early);
+    without one, until ``stop`` is set if given (``wake_here`` rings the bell for it)."""
+    if _here is not None:
         _here.nap(seconds)
+    elif stop is not None:
+        stop.wait(seconds)
+    else:
+        time.sleep(seconds)
+
+
+def wake_here() -> None:
+    """Ring this process's own bell (on loopback), ending a nap of another of its threads at
+    once: a watcher napping on the bell that is told to stop (``watch.hang_monitor``)."""
+    if _here is not None:
+        with contextlib.suppress(OSError):
+            _here.sock.sendto(b"", ("127.0.0.1", _here.port))
 
 
 def await_word(

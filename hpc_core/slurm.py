@@ -566,6 +566,7 @@ class JobState:
     nodes: str
     reason: str
     comment: str = ""  # the job's Comment (``hold`` writes why it is held there)
+    excluded: str = ""  # the job's ExcNodeList as Slurm writes it (``n[3-4]``; "": none)
 
     @property
     def finished(self) -> bool:
@@ -604,6 +605,7 @@ def _state_of(job_id: str, info: dict[str, str] | None) -> JobState:
         nodes=info.get("NodeList", ""),
         reason=info.get("Reason", ""),
         comment=info.get("Comment", "").removeprefix("(null)"),
+        excluded=info.get("ExcNodeList", "").removeprefix("(null)"),
     )
 
 

@@ -198,7 +198,7 @@ def watch_hangs(here: Here, nproc: int, pid: int) -> hang_monitor.Monitor | None
         return None
     return hang_monitor.Monitor(
         here.files, node_name(), nproc, here.start.num_nodes, here.spec.watch.hang, pid,
-        partial(process_exited, pid), log,
+        partial(process_exited, pid), log, partial(here.start.ring_round, here.run),
     ).start()  # fmt: skip
 
 

@@ -293,6 +293,10 @@ def requeue_blocked(
 # --- after_end: the whole decision once a start has ended (pure) ---------------------------------
 
 LOST_POLL = Backoff(1.0, 1.5, 5.0)  # Slurm's word on a node whose slurmd may be gone
+# the partition's word asked with a decision's first question is asked again for a requeue
+# where a later ask came this long after it (a wait for Slurm's word on a node: it may say
+# otherwise now), or after it failed
+PARTITION_FRESH_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -345,8 +349,32 @@ def after_end(ev: EndEvidence, opt: EndOptions) -> Transition:
         return unanswered.ask
 
 
-def _job_word(ev: EndEvidence) -> JobWord:
-    return ev.slurm.job or _ask(Question(job=True))
+def _job_word(ev: EndEvidence, also: Question | None = None) -> JobWord:
+    """The job's word, asked with ``also`` (what the decision needs next: one wait for all)."""
+    return ev.slurm.job or _ask(replace(also or Question(), job=True))
+
+
+def _weighing(ev: EndEvidence, opt: EndOptions, hang: bool) -> Question:
+    """What weighing a bad end on task 0 asks Slurm after the job's word (a cancel?), asked with
+    it and answered at once (``end_evidence.ask``), not one after another (issue 46: a
+    requeue's five calls in a row were 1.45 s of its decision at 39 hollow nodes, 0.07 s at 2):
+    the node the evidence points to (``hang``: the hang's reports; else the crash's), whether
+    Slurm lost it and its machine (the blame's); and, without in-job restarts (a restart is a
+    requeue), whether the requeued job could start (the partition)."""
+    found = _hang_suspect(ev) if hang else _crash_suspect(ev)
+    nodes = (found.node,) if found is not None else ()
+    return Question(nodes=nodes, partition=not opt.in_job, partition_name=opt.partition)
+
+
+def _hang_suspect(ev: EndEvidence) -> Suspect | None:
+    nodes = list(ev.where.hosts) or sorted({r.node for r in ev.hang_ranks})
+    return hang_suspect(ev.hang_ranks, ev.hang_reported, nodes)
+
+
+def _crash_suspect(ev: EndEvidence) -> Suspect | None:
+    hosts = ev.where.hosts
+    ranks = {b.rank: b.node for h in hosts for b in ev.beats.get(h, ())}
+    return crash_suspect(ev.failures, ev.exits, hosts, ranks)
 
 
 def _node_words(ev: EndEvidence, nodes: Sequence[str]) -> list[NodeWord]:
@@ -404,18 +432,19 @@ def _exit_settled(
     return returncode, hang, stuck, []
 
 
-def _cancelled(ev: EndEvidence) -> tuple[bool, list[str]]:
+def _cancelled(ev: EndEvidence, also: Question) -> tuple[bool, list[str]]:
     """Did the user cancel the job (``scancel``)? scancel sends SIGTERM to every task with no
     notice before it; a preemption or the time limit sends the notice (USR2) first: every node
     tells a cancel by its own signals. Slurm's own word counts too, though while the steps are
     torn down it only says COMPLETING: task 0 alone asks it, one look-up for the job whatever
     its size; the other tasks follow task 0's verdict (a cancel's is ``DONE``) or fail their
-    part while task 0 decides (issue 46: one ``scontrol show job`` per node before)."""
+    part while task 0 decides (issue 46: one ``scontrol show job`` per node before). Asked
+    with ``also`` (``_weighing``: what the decision needs next)."""
     if ev.signals[:1] == ("SIGTERM",):
         return True, []
     if ev.where.task != 0:
         return False, []
-    job = _job_word(ev)
+    job = _job_word(ev, also)
     if job.error:
         return False, [f"cannot tell a cancel from a crash ({job.error}): treating it as a crash"]
     return job.state == "CANCELLED", []
@@ -467,11 +496,10 @@ def _stop_suspect(
     """Task 0: the node a hang's reports, a crash's evidence or a storage failure only some
     nodes see (``held``, weighed already) point to, why (the blame's), the hang's verdict for
     ``suspect.json``, and what to say."""
-    files, hosts = ev.where.files, ev.where.hosts
+    files = ev.where.files
     job = files.name  # as the log and the ledger have always said it (a round's: 41.1)
     if cause == Cause.HANG:
-        nodes = list(hosts) or sorted({r.node for r in ev.hang_ranks})
-        found = hang_suspect(ev.hang_ranks, ev.hang_reported, nodes)
+        found = _hang_suspect(ev)
         said = [f"hang: suspect {found.node}: {found.why}" if found else
                 "hang: no suspect node (no rank had completed an update)"]  # fmt: skip
         why = f"hang in job {job}: {found.why}" if found else ""
@@ -485,8 +513,7 @@ def _stop_suspect(
             None,
             [],
         )
-    ranks = {b.rank: b.node for h in hosts for b in ev.beats.get(h, ())}
-    found = crash_suspect(ev.failures, ev.exits, hosts, ranks)
+    found = _crash_suspect(ev)
     lost: list[str] = []
     if found is not None and found.evidence is Evidence.SIGNAL:
         found, lost = _unless_lost(ev, found)
@@ -525,7 +552,7 @@ def _after_exit(ev: EndEvidence, opt: EndOptions) -> Transition:
     returncode, hang, stuck, said = _exit_settled(ev, opt)
     cancelled = False
     if returncode != 0 and not ended.saved:
-        cancelled, told = _cancelled(ev)
+        cancelled, told = _cancelled(ev, _weighing(ev, opt, hang is not None))
         said += told
     crash, repeated = (None, False)
     if returncode != 0 and not hang:  # the watchdog's kill makes the peers report lost peers
@@ -626,12 +653,16 @@ def _held_now(ev: EndEvidence, blames: Sequence[Blame]) -> list[str]:
 
 def _requeue(ev: EndEvidence, opt: EndOptions, requeue: Requeue) -> Requeue | Stop:
     """``requeue`` once Slurm says the requeued job could start (one sinfo, the job's
-    ExcNodeList): which of the nodes it leaves out it excludes by name (``excluded_by_name``,
+    ExcNodeList; asked with the decision's first question where a restart can only be a
+    requeue, ``_weighing``, and again where it is stale, ``PARTITION_FRESH_S``): which of the nodes it leaves out it excludes by name (``excluded_by_name``,
     the quarantine's: ``quarantined_by_name``), and whether enough usable nodes are left for
     ``--nodes`` MIN (``requeue_blocked``). Where none could replace the missing ones the run
     stops (``Stop``, ``Cause.NO_NODES``); a Slurm error is said and the requeue goes ahead,
     every node it leaves out excluded: it is Slurm's to refuse then."""
-    part = ev.slurm.partition or _ask(Question(partition=True, partition_name=opt.partition))
+    part = ev.slurm.partition
+    late = part is not None and part.time < ev.slurm.last_s
+    if part is None or (late and (part.error or ev.slurm.last_s - part.time > PARTITION_FRESH_S)):
+        _ask(Question(partition=True, partition_name=opt.partition))
     if part.error:
         said = f"cannot tell whether the requeued job can start ({part.error}): requeueing"
         return replace(requeue, said=(*requeue.said, said))

@@ -63,6 +63,13 @@ class Start:
         """Task 0's word for the others was written (a decision, a verdict): ring their bells."""
         doorbell.ring(run.bells, self.others(), self.bell_key)
 
+    def ring_round(self, run: RunDir) -> None:
+        """A word for every node of this round was written (a hang declared, the last hang
+        report: ``watch.hang_monitor``): ring the others' bells (not the spares': they run
+        no ranks)."""
+        me = self.hosts[self.task]
+        doorbell.ring(run.bells, [h for h in self.hosts if h != me], self.bell_key)
+
     def files(self, run: RunDir) -> StartFiles:
         """This start's files in ``run`` (its round's own: ``41.1`` for an in-job restart), its
         key bound once."""

@@ -13,6 +13,11 @@ declared by another node (``hang.json`` in the incident dir):
    their dumps of the last collectives are copied there too (``nccl_trace_rank_<r>``);
 2. it waits (at most ``faults.end_evidence.REPORT_WAIT_S``) for every node's report, so no node
    stops its ranks before the others have dumped theirs;
+
+A declaration and the report that completes the set ring the round's other nodes
+(``hpc_core.doorbell``; ``ring``): the thread naps on the launcher's bell between its ticks and
+its looks for the reports, so each node acts on them at once, the polls the backstop (at 39
+hollow nodes the last report came 1.2 s after the declaration, issue 46);
 3. it kills this node's ranks and torchrun: the launcher then sees the hang
    (``Ended.hang``). This thread only reports: task 0 reads every node's report with the rest
    of the start's end (``hpc_train.faults.end_evidence``), its policy names the suspect
@@ -39,11 +44,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hpc_core import instances
+from hpc_core import doorbell, instances
 from hpc_core.rundir import (
     HANG_DECLARED,
     atomic_write,
     incident_report,
+    incident_reports,
     incident_stacks,
     nccl_pipe,
     nccl_pipe_prefix,
@@ -225,8 +231,10 @@ class Monitor(Watcher[str | None]):
         torchrun_pid: int,
         exited: Callable[[], bool],
         log: Callable[[str], None],
+        ring: Callable[[], object] = lambda: None,
     ) -> None:
         super().__init__("hang-watchdog", min(DECLARED_POLL_S, POLL_S))
+        self.ring = ring  # the round's other nodes' bells (``Start.ring_round``)
         self.clock: Callable[[], float] = time.monotonic  # when the heartbeats are due again
         self._beats_due = 0.0
         self.directory = files.heartbeats(node)
@@ -240,6 +248,17 @@ class Monitor(Watcher[str | None]):
 
     def join_s(self) -> float:
         return STACK_WAIT_S + end_evidence.REPORT_WAIT_S + FLIGHT_RECORDER_WAIT_S
+
+    def nap(self, seconds: float) -> None:
+        """Between two ticks: on the launcher's bell (a ring of another node's declaration ends
+        it), or until ``stop()``, which rings it."""
+        if not self.stopping:
+            doorbell.nap(seconds, self._stop)
+
+    def stop(self) -> str | None:
+        self._stop.set()
+        doorbell.wake_here()  # the thread may nap on the bell
+        return super().stop()
 
     def result(self) -> str | None:
         """After ``stop()`` (torchrun has exited): the hang it acted on, or one another node
@@ -262,6 +281,7 @@ class Monitor(Watcher[str | None]):
         if found is None:
             return None
         declare(self.incident, self.node, found.why, found.allowance_s)
+        self.ring()
         return found.why
 
     def _agent_stuck(self, beats: Sequence[Beat]) -> bool:
@@ -319,6 +339,8 @@ class Monitor(Watcher[str | None]):
             "ranks": [asdict(r) for r in ranks],
         }
         atomic_write(incident_report(self.incident, self.node), json.dumps(report))
+        if len(incident_reports(self.incident)) >= self.nodes:  # the last: the others wait on it
+            self.ring()
         stackless = [r.rank for r in ranks if not r.stack]
         self.log(f"hang: {len(ranks) - len(stackless)} stack(s) saved; no stack from {stackless}")
         got = end_evidence.wait_for_reports(self.incident, self.nodes, end_evidence.REPORT_WAIT_S)

@@ -42,11 +42,13 @@ class FakeSlurm:
         self.silent = 0  # the controller answers none of the next this many look-ups
         self.asked: list[str] = []  # what was asked, in order (node, step, config)
         self.jobs_asked: list[str] = []  # each `scontrol show job` (the job's state), by job id
+        self._lock = threading.Lock()  # the parts of one question are asked at once (threads)
 
     def _answer(self, what: str) -> None:
-        self.asked.append(what)
-        if self.silent > 0:
-            self.silent -= 1
+        with self._lock:
+            self.asked.append(what)
+            silent, self.silent = self.silent > 0, max(0, self.silent - 1)
+        if silent:
             raise slurm.SlurmUnreachable(f"{what}: Unable to contact slurm controller")
 
     DEFAULT_SLURMD_TIMEOUT_S = slurm.DEFAULT_SLURMD_TIMEOUT_S
@@ -54,7 +56,11 @@ class FakeSlurm:
 
     def job_state(self, job_id: str) -> slurm.JobState:
         self.jobs_asked.append(job_id)
-        return slurm.JobState(job_id, self.state, self.restarts, "n[1-2]", "")
+        excluded = ",".join(self._excluded(job_id))
+        return slurm.JobState(job_id, self.state, self.restarts, "n[1-2]", "", excluded=excluded)
+
+    def _excluded(self, job_id: str) -> list[str]:
+        return [n for job, nodes in self.excluded if job == job_id for n in nodes]
 
     def requeue(self, job_id: str) -> None:
         self.requeued.append(job_id)
@@ -90,8 +96,8 @@ class FakeSlurm:
     def partition_nodes(self, partition: str | None) -> dict[str, str]:
         return dict(self.partition)
 
-    def job_info(self, job_id: str) -> dict[str, str] | None:
-        excluded = [n for job, nodes in self.excluded if job == job_id for n in nodes]
+    def job_info(self, job_id: str) -> dict[str, str]:
+        excluded = self._excluded(job_id)
         held = [n for n in self.partition if (job_id, n) not in self.released]
         return {"JobId": job_id, "ExcNodeList": ",".join(excluded) or "(null)",
                 "JobState": self.state, "Restarts": str(self.restarts),

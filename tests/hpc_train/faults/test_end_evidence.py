@@ -9,6 +9,7 @@ fake clock by the poll's step and writes each node's record at the fake time the
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -17,7 +18,7 @@ from hpc_core import doorbell
 from hpc_core.rundir import RunDir
 from hpc_train.contract import StartFiles
 from hpc_train.faults import end_evidence, failures
-from hpc_train.faults.end_evidence import Ended, Where
+from hpc_train.faults.end_evidence import Ended, Question, SlurmWord, Where
 from hpc_train.faults.failures import Failure, NodeExit
 from hpc_train.faults.suspects import Evidence, crash_suspect
 
@@ -141,8 +142,50 @@ def test_a_user_error_report_blames_no_node_so_task_0_does_not_wait(tmp_path, mo
 
     run = RunDir(tmp_path)
     failures.write(run, "41", 0, Failure(3, 40, "ValueError", "bad batch"))
-    monkeypatch.setattr(doorbell, "wait_until", no_wait)
-    monkeypatch.setattr(end_evidence, "wait_until", no_wait)
+    monkeypatch.setattr(doorbell, "wait_until", no_wait)  # every wait of the evidence's
     where = Where(StartFiles(run, "41", 0), 0, HOSTS, len(HOSTS), node="n1")
     ev = end_evidence.at_exit(where, Ended(1, False), (), 100)
     assert ev.exits == () and [f.rank for f in ev.failures] == [3]
+
+
+# --- Slurm's word: a question's parts asked at once (issue 46), against the fake Slurm of
+# tests/hpc_train/conftest.py (no Slurm in this tier; the real-Slurm decisions are in
+# tests/integration)
+
+
+def test_the_parts_of_one_question_are_asked_at_once(fake_slurm):
+    """Each part of a question (the job, a node, a step probe, SlurmdTimeout, the partition)
+    waits here until all five have been asked: asked one after another, the first would wait
+    in vain (a broken barrier). A requeue's decision made five calls in a row: 1.45 s of it at
+    39 hollow nodes, 0.07 s at 2."""
+    together = threading.Barrier(5, timeout=10)
+    for name in ("job_state", "node_info", "step_starts", "slurmd_timeout_s", "partition_nodes"):
+        answer = getattr(fake_slurm, name)
+
+        def waits(*args, _answer=answer, **kwargs):
+            together.wait()
+            return _answer(*args, **kwargs)
+
+        setattr(fake_slurm, name, waits)
+    fake_slurm.gone.add("n2")
+    question = Question(job=True, nodes=("n2",), steps=("n2",), slurmd_timeout=True,
+                        partition=True)  # fmt: skip
+    word = end_evidence.ask(question, SlurmWord(), "41", clock=lambda: 7.0)
+    assert word.job is not None and word.job.state == "RUNNING"
+    assert word.nodes["n2"].state == "IDLE" and word.steps["n2"] == (False, 7.0)
+    assert word.no_start_since == {"n2": 7.0} and word.slurmd_timeout_s == 0.5
+    assert word.partition is not None and word.partition.states == fake_slurm.partition
+
+
+def test_the_partitions_question_reads_the_jobs_exclusions_from_its_one_show_job(fake_slurm):
+    """The job's ExcNodeList comes with its state (one ``scontrol show job``, also where the
+    partition is asked first: then the job is asked with it), never a second look-up."""
+    fake_slurm.excluded.append(("41", ["n3", "n4"]))
+    infos: list[str] = []
+    fake_slurm.job_info = lambda job_id: infos.append(job_id) or {}
+    word = end_evidence.ask(Question(partition=True), SlurmWord(), "41")
+    assert word.partition is not None and word.partition.excluded == ("n3", "n4")
+    assert word.job is not None and fake_slurm.jobs_asked == ["41"] and infos == []
+    again = end_evidence.ask(Question(partition=True), word, "41")
+    assert again.partition is not None and again.partition.excluded == ("n3", "n4")
+    assert fake_slurm.jobs_asked == ["41"]  # the job's word of this decision, asked once

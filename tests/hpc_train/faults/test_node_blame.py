@@ -443,7 +443,9 @@ def test_a_silent_controller_is_asked_again_and_the_probe_made_once_it_answers(
     clock = Clock()
     blamed, said = signal_kill_decided(tmp_path, monkeypatch, clock)
     assert blamed.evidence is Evidence.SIGNAL
-    assert fake_slurm.asked == ["node n2"] + ["node n2", "step n2"] * 4  # probed once it answered
+    asked = fake_slurm.asked  # node and step of one question are asked at once: either first
+    assert asked[0] == "node n2" and len(asked) == 9  # with the job's state; then 4 times both
+    assert all(sorted(asked[i : i + 2]) == ["node n2", "step n2"] for i in (1, 3, 5, 7))
     assert "config" not in fake_slurm.asked  # no SlurmdTimeout needed: the step started
     assert clock.slept <= 4 * 5.0  # the polls while silent (LOST_POLL: 1 s, 1.5 s ... 5 s)
     assert sum("Slurm does not answer" in line for line in said) == 4
@@ -471,7 +473,8 @@ def test_a_probe_unanswered_is_made_again_and_slurms_word_then_awaited(
     fake_slurm.node_info = node_info
     blamed, _ = signal_kill_decided(tmp_path, monkeypatch, Clock())
     seen = fake_slurm.asked
-    assert seen[:4] == ["node n2", "step n2", "node n2", "step n2"]  # probed again
+    assert seen[:2] == ["node n2", "step n2"]  # the node with the job's state, then the probe
+    assert sorted(seen[2:4]) == ["node n2", "step n2"]  # probed again (both at once)
     assert "config" in seen and seen.index("config") > 3  # SlurmdTimeout read once it answered
     assert blamed.evidence is Evidence.LOST and "IDLE+NOT_RESPONDING" in blamed.why
 

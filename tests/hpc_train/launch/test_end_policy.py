@@ -8,6 +8,7 @@ checks it). Its time is ``make bench-decision``'s to measure (a speed target is 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 
@@ -165,20 +166,48 @@ def test_the_other_tasks_follow_task_0_in_a_round_and_fail_without_one(tmp_path)
 
 
 def test_a_decision_that_needs_slurms_word_asks_for_it_then_decides(tmp_path):
-    """Without Slurm's word the policy asks, one question at a time, for what its decision
-    needs: the job's state (a cancel?), the node it blames (its machine), then the partition
-    the requeue must start in; given each answer, it decides. A kill by a signal asks too
-    whether a step still starts on its node; a finish asks nothing."""
+    """Without Slurm's word the policy asks for what its decision needs, each question with all
+    it can name by then (issue 46: one wait for them, answered at once, not one call after
+    another): the job's state (a cancel?) with the node the evidence points to (lost? its
+    machine) and, where a restart can only be a requeue, the partition the requeue must start
+    in; a kill by a signal then asks whether a step still starts on its node (never with the
+    node's state: on a node Slurm already lost, the probe could wait its whole timeout). Given
+    each answer, it decides; a finish asks nothing."""
 
     def kinds(cause: Cause, mode: str = "requeue") -> list[str]:
-        return ["job" if q.job else "partition" if q.partition else
-                "step" if q.steps else ",".join(q.nodes)
+        return ["+".join([*(["job"] if q.job else []), *q.nodes, *(["step"] if q.steps else []),
+                          *(["partition"] if q.partition else [])])
                 for q in questions(end_case(tmp_path, cause, mode))]  # fmt: skip
 
-    assert kinds(Cause.HANG) == ["job", "n2", "partition"]
-    assert kinds(Cause.CRASH) == ["job", "n2", "step", "partition"]
-    assert kinds(Cause.CRASH, "in-job") == ["job", "n2", "step"]  # no requeue: no partition
+    assert kinds(Cause.HANG) == ["job+n2+partition"]
+    assert kinds(Cause.CRASH) == ["job+n2+partition", "step"]
+    assert kinds(Cause.CRASH, "in-job") == ["job+n2", "step"]  # no requeue: no partition
     assert kinds(Cause.FINISHED) == [] and kinds(Cause.NO_PROGRESS) == []
+
+
+def test_a_requeue_asks_the_partition_again_where_a_later_ask_left_its_word_stale(tmp_path):
+    """The partition's word comes with the decision's first question (``_weighing``); a wait
+    for Slurm's word on a node may follow it by seconds or minutes, and what the partition
+    says then is what the requeue needs: asked again where a later ask came more than
+    ``PARTITION_FRESH_S`` after it, or after it failed; never again where it is the last ask's
+    (an error then is said, and the requeue goes ahead)."""
+    case = end_case(tmp_path, Cause.CRASH, "requeue")
+    word, fresh = case.evidence.slurm, restart_policy.PARTITION_FRESH_S
+    assert word.partition is not None
+
+    def decided(at: float, last: float, error: str = "") -> object:
+        part = dataclasses.replace(word.partition, time=at, error=error)
+        slurm = dataclasses.replace(word, partition=part, last_s=last)
+        return restart_policy.after_end(dataclasses.replace(case.evidence, slurm=slurm),
+                                        case.options)  # fmt: skip
+
+    assert isinstance(decided(100.0, 100.0 + fresh / 2), Requeue)
+    stale = decided(100.0, 100.0 + fresh + 1)
+    assert isinstance(stale, AskSlurm) and stale.question.partition
+    failed = decided(100.0, 101.0, "Unable to contact slurm controller")
+    assert isinstance(failed, AskSlurm) and failed.question.partition
+    said = decided(101.0, 101.0, "Unable to contact slurm controller")
+    assert isinstance(said, Requeue) and any("cannot tell" in line for line in said.said)
 
 
 def test_the_same_evidence_gives_the_same_transition(tmp_path):

@@ -195,3 +195,77 @@ def test_a_hang_declared_elsewhere_is_seen_at_the_next_short_look_not_the_next_h
     assert reads == [100.0, 102.0]
     assert acted == ["rank 0 on n1 gave no heartbeat", "stopped"]
     assert monitor.result() == "rank 0 on n1 gave no heartbeat"
+
+
+# --- the doorbell (issue 46): a real UDP bell on loopback (``hpc_core.doorbell``; the node is
+# ``localhost``, resolved here as a Slurm node name is on a cluster). The monitor's looks are a
+# minute apart: a test passes only if a ring woke it, and fails by its timeout, never a clock.
+
+
+@pytest.fixture
+def slow_monitor(tmp_path, monkeypatch):
+    """A monitor of n2 (2 nodes, 1 rank) that looks once a minute, napping on this process's
+    bell; its response to a hang recorded, not run (``acted``)."""
+    from hpc_core import doorbell
+    from hpc_core.rundir import RunDir
+    from hpc_train.contract import StartFiles
+    from hpc_train.watch import hang_monitor
+
+    assert doorbell.open_here(tmp_path / "bells", "localhost", "41-0") is not None
+    monkeypatch.setattr(hang_monitor, "DECLARED_POLL_S", 60.0)
+    monkeypatch.setattr(hang_monitor, "POLL_S", 60.0)
+    monkeypatch.setattr(hang_monitor, "read_beats", lambda d: [])
+    files = StartFiles(RunDir(tmp_path), "41", 0)
+    monitor = hang_monitor.Monitor(files, "n2", 1, 2, LIMITS, os.getpid(), lambda: False, print)
+    monitor.acted = []
+    monkeypatch.setattr(monitor, "respond", monitor.acted.append)
+    monkeypatch.setattr(monitor, "stop_ranks", lambda: monitor.acted.append("stopped"))
+    yield monitor
+    monitor.stop()
+    doorbell.close_here()
+
+
+def test_a_hang_declared_elsewhere_and_rung_is_acted_on_at_once(tmp_path, slow_monitor):
+    from hpc_core import doorbell
+    from hpc_core.wait import wait_until
+    from hpc_train.watch import hang_monitor
+
+    slow_monitor.start()
+    hang_monitor.declare(slow_monitor.incident, "n1", "rank 0 on n1 gave no heartbeat")
+    assert doorbell.ring(tmp_path / "bells", ["localhost"], "41-0") == 1
+    wait_until(lambda: slow_monitor.acted or None, "the monitor's response", 20.0)
+    assert slow_monitor.acted == ["rank 0 on n1 gave no heartbeat", "stopped"]
+
+
+def test_a_monitor_napping_on_the_bell_stops_at_once(slow_monitor):
+    """``stop()`` rings the bell it naps on (no ring: the join would wait its 45 s)."""
+    slow_monitor.start()
+    slow_monitor.stop()
+    slow_monitor.join(10.0)
+    assert not slow_monitor.is_alive() and slow_monitor.acted == []
+
+
+def test_the_declaration_and_the_last_report_ring_the_round(tmp_path, monkeypatch):
+    """The node that declares rings the others (they nap until their next look); so does the
+    node whose report completes the set (every node waits for all before it stops its
+    ranks); an earlier report rings no one."""
+    from hpc_core.rundir import RunDir, incident_report
+    from hpc_train.contract import StartFiles
+    from hpc_train.watch import hang_monitor
+
+    files = StartFiles(RunDir(tmp_path), "41", 0)
+    rung: list[str] = []
+
+    def monitor(node: str) -> hang_monitor.Monitor:
+        return hang_monitor.Monitor(files, node, 1, 2, LIMITS, os.getpid(), lambda: False,
+                                    print, ring=lambda: rung.append(node))  # fmt: skip
+
+    found = hangs.Hang(1, 31.0, 30.0, "rank 1 on n2: no update for 30 s")
+    monkeypatch.setattr(hang_monitor.hangs, "assess", lambda *a, **k: found)
+    monkeypatch.setattr(hang_monitor, "read_beats", lambda d: [])
+    assert monitor("n2")._check() == found.why and rung == ["n2"]
+    monkeypatch.setattr(hang_monitor.end_evidence, "REPORT_WAIT_S", 0.0)
+    monitor("n1").respond(found.why)  # the first report of two
+    assert rung == ["n2"] and incident_report(files.incident, "n1").exists()
+    monitor("n2").respond(found.why)  # the second: every node's in
+    assert rung == ["n2", "n2"]
