@@ -304,14 +304,16 @@ class EndEvidence:
 
 
 def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) -> EndEvidence:
-    """torchrun exited on this node: read this round's evidence once. Every node reads its
-    heartbeats and the failure reports; task 0, after a crash no report puts on the training
-    code, then waits for the exit records (a worker reports before its torchrun exits;
-    ``_exits_awaited``: each read once as it comes, the reports read again if it waited), after
-    a hang for every node's hang report; whoever weighs a crash reads the round before's
-    reports."""
+    """torchrun exited on this node: read this round's evidence once. Every node reads its own
+    heartbeats and the failure reports; task 0 every node's heartbeats (the ranks' nodes, how
+    far the round got: it alone blames and records; every node read them all before, N x N
+    reads, issue 46) and, after a crash no report puts on the training code, waits for the exit
+    records (a worker reports before its torchrun exits; ``_exits_awaited``: each read once as
+    it comes, the reports read again if it waited), after a hang for every node's hang report;
+    whoever weighs a crash reads the round before's reports."""
     files, hosts, node = where.files, where.hosts, where.node
-    beats = {h: tuple(read_beats(files.heartbeats(h))) for h in dict.fromkeys([*hosts, node])}
+    readers = [*hosts, node] if where.task == 0 else [node]  # the others weigh their own end
+    beats = {h: tuple(read_beats(files.heartbeats(h))) for h in dict.fromkeys(readers)}
     own = beats[node]
     finished = bool(own) and min(b.update for b in own) >= updates  # by the beats alone
     crashed = ended.returncode != 0 and ended.hang is None and not ended.stuck and not finished

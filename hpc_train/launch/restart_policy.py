@@ -359,11 +359,16 @@ def _weighing(ev: EndEvidence, opt: EndOptions, hang: bool) -> Question:
     it and answered at once (``end_evidence.ask``), not one after another (issue 46: a
     requeue's five calls in a row were 1.45 s of its decision at 39 hollow nodes, 0.07 s at 2):
     the node the evidence points to (``hang``: the hang's reports; else the crash's), whether
-    Slurm lost it and its machine (the blame's); and, without in-job restarts (a restart is a
-    requeue), whether the requeued job could start (the partition)."""
+    Slurm lost it and its machine (the blame's); after a kill by a signal, whether a step still
+    starts there (``_unless_lost``; on a node Slurm has lost already, a probe it did not need,
+    at most its timeout: Slurm marks a node lost long after its ranks' peers saw it go); and,
+    without in-job restarts (a restart is a requeue), whether the requeued job could start
+    (the partition)."""
     found = _hang_suspect(ev) if hang else _crash_suspect(ev)
     nodes = (found.node,) if found is not None else ()
-    return Question(nodes=nodes, partition=not opt.in_job, partition_name=opt.partition)
+    probed = nodes if found is not None and found.evidence is Evidence.SIGNAL else ()
+    return Question(nodes=nodes, steps=probed, partition=not opt.in_job,
+                    partition_name=opt.partition)  # fmt: skip
 
 
 def _hang_suspect(ev: EndEvidence) -> Suspect | None:
@@ -432,19 +437,19 @@ def _exit_settled(
     return returncode, hang, stuck, []
 
 
-def _cancelled(ev: EndEvidence, also: Question) -> tuple[bool, list[str]]:
+def _cancelled(ev: EndEvidence, opt: EndOptions, hang: bool) -> tuple[bool, list[str]]:
     """Did the user cancel the job (``scancel``)? scancel sends SIGTERM to every task with no
     notice before it; a preemption or the time limit sends the notice (USR2) first: every node
     tells a cancel by its own signals. Slurm's own word counts too, though while the steps are
     torn down it only says COMPLETING: task 0 alone asks it, one look-up for the job whatever
     its size; the other tasks follow task 0's verdict (a cancel's is ``DONE``) or fail their
     part while task 0 decides (issue 46: one ``scontrol show job`` per node before). Asked
-    with ``also`` (``_weighing``: what the decision needs next)."""
+    with what the decision needs next (``_weighing``; ``hang``: the end is a hang's)."""
     if ev.signals[:1] == ("SIGTERM",):
         return True, []
     if ev.where.task != 0:
         return False, []
-    job = _job_word(ev, also)
+    job = _job_word(ev, _weighing(ev, opt, hang))
     if job.error:
         return False, [f"cannot tell a cancel from a crash ({job.error}): treating it as a crash"]
     return job.state == "CANCELLED", []
@@ -552,7 +557,7 @@ def _after_exit(ev: EndEvidence, opt: EndOptions) -> Transition:
     returncode, hang, stuck, said = _exit_settled(ev, opt)
     cancelled = False
     if returncode != 0 and not ended.saved:
-        cancelled, told = _cancelled(ev, _weighing(ev, opt, hang is not None))
+        cancelled, told = _cancelled(ev, opt, hang is not None)
         said += told
     crash, repeated = (None, False)
     if returncode != 0 and not hang:  # the watchdog's kill makes the peers report lost peers

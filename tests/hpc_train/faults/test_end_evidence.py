@@ -189,3 +189,28 @@ def test_the_partitions_question_reads_the_jobs_exclusions_from_its_one_show_job
     again = end_evidence.ask(Question(partition=True), word, "41")
     assert again.partition is not None and again.partition.excluded == ("n3", "n4")
     assert fake_slurm.jobs_asked == ["41"]  # the job's word of this decision, asked once
+
+
+def test_task_0_alone_reads_every_nodes_heartbeats(tmp_path, monkeypatch):
+    """A node other than task 0 weighs its own end (it follows task 0's word): it reads its own
+    heartbeats only; task 0 reads every node's (the ranks' nodes, how far the round got).
+    Before issue 46 every node read them all: N x N reads at each end of a round."""
+    from hpc_train.worker.heartbeat import Heartbeat
+
+    files = StartFiles(RunDir(tmp_path), "41", 0)
+    for rank, node in enumerate(("n1", "n2", "n3")):
+        monkeypatch.setenv("SLURMD_NODENAME", node)
+        Heartbeat(files.heartbeats(node), rank).completed(7)
+    read: list[str] = []
+    real = end_evidence.read_beats
+    monkeypatch.setattr(end_evidence, "read_beats", lambda d: read.append(d.name) or real(d))
+    hosts = ("n1", "n2", "n3")
+
+    def beats_read(task: int) -> tuple[set[str], list[str]]:
+        read.clear()
+        where = Where(files, task, hosts, 3, node=hosts[task])
+        ev = end_evidence.at_exit(where, Ended(0, False), (), 7)  # finished: no wait
+        return set(ev.beats), list(read)
+
+    assert beats_read(1) == ({"n2"}, ["n2"])
+    assert beats_read(0) == (set(hosts), list(hosts))

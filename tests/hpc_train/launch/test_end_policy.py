@@ -169,19 +169,18 @@ def test_a_decision_that_needs_slurms_word_asks_for_it_then_decides(tmp_path):
     """Without Slurm's word the policy asks for what its decision needs, each question with all
     it can name by then (issue 46: one wait for them, answered at once, not one call after
     another): the job's state (a cancel?) with the node the evidence points to (lost? its
-    machine) and, where a restart can only be a requeue, the partition the requeue must start
-    in; a kill by a signal then asks whether a step still starts on its node (never with the
-    node's state: on a node Slurm already lost, the probe could wait its whole timeout). Given
-    each answer, it decides; a finish asks nothing."""
+    machine), after a kill by a signal whether a step still starts there, and, where a restart
+    can only be a requeue, the partition the requeue must start in. Given the answers, it
+    decides; a finish asks nothing."""
 
     def kinds(cause: Cause, mode: str = "requeue") -> list[str]:
         return ["+".join([*(["job"] if q.job else []), *q.nodes, *(["step"] if q.steps else []),
                           *(["partition"] if q.partition else [])])
                 for q in questions(end_case(tmp_path, cause, mode))]  # fmt: skip
 
-    assert kinds(Cause.HANG) == ["job+n2+partition"]
-    assert kinds(Cause.CRASH) == ["job+n2+partition", "step"]
-    assert kinds(Cause.CRASH, "in-job") == ["job+n2", "step"]  # no requeue: no partition
+    assert kinds(Cause.HANG) == ["job+n2+partition"]  # no stack from n2: no probe
+    assert kinds(Cause.CRASH) == ["job+n2+step+partition"]  # n2's rank killed by a signal
+    assert kinds(Cause.CRASH, "in-job") == ["job+n2+step"]  # no requeue: no partition
     assert kinds(Cause.FINISHED) == [] and kinds(Cause.NO_PROGRESS) == []
 
 
