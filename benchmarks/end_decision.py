@@ -7,7 +7,8 @@ What: the policy (``hpc_train.launch.restart_policy.after_end``, pure) over its 
 hot spares), timed as a whole and per decision, the median of ``--repeats`` passes; and for
 each end, the questions the policy asks of Slurm when its word is not given yet (answered from
 the case's own word, as ``recovery.what_follows`` answers them with ``end_evidence.ask``): how
-many Slurm look-ups each kind of end makes, and which, for the scale work that batches them.
+many Slurm look-ups each kind of end makes, and which, for the scale work that batches them;
+and how many waits for Slurm (questions: the look-ups of one are made at once, issue 46).
 
 Goal: the whole table in < 1 s (it is pure: no file, no Slurm; the figure is this machine's).
 No cluster needed.
@@ -44,20 +45,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def asked(question: Question) -> list[str]:
-    """A question as the Slurm look-ups it makes (``end_evidence.ask``: one each)."""
+def asked(question: Question, job_said: bool) -> list[str]:
+    """A question as the Slurm look-ups it makes (``end_evidence.ask``: one each; the
+    partition's asks the job too, for its ExcNodeList, unless the job has said it already:
+    ``job_said``)."""
+    job = question.job or (question.partition and not job_said)
     return ([
-        *(["scontrol show job"] if question.job else []),
+        *(["scontrol show job"] if job else []),
         *(f"scontrol show node {n}" for n in question.nodes),
         *(f"srun --overlap on {n}" for n in question.steps),
         *(["scontrol show config"] if question.slurmd_timeout else []),
-        *(["sinfo -N", "scontrol show job (ExcNodeList)"] if question.partition else []),
+        *(["sinfo -N"] if question.partition else []),
     ])  # fmt: skip
 
 
-def look_ups(case: EndCase) -> list[str]:
-    """The Slurm look-ups the policy asks for ``case`` when none is given."""
-    return [look for q in questions(case) for look in asked(q)]
+def look_ups(case: EndCase) -> list[list[str]]:
+    """The Slurm look-ups the policy asks for ``case`` when none is given, a list a wait."""
+    waits, job_said = [], False
+    for question in questions(case):
+        waits.append(asked(question, job_said))
+        job_said = job_said or question.job or question.partition
+    return waits
 
 
 def timed(cases: Sequence[EndCase], repeats: int) -> list[float]:
@@ -76,7 +84,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as root:  # never read: the cases' run dir is a name
         cases = end_cases(Path(root))
         passes = timed(cases, args.repeats)
-        lookups = {f"{c.cause}/{c.mode}": look_ups(c) for c in cases}
+        waits = {f"{c.cause}/{c.mode}": look_ups(c) for c in cases}
+    lookups = {end: [look for wait in ends for look in wait] for end, ends in waits.items()}
     median = statistics.median(passes)
     return {
         "benchmark": "end_decision",
@@ -87,6 +96,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "per_decision_us": round(median / len(cases) * 1e6, 1),
         "slurm_look_ups": lookups,
         "slurm_look_ups_most": max(len(v) for v in lookups.values()),
+        "slurm_waits_most": max(len(v) for v in waits.values()),
         **report.provenance(started, load_before, {
             "hostname": platform.node(), "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
@@ -101,6 +111,7 @@ def rows(result: dict[str, Any]) -> report.Rows:
          f"{table['median'] * 1000:.2f} ms", f"< {GOAL_S:.0f} s"),
         ("one decision, median", f"{result['per_decision_us']:.0f} us", ""),
         ("Slurm look-ups of one end, most", str(result["slurm_look_ups_most"]), ""),
+        ("waits for Slurm of one end, most", str(result.get("slurm_waits_most", "-")), ""),
     ]  # fmt: skip
 
 

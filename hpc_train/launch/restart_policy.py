@@ -382,11 +382,14 @@ def _crash_suspect(ev: EndEvidence) -> Suspect | None:
     return crash_suspect(ev.failures, ev.exits, hosts, ranks)
 
 
-def _node_words(ev: EndEvidence, nodes: Sequence[str]) -> list[NodeWord]:
-    """Slurm's word on each of ``nodes`` (asked at once for the ones it has not given)."""
+def _node_words(
+    ev: EndEvidence, nodes: Sequence[str], also: Question | None = None
+) -> list[NodeWord]:
+    """Slurm's word on each of ``nodes`` (asked at once for the ones it has not given, with
+    ``also``: what the decision needs next)."""
     missing = tuple(n for n in dict.fromkeys(nodes) if n not in ev.slurm.nodes)
     if missing:
-        _ask(Question(nodes=missing))
+        _ask(replace(also or Question(), nodes=missing))
     return [ev.slurm.nodes[n] for n in nodes]
 
 
@@ -704,7 +707,8 @@ def _after_refusal(ev: EndEvidence, opt: EndOptions) -> Transition:
     why = f"start refused: {ev.detail}"
     if ev.where.task != 0:
         return Stop(Cause.BAD_NODE, f"{why}; task 0 requeues", True, said=(why,))
-    _node_words(ev, ev.nodes)  # asked at once
+    requeue = Question(partition=True, partition_name=opt.partition)
+    _node_words(ev, ev.nodes, requeue)  # asked at once, with the partition its requeue needs
     said, blames = [why], []
     for node in ev.nodes:
         blame, told = blame_of(ev, node, ev.detail, Evidence.HEALTH_CHECK, Cause.BAD_NODE)

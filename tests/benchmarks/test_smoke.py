@@ -263,6 +263,8 @@ def test_bench_decision_smoke(tmp_path: Path) -> None:
     assert looks["finished/spares"] == [] and looks["no progress/requeue"] == []
     assert "srun --overlap on n2" in looks["crash/requeue"] and "sinfo -N" in looks["crash/requeue"]
     assert r["slurm_look_ups_most"] == max(len(v) for v in looks.values())
+    assert looks["crash/requeue"].count("scontrol show job") == 1  # its ExcNodeList with it
+    assert r["slurm_waits_most"] == 1  # every end's look-ups asked at once (issue 46)
     print(f"bench-decision smoke: {took:.1f} s")
 
 
