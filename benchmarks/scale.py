@@ -433,10 +433,9 @@ def shutdown_and_startup_apart(out: dict[str, Any], files: StartFiles, nodes: in
     (``agents_down``) and the next torchruns starting one after another (``torchruns_up``), each
     N processes on this machine's shared cores: said apart from the toolkit's share (once: a
     result that has them keeps them: ``said_apart``)."""
-    seen, stopped = out["at"].get("seen"), out["at"].get("stopped")
-    said_apart(out, "agents_down", agents_down(
-        files, nodes, None if seen is None else fault + seen,
-        None if stopped is None else fault + stopped))  # fmt: skip
+    at = {k: None if v is None else fault + v for k, v in out["at"].items()}
+    said_apart(out, "agents_down", agents_down(files, nodes, at.get("seen"), at.get("stopped"),
+                                               at.get("decided")))  # fmt: skip
     torchruns_up_apart(out)
 
 
@@ -449,17 +448,26 @@ def torchruns_up_apart(out: dict[str, Any]) -> None:
 
 
 def agents_down(
-    files: StartFiles, nodes: int, seen: float | None, stopped: float | None
+    files: StartFiles,
+    nodes: int,
+    seen: float | None,
+    stopped: float | None,
+    decided: float | None = None,
 ) -> float | None:
-    """Task 0's exit record (``seen``: it saw the crash) -> the last other node's written before
-    its decision (``stopped``): the other nodes' torchrun agents ending (their ranks die of the
-    lost peer), N at once on this machine's cores, while task 0 waits for their records
-    (``end_evidence``). Process shutdown, as a hang's teardown is; 0 when none came after task
-    0's (None: not measured)."""
+    """The other nodes' torchrun agents ending (their ranks die of the lost peer: each rank
+    when the neighbour it reads from dies, one after another around gloo's ring, in the order
+    the round's rendezvous gave the ranks), N on this machine's cores: task 0's exit record
+    (``seen``: it saw the crash) -> the last other node's written before its decision
+    (``stopped``), while task 0 waits for their records (``end_evidence``); and its decision
+    (``decided``) -> the last written after it, while the next round waits for those nodes
+    (each reports once its torchrun has ended). Process shutdown, as a hang's teardown is; 0
+    when none came after task 0's (None: not measured)."""
     if seen is None or stopped is None:
         return None
     written = [p.stat().st_mtime for t in range(nodes) if (p := files.node_exit(t)).exists()]
-    return round(max(0.0, max((w for w in written if w <= stopped), default=seen) - seen), 2)
+    before = max((w for w in written if w <= stopped), default=seen) - seen
+    after = max((w for w in written if w > decided), default=decided) - decided if decided else 0
+    return round(max(0.0, before) + max(0.0, after), 2)
 
 
 def hang_event(job: Job) -> dict[str, Any]:

@@ -117,9 +117,11 @@ def test_a_notices_ranks_saving_is_said_apart_once():
 
 def test_a_crashs_agents_going_down_and_its_torchruns_starting_are_said_apart_once(tmp_path):
     """Exit records at times the test chose: task 0's at 100.0 (it saw the crash), n2's at
-    100.1, n3's at 100.18, n4's at 101.0, after task 0's decision at 100.2: the agents going down
-    while task 0 waited are 0.18 s (n4's came after it decided: not waited for); the torchruns
-    started 13.81 -> 14.05 s after the fault: 0.24 s. Both out of the toolkit's 0.51 s, once."""
+    100.1, n3's at 100.18, n4's at 101.0, after task 0 stopped at 100.2: the agents going down
+    while task 0 waited are 0.18 s; n4's came after its decision (at 100.22: 0.78 s the next
+    round waited for n4's agent, said apart too; none when the decision came after it); the
+    torchruns started 13.81 -> 14.05 s after the fault: 0.24 s. Out of the toolkit's 0.51 s,
+    once."""
     run = RunDir(tmp_path)
     files = StartFiles(run, "7", 0, 0)
     for task, at in ((0, 100.0), (1, 100.1), (2, 100.18), (3, 101.0)):
@@ -128,6 +130,8 @@ def test_a_crashs_agents_going_down_and_its_torchruns_starting_are_said_apart_on
         path.write_text("{}")
         os.utime(path, (at, at))
     assert scale.agents_down(files, 4, 100.0, 100.2) == 0.18
+    assert scale.agents_down(files, 4, 100.0, 100.2, 100.22) == 0.18 + 0.78
+    assert scale.agents_down(files, 4, 100.0, 100.2, 101.5) == 0.18
     assert scale.agents_down(files, 4, 100.0, 100.05) == 0.0  # none after task 0's, by then
     assert scale.agents_down(files, 4, None, 100.2) is None
     out = {"toolkit_s": 0.51,
