@@ -348,13 +348,24 @@ class Monitor(Watcher[str | None]):
 
     def stop_ranks(self) -> None:
         """SIGKILL this node's ranks (a stopped one too), then end torchrun: SIGTERM (it tears
-        down what is left), SIGKILL after ``KILL_WAIT_S`` (a stopped or stuck agent)."""
+        down what is left), SIGKILL after ``KILL_WAIT_S`` (a stopped or stuck agent). The
+        wait for its exit ends at ``stop()``: the launcher stops this thread once torchrun has
+        exited, and joins it (its polls, up to a second apart after seconds of teardown, were
+        up to a second of every node's end at 39 hollow nodes, issue 46)."""
         for b in read_beats(self.directory):
             _kill(b.pid, signal.SIGKILL)
         _kill(self.torchrun_pid, signal.SIGTERM)
         _kill(self.torchrun_pid, signal.SIGCONT)
+
+        def sleep(seconds: float) -> None:  # interrupted by stop() once: then the polls' pace
+            if self.stopping:
+                time.sleep(seconds)
+            else:
+                self._stop.wait(seconds)
+
         try:
-            wait_until(lambda: self.exited() or None, "torchrun's exit", KILL_WAIT_S, FAST)
+            wait_until(lambda: self.exited() or None, "torchrun's exit", KILL_WAIT_S, FAST,
+                       sleep=sleep)  # fmt: skip
         except TimeoutError:
             self.log(f"hang: torchrun still there {KILL_WAIT_S:.0f} s after SIGTERM: SIGKILL")
             _kill(self.torchrun_pid, signal.SIGKILL)

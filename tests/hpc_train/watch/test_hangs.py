@@ -269,3 +269,47 @@ def test_the_declaration_and_the_last_report_ring_the_round(tmp_path, monkeypatc
     assert rung == ["n2"] and incident_report(files.incident, "n1").exists()
     monitor("n2").respond(found.why)  # the second: every node's in
     assert rung == ["n2", "n2"]
+
+
+def test_the_wait_for_torchruns_exit_ends_when_the_launcher_stops_the_monitor(
+    tmp_path, monkeypatch
+):
+    """After a hang the monitor thread ends torchrun and polls for its exit; the launcher, once
+    torchrun has exited, stops the monitor and joins it. The join must not wait for the
+    monitor's next poll: up to a second apart once teardown took seconds (at 39 hollow nodes,
+    up to a second of every node's end). Here the polls are a minute apart and torchrun (a
+    process that ignores SIGTERM) "exits" when the test says: the thread ends at ``stop()``."""
+    import subprocess
+    import sys
+    import threading
+
+    from hpc_core.rundir import RunDir
+    from hpc_core.wait import Backoff
+    from hpc_train.contract import StartFiles
+    from hpc_train.watch import hang_monitor
+
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)"
+         "; print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline().strip() == "ready"
+        monkeypatch.setattr(hang_monitor, "FAST", Backoff(60.0, 1.0, 60.0))
+        monkeypatch.setattr(hang_monitor, "read_beats", lambda d: [])
+        gone, looked = threading.Event(), threading.Event()
+
+        def exited() -> bool:
+            looked.set()
+            return gone.is_set()
+
+        files = StartFiles(RunDir(tmp_path), "41", 0)
+        monitor = hang_monitor.Monitor(files, "n1", 1, 2, LIMITS, stubborn.pid, exited, print)
+        waiting = threading.Thread(target=monitor.stop_ranks)
+        waiting.start()
+        assert looked.wait(10.0)  # its first look: then a minute to the next
+        gone.set()  # torchrun has exited: the launcher stops its watchers
+        monitor.stop()
+        waiting.join(10.0)
+        assert not waiting.is_alive()
+    finally:
+        stubborn.kill()
+        stubborn.wait()
