@@ -66,6 +66,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from hpc_core import doorbell
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir, atomic_write
 from hpc_core.slurm_env import SlurmEnv
@@ -95,6 +96,34 @@ AUDIT_SAMPLES = "HPC_TRAIN_AUDIT_SAMPLES"  # "1": each rank records the sample i
 PROFILE = "HPC_TRAIN_PROFILE"  # "<warm-up updates>:<profiled updates>": rank 0's profile window
 TENSORBOARD = "HPC_TRAIN_TENSORBOARD"  # --tensorboard: rank 0's logdir (worker.tracking)
 WANDB = "HPC_TRAIN_WANDB"  # --wandb-project: rank 0's W&B run, a WandbRun as JSON (never a key)
+# task 0's launcher's bell (``hpc_core.doorbell``), a LauncherBell as JSON: rank 0 rings it as it
+# writes the stop marker, which task 0's ``checkpoint()`` waits for (at its polls before)
+BELL = "HPC_TRAIN_BELL"
+
+
+@dataclass(frozen=True)
+class LauncherBell:
+    """A launcher's bell as a rank rings it: registered in ``registry`` under ``node`` for the
+    Slurm start ``key`` (``hpc_core.doorbell``; ``Start.bell_key``)."""
+
+    registry: Path
+    node: str
+    key: str
+
+    def ring(self) -> None:
+        doorbell.ring(self.registry, [self.node], self.key)
+
+    def to_json(self) -> str:
+        return json.dumps({"registry": str(self.registry), "node": self.node, "key": self.key})
+
+    @classmethod
+    def from_json(cls, text: str) -> LauncherBell:
+        """ValueError when ``text`` is not one."""
+        try:
+            found = json.loads(text)
+            return cls(Path(found["registry"]), str(found["node"]), str(found["key"]))
+        except (TypeError, KeyError, json.JSONDecodeError) as err:
+            raise ValueError(f"{BELL}={text!r} is not a launcher's bell ({err})") from None
 
 
 @dataclass(frozen=True)
@@ -137,6 +166,7 @@ class WorkerEnv:
     profile: tuple[int, int] | None = None  # (warm-up, profiled) updates (worker.profile)
     tensorboard: Path | None = None  # rank 0's TensorBoard logdir (worker.tracking)
     wandb: WandbRun | None = None  # rank 0's W&B run (worker.tracking)
+    bell: LauncherBell | None = None  # task 0's launcher's, rung with the stop marker
 
     def to_env(self) -> dict[str, str]:
         env = {SYNC_SAVE: "1" if self.sync_save else "0"}
@@ -163,6 +193,8 @@ class WorkerEnv:
             env[TENSORBOARD] = str(self.tensorboard)
         if self.wandb is not None:
             env[WANDB] = self.wandb.to_json()
+        if self.bell is not None:
+            env[BELL] = self.bell.to_json()
         return env
 
     @classmethod
@@ -191,6 +223,7 @@ class WorkerEnv:
             profile=parse_profile(env.get(PROFILE, "")),
             tensorboard=path(TENSORBOARD),
             wandb=WandbRun.from_json(env[WANDB]) if env.get(WANDB) else None,
+            bell=LauncherBell.from_json(env[BELL]) if env.get(BELL) else None,
         )
 
 
@@ -378,9 +411,12 @@ class StopMarker:
     time: float = field(default_factory=time.time)
 
 
-def write_stop(path: Path, marker: StopMarker) -> None:
-    """Record a save on notice at ``path`` (``WorkerEnv.stop_marker``)."""
+def write_stop(path: Path, marker: StopMarker, bell: LauncherBell | None = None) -> None:
+    """Record a save on notice at ``path`` (``WorkerEnv.stop_marker``), then ring ``bell``
+    (``WorkerEnv.bell``: task 0's launcher, waiting for it)."""
     atomic_write(path, json.dumps(asdict(marker)))
+    if bell is not None:
+        bell.ring()
 
 
 def round_key(job: str, round_: int) -> str:

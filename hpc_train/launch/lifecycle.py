@@ -24,7 +24,15 @@ from pathlib import Path
 from hpc_core import instances, procs, slurm
 from hpc_core.ledger import Kind
 from hpc_core.wait import FAST, process_exited, wait_until
-from hpc_train.contract import SAVE_DIR, START, Cause, StartDecision, WorkerEnv, node_name
+from hpc_train.contract import (
+    SAVE_DIR,
+    START,
+    Cause,
+    LauncherBell,
+    StartDecision,
+    WorkerEnv,
+    node_name,
+)
 from hpc_train.faults import end_evidence
 from hpc_train.faults.end_evidence import Ending
 from hpc_train.faults.suspects import Suspect
@@ -165,6 +173,7 @@ def environment(here: Here, use_gpu: bool) -> tuple[WorkerEnv, dict[str, str]]:
         audit_samples=spec.training.audit_samples,
         tensorboard=tracking.tensorboard_dir(spec.tracking, here.run),
         wandb=tracking.wandb_run(spec.tracking, spec.training.save_dir),
+        bell=LauncherBell(here.run.bells, here.start.first_host, here.start.bell_key),
     )
     env = {**os.environ, **worker.to_env()}
     if not use_gpu:

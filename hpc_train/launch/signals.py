@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hpc_core import ledger, slurm
-from hpc_core.wait import WORD, process_exited, wait_until
+from hpc_core import doorbell, ledger, slurm
+from hpc_core.wait import process_exited
 from hpc_train.contract import Cause, record_notice
 from hpc_train.job.spec import SIGNAL_DELAY_S, JobSpec
 from hpc_train.launch.context import log
@@ -130,9 +130,9 @@ def wait_for_save(
         return None
 
     try:
-        # rank 0's word (its marker): the requeue follows at most a quarter second after it,
-        # however long the save took (with FAST's back-off to 1 s, up to a second later)
-        what = wait_until(saved_or_exited, "the save on notice", wait_s, WORD)
+        # rank 0's word (its marker, rung: ``WorkerEnv.bell``): the requeue follows at once,
+        # at most a quarter second after it unrung (FAST's back-off to 1 s: up to a second)
+        what = doorbell.await_word(saved_or_exited, "the save on notice", wait_s)
         log(f"{what} {time.monotonic() - started:.1f} s after the notice: requeueing")
     except TimeoutError:
         log(f"no save on notice after {wait_s:.0f} s: requeueing anyway")

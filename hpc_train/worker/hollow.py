@@ -44,7 +44,7 @@ from typing import Any
 
 from hpc_core.ledger import Kind
 from hpc_core.rundir import RunDir
-from hpc_train.contract import StopMarker, WorkerEnv, rank_of, write_stop
+from hpc_train.contract import LauncherBell, StopMarker, WorkerEnv, rank_of, write_stop
 from hpc_train.worker import async_save, checkpoints, crash, ledger_hooks, pace, preemption
 from hpc_train.worker.heartbeat import Heartbeat
 from hpc_train.worker.train import heartbeat_of, log_to_file, save_dir_of, stop_marker
@@ -163,8 +163,10 @@ class HollowSaves:
         self.saver.flush()
 
 
-def save_and_stop(state: State, saves: HollowSaves | None, marker: Path, rank: int) -> None:
-    """The agreed notice: rank 0 saves (durable), writes the stop marker; a barrier."""
+def save_and_stop(state: State, saves: HollowSaves | None, marker: Path, rank: int,
+                  bell: LauncherBell | None = None) -> None:  # fmt: skip
+    """The agreed notice: rank 0 saves (durable), writes the stop marker (``bell`` rung); a
+    barrier."""
     import torch.distributed as dist
 
     began = time.monotonic()
@@ -175,7 +177,7 @@ def save_and_stop(state: State, saves: HollowSaves | None, marker: Path, rank: i
         logger.info(f"saved on notice at update {state.update} in "
                     f"{time.monotonic() - began:.1f} s")  # fmt: skip
     if rank == 0:
-        write_stop(marker, StopMarker(state.update, preemption.NOTICE_SIGNAL.name))
+        write_stop(marker, StopMarker(state.update, preemption.NOTICE_SIGNAL.name), bell)
     if dist.is_initialized():
         dist.barrier()
 
@@ -232,7 +234,7 @@ def updates(args: argparse.Namespace, worker: WorkerEnv, run: RunDir, rank: int,
         if beat is not None:
             beat.completed(state.update)
         if notice:
-            save_and_stop(state, saves, marker, rank)
+            save_and_stop(state, saves, marker, rank, worker.bell)
             return
         every = args.save_interval_updates
         if saves is not None and (done or (every > 0 and state.update % every == 0)):

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpc_train.contract import StopMarker, read_notice, write_stop
+from hpc_train.contract import LauncherBell, StopMarker, read_notice, write_stop
 from hpc_train.worker import async_save, save_interval
 from hpc_train.worker.heartbeat import Heartbeat
 from hpc_train.worker.save_interval import AutoInterval
@@ -101,10 +101,11 @@ def agree(device: Any, proposal: int = 0) -> tuple[bool, int]:
 
 
 def _save_and_stop(
-    cfg: Any, trainer: Any, epoch_itr: Any, marker: Path, update: int
+    cfg: Any, trainer: Any, epoch_itr: Any, marker: Path, update: int, bell: LauncherBell | None
 ) -> tuple[list[None], bool]:
     """The agreed notice's save: ``checkpoint_last.pt`` (durable: async saves flushed), then
-    rank 0's stop marker at ``marker``, then a barrier; returns fairseq's (valid losses, stop)."""
+    rank 0's stop marker at ``marker`` (``bell`` rung), then a barrier; returns fairseq's
+    (valid losses, stop)."""
     from fairseq import checkpoint_utils
 
     started = time.monotonic()
@@ -123,7 +124,7 @@ def _save_and_stop(
     if trainer.data_parallel_rank == 0:
         # last: once it exists the checkpoint is durable and task 0's launcher may requeue
         # every notice is NOTICE_SIGNAL: named the same whichever rank (or launcher) had it first
-        write_stop(marker, StopMarker(update, _notice["why"] or NOTICE_SIGNAL.name))
+        write_stop(marker, StopMarker(update, _notice["why"] or NOTICE_SIGNAL.name), bell)
     if dist_initialized():
         import torch.distributed as dist
 
@@ -136,10 +137,11 @@ def install_save_on_notice(
     heartbeat: Heartbeat | None = None,
     auto: AutoInterval | None = None,
     pending: Path | None = None,
+    bell: LauncherBell | None = None,
 ) -> None:
     """Wrap fairseq's per-update validate-and-save step with the agreed notice check; the stop
     marker goes to ``marker`` (a path the launcher chose); ``pending``: where the launcher records
-    a notice it received (``notice_recorded``). ``heartbeat``: told when each update
+    a notice it received (``notice_recorded``); ``bell``: rung with the marker. ``heartbeat``: told when each update
     completed and when validate-and-save returned (fairseq calls it once per update, with
     ``end_of_epoch`` on the epoch's last one). ``auto`` (rank 0 under ``--save-interval auto``):
     times updates and save points and proposes the interval every rank then sets."""
@@ -171,6 +173,6 @@ def install_save_on_notice(
             if auto is not None:
                 auto.step_ended(began, time.monotonic(), saves)
             return valid_losses, should_stop
-        return _save_and_stop(cfg, trainer, epoch_itr, marker, update)
+        return _save_and_stop(cfg, trainer, epoch_itr, marker, update, bell)
 
     fairseq_train.validate_and_save = validate_and_save

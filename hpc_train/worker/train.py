@@ -226,6 +226,7 @@ def install_extensions(
         heartbeat,
         save_interval.AutoInterval.for_rank(worker.auto_interval, rank),
         worker.notice_pending,
+        worker.bell,
     )
     # 7. rank 0's ledger events: after 6, so its save hook also times the notice save
     ledger_hooks.install(run, worker.start, rank)

@@ -18,7 +18,7 @@ def test_the_workers_environment_round_trips_through_its_variables():
     sent = WorkerEnv(
         save_dir=Path("/run"), start=("41", 2), stop_marker=Path("/run/.hpc-train/s.json"),
         heartbeat_dir=Path("/run/hb"), sync_save=True, local_save_dir=Path("/scratch/r"),
-        auto_interval=(7200.0, 1.5),
+        auto_interval=(7200.0, 1.5), bell=contract.LauncherBell(Path("/run/b"), "n1", "41-2"),
     )  # fmt: skip
     env = sent.to_env()
     assert all(name.startswith("HPC_TRAIN_") for name in env)
@@ -35,6 +35,24 @@ def test_stop_marker_round_trips_and_is_written_whole(tmp_path):
     assert contract.read_stop(run, "12", 3) == StopMarker(57, "SIGUSR2", 1.5)
     assert json.loads(run.stop_marker("12", 3).read_text())["update"] == 57
     assert [p.name for p in run.state.iterdir()] == ["stopped-12-3.json"]  # no temporaries
+
+
+def test_rank_0s_stop_marker_rings_task_0s_launcher(tmp_path):
+    """The marker written, the bell the launcher gave its ranks (``WorkerEnv.bell``) is rung:
+    task 0's launcher, waiting for the marker, looks at once (a real UDP bell on loopback,
+    ``hpc_core.doorbell``; ``localhost`` resolves as a Slurm node name does). A bell that is
+    not one is refused by name."""
+    from hpc_core import doorbell
+
+    bell = doorbell.Bell(tmp_path / "bells", "localhost", "41-0")
+    try:
+        ringing = contract.LauncherBell(tmp_path / "bells", "localhost", "41-0")
+        contract.write_stop(tmp_path / "stop.json", StopMarker(57, "SIGUSR2"), ringing)
+        assert (tmp_path / "stop.json").exists() and bell.nap(30) is True
+    finally:
+        bell.close()
+    with pytest.raises(ValueError, match="not a launcher's bell"):
+        WorkerEnv.from_env({contract.BELL: '{"node": "n1"}'})
 
 
 def test_start_decision_round_trips_with_its_geometry(tmp_path):

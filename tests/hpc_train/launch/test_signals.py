@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from hpc_train.contract import Cause
+from hpc_core import doorbell
+from hpc_train.contract import Cause, LauncherBell, StopMarker, write_stop
 from hpc_train.launch import signals
 
 
@@ -83,7 +84,7 @@ def test_the_save_on_notice_is_seen_within_a_quarter_second_however_long_it_took
     """``checkpoint()`` requeues at most 0.25 s after rank 0's marker appears, whether the save
     took 2 or 30 s (on a clock of the test's, slept through by the wait). With the back-off it
     had (up to 1 s), a save made 9.1 s in was seen 0.96 s late."""
-    marker, now, real = tmp_path / "stop", [0.0], signals.wait_until
+    marker, now, real = tmp_path / "stop", [0.0], doorbell.wait_until
 
     def sleep(delay: float) -> None:
         now[0] += delay
@@ -93,6 +94,39 @@ def test_the_save_on_notice_is_seen_within_a_quarter_second_however_long_it_took
     def on_test_clock(check, what, timeout=None, backoff=None, **_):
         return real(check, what, timeout, backoff, sleep=sleep, clock=lambda: now[0])
 
-    monkeypatch.setattr(signals, "wait_until", on_test_clock)
+    monkeypatch.setattr(doorbell, "wait_until", on_test_clock)  # await_word's: unrung here
     assert signals.wait_for_save(marker, 600) is True
     assert now[0] - saved_at <= 0.25
+
+
+def test_the_save_on_notice_rung_by_rank_0_is_seen_at_once(tmp_path, monkeypatch):
+    """Rank 0 rings task 0's bell as it writes the marker (``contract.write_stop``): the wait
+    ends at the ring, here with its looks a minute apart (a real UDP bell on loopback; without
+    the ring the test's 20 s deadline ends it: False)."""
+    from hpc_core.wait import Backoff
+
+    marker, looked, real = tmp_path / "stop", threading.Event(), doorbell.wait_until
+    bell = doorbell.open_here(tmp_path / "bells", "localhost", "41-0")
+    assert bell is not None
+
+    def a_minute_apart(check, what, timeout=None, backoff=None, **more):
+        def first_look_said():
+            found = check()
+            looked.set()
+            return found
+
+        return real(first_look_said, what, timeout, Backoff(60.0, 1.0, 60.0), **more)
+
+    def rank_0() -> None:
+        looked.wait(20)
+        ringing = LauncherBell(tmp_path / "bells", "localhost", "41-0")
+        write_stop(marker, StopMarker(7, "SIGUSR2"), ringing)
+
+    monkeypatch.setattr(doorbell, "wait_until", a_minute_apart)
+    thread = threading.Thread(target=rank_0)
+    thread.start()
+    try:
+        assert signals.wait_for_save(marker, 20) is True and bell.rung >= 1
+    finally:
+        thread.join()
+        doorbell.close_here()
