@@ -96,6 +96,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "per_decision_us": round(median / len(cases) * 1e6, 1),
         "slurm_look_ups": lookups,
         "slurm_look_ups_most": max(len(v) for v in lookups.values()),
+        "slurm_waits": {end: len(v) for end, v in waits.items()},
         "slurm_waits_most": max(len(v) for v in waits.values()),
         **report.provenance(started, load_before, {
             "hostname": platform.node(), "cpu_count": os.cpu_count(),

@@ -101,8 +101,9 @@ def agree(device: Any, proposal: int = 0) -> tuple[bool, int]:
 
 
 def _save_and_stop(
-    cfg: Any, trainer: Any, epoch_itr: Any, marker: Path, update: int, bell: LauncherBell | None
-) -> tuple[list[None], bool]:
+    cfg: Any, trainer: Any, epoch_itr: Any, marker: Path, update: int,
+    bell: LauncherBell | None = None,
+) -> tuple[list[None], bool]:  # fmt: skip
     """The agreed notice's save: ``checkpoint_last.pt`` (durable: async saves flushed), then
     rank 0's stop marker at ``marker`` (``bell`` rung), then a barrier; returns fairseq's
     (valid losses, stop)."""

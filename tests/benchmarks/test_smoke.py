@@ -264,7 +264,9 @@ def test_bench_decision_smoke(tmp_path: Path) -> None:
     assert "srun --overlap on n2" in looks["crash/requeue"] and "sinfo -N" in looks["crash/requeue"]
     assert r["slurm_look_ups_most"] == max(len(v) for v in looks.values())
     assert looks["crash/requeue"].count("scontrol show job") == 1  # its ExcNodeList with it
-    assert r["slurm_waits_most"] == 1  # every end's look-ups asked at once (issue 46)
+    waits = r["slurm_waits"]  # a crash's and a hang's look-ups asked at once (issue 46)
+    assert all(waits[f"{c}/{m}"] == 1 for c in ("crash", "hang") for m in ("requeue", "in-job"))
+    assert r["slurm_waits_most"] == max(waits.values())
     print(f"bench-decision smoke: {took:.1f} s")
 
 
