@@ -19,8 +19,9 @@ by a firewall or forged costs nothing but a look: the polls stay the backstop, a
 before and never later. Trust decision: the port is open to anything that reaches the node
 (bound to every address: emulated nodes share one host); what it receives is drained unread.
 
-One bell a process (the launcher's); two threads napping at once may take each other's ring
-and fall back to their polls. A process that opened none naps by sleeping.
+One bell a process (the launcher's); two threads may nap on it at once (the hang monitor's while
+torchrun runs, the main thread's ``checkpoint()`` on a notice): a ring wakes one or both, one
+that missed it looks at its next poll. A process that opened none naps by sleeping.
 """
 
 from __future__ import annotations
@@ -53,14 +54,18 @@ class Bell:
         self.sock.setblocking(False)
         self.port: int = self.sock.getsockname()[1]
         self.rung = 0  # naps ended by a ring (what a test sees of it)
-        self._poll = select.poll()  # not select(): no limit on the descriptor's number
-        self._poll.register(self.sock, select.POLLIN)
         registry.mkdir(parents=True, exist_ok=True)
         atomic_write(registry / name, f"{self.port} {key}\n", durable=False)
 
     def nap(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``; True if a ring ended it (every datagram waiting drained)."""
-        if not self._poll.poll(max(0.0, seconds) * 1000):
+        """Sleep up to ``seconds``; True if a ring ended it (every datagram waiting drained).
+        Each nap polls on a poll object of its own: one shared by two threads napping at once
+        (the hang monitor's, and ``checkpoint()`` in the main thread) raises ("concurrent
+        poll() invocation": the notice's save was never waited for). ``poll()``, not
+        ``select()``: no limit on the descriptor's number."""
+        waiting = select.poll()
+        waiting.register(self.sock, select.POLLIN)
+        if not waiting.poll(max(0.0, seconds) * 1000):
             return False
         for _ in range(DRAIN):
             try:

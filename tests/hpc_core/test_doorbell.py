@@ -155,3 +155,33 @@ def test_a_bell_left_by_an_earlier_start_is_never_rung(tmp_path):
         assert doorbell.ring(tmp_path, ["localhost"], "41-1") == 1 and new.nap(30) is True
     finally:
         new.close()
+
+
+def test_two_threads_nap_on_one_bell_at_once(tmp_path):
+    """The hang monitor naps on the launcher's bell while torchrun runs, and ``checkpoint()``
+    naps on it in the main thread on a notice: both at once, neither fails (one poll object
+    shared by two threads raised "concurrent poll() invocation", and the notice's save was
+    never waited for); rung until both have woken."""
+    bell = doorbell.Bell(tmp_path, "localhost", KEY)
+    together, woke, failed = threading.Barrier(3, timeout=20), [], []
+
+    def napper() -> None:
+        together.wait()
+        try:
+            woke.append(bell.nap(30))
+        except Exception as err:  # what the shared poll object raised
+            failed.append(err)
+
+    threads = [threading.Thread(target=napper) for _ in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        together.wait()
+        while any(t.is_alive() for t in threads):  # a ring one of them missed: the next one
+            doorbell.ring(tmp_path, ["localhost"], KEY)
+            threads[0].join(0.05)
+        assert failed == [] and woke == [True, True]
+    finally:
+        for thread in threads:
+            thread.join(30)
+        bell.close()
