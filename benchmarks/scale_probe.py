@@ -74,6 +74,10 @@ def pss_kb(pid: int) -> int | None:
 
 
 YOUNG_S = 10.0  # a process this young may still be its parent's fork, before its exec
+# ... and one looked at fewer times than this since it was first seen (a scan starved of the
+# cores while 16 nodes start may come after YOUNG_S: a rank first seen as torchrun's fork
+# stayed an agent, and the benchmark found no rank to kill on its node)
+FIRST_LOOKS = 3
 
 
 def cmdline_of(pid: int) -> str:
@@ -106,6 +110,7 @@ class Proc:
     cpu_s: float = 0.0
     pss_kb: int | None = None
     ended: float | None = None
+    looks: int = 0  # the scans that have looked at it
 
 
 @dataclass
@@ -145,7 +150,8 @@ class Scanner:
                     proc.ended = now
                 elif proc.ended is None:
                     proc.cpu_s = (stat_of(proc.pid) or (0.0, proc.cpu_s))[1]
-                    if now - proc.started < YOUNG_S:  # seen between its fork and its exec?
+                    proc.looks += 1
+                    if now - proc.started < YOUNG_S or proc.looks < FIRST_LOOKS:  # pre-exec?
                         proc.kind = kind_of(cmdline_of(proc.pid)) or proc.kind
 
     def _look(self, pid: int) -> None:

@@ -139,3 +139,28 @@ def test_a_crashs_agents_going_down_and_its_torchruns_starting_are_said_apart_on
     for _ in range(2):  # the run's, then a --reanalyze of its result
         scale.shutdown_and_startup_apart(out, files, 4, 100.0 - 13.53)
     assert (out["agents_down_s"], out["torchruns_up_s"], out["toolkit_s"]) == (0.18, 0.24, 0.09)
+
+
+def test_a_process_first_seen_as_its_parents_fork_is_looked_at_again(monkeypatch):
+    """The scanner may first see a rank between torchrun's fork and its exec (torchrun's command
+    line): it looks at the command line again at its next scans, however old the process is by
+    then (a scan starved of the cores while 16 nodes started came after ``YOUNG_S``: the rank
+    stayed an agent, and the benchmark found none to kill). A real process of this machine,
+    its command line a rank's."""
+    import subprocess
+    import sys
+    import time
+
+    module = next(iter(probe.WORKER_MODULES))
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", module],
+                            env={**os.environ, probe.JOB_ID: "7"})  # fmt: skip
+    try:
+        monkeypatch.setattr(probe, "YOUNG_S", 0.0)  # old at once: only the looks count
+        scanner = probe.Scanner(jobs={"7"})
+        scanner.procs[rank.pid] = probe.Proc(rank.pid, "7", "n1", "agent", time.time() - 100)
+        scanner.scan()
+        assert probe.kind_of(probe.cmdline_of(rank.pid)) == "rank"
+        assert scanner.live("7", "rank") and not scanner.live("7", "agent")
+    finally:
+        rank.kill()
+        rank.wait()
