@@ -423,19 +423,23 @@ def kill_event(job: Job, round_: bool) -> dict[str, Any]:
         said_apart(out, "launchers_up", launchers_up(
             StartFiles(job.run, job.id, restart + 1, 0), job.nodes,
             None if first is None else fault + first))  # fmt: skip
-    shutdown_and_startup_apart(out, StartFiles(job.run, job.id, restart, rnd), job.nodes, fault)
+    shutdown_and_startup_apart(out, StartFiles(job.run, job.id, restart, rnd), job.nodes, fault,
+                               round_)  # fmt: skip
     return {"node": victim, **out}
 
 
 def shutdown_and_startup_apart(out: dict[str, Any], files: StartFiles, nodes: int,
-                               fault: float) -> None:  # fmt: skip
-    """A crash's other nodes going down while task 0 waits for their exit records
-    (``agents_down``) and the next torchruns starting one after another (``torchruns_up``), each
-    N processes on this machine's shared cores: said apart from the toolkit's share (once: a
-    result that has them keeps them: ``said_apart``)."""
+                               fault: float, round_: bool) -> None:  # fmt: skip
+    """A crash's other nodes going down while task 0 waits for their exit records and, before
+    an in-job round (``round_``), while the round waits for them after the decision
+    (``agents_down``; a requeue's relaunch is its new launchers': its old agents go down during
+    Slurm's hold), and the next torchruns starting one after another (``torchruns_up``), each N
+    processes on this machine's shared cores: said apart from the toolkit's share (once:
+    ``said_apart``)."""
     at = {k: None if v is None else fault + v for k, v in out["at"].items()}
-    said_apart(out, "agents_down", agents_down(files, nodes, at.get("seen"), at.get("stopped"),
-                                               at.get("decided")))  # fmt: skip
+    decided = at.get("decided") if round_ else None
+    said_apart(out, "agents_down",
+               agents_down(files, nodes, at.get("seen"), at.get("stopped"), decided))  # fmt: skip
     torchruns_up_apart(out)
 
 
@@ -495,9 +499,11 @@ def said_apart(out: dict[str, Any], name: str, seconds: float | None) -> None:
     toolkit's polls, timeouts or look-ups (``name``: a hang's agents going down, a requeue's
     launchers starting): taken out of ``toolkit_s``, said beside it as ``<name>_s``, the whole
     kept as ``toolkit_with_<name>_s`` (None: not measured, nothing taken out). Once: a figure
-    already said apart (a ``--reanalyze`` of a result that has it) is left as it is."""
-    if f"{name}_s" in out:
-        return
+    said apart before (a ``--reanalyze`` of a result that has it) is put back first, so the
+    result holds the figure as it is derived now."""
+    before = out.pop(f"{name}_s", None)
+    if before is not None and out.pop(f"toolkit_with_{name}_s", None) is not None:
+        out["toolkit_s"] = round(out["toolkit_s"] + before, 2)
     out[f"{name}_s"] = seconds
     if seconds is not None and out["toolkit_s"] is not None:
         out[f"toolkit_with_{name}_s"] = out["toolkit_s"]
@@ -867,7 +873,7 @@ def events_again(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int)
     restarted = next(e for e in ledger.read(run.ledger) if e.kind == Kind.RESTARTED)
     files = StartFiles(run, str(size["rounds"]["job"]), restarted.restart,
                        int(restarted.get("round", 1)) - 1)  # fmt: skip
-    shutdown_and_startup_apart(kill, files, nodes, restarted.time - kill["at"]["decided"])
+    shutdown_and_startup_apart(kill, files, nodes, restarted.time - kill["at"]["decided"], True)
     event = size["requeue"]["kill_requeue"]
     run = RunDir(save_dir(work_dir, "requeue", hollow, nodes))
     requeued = next(e for e in ledger.read(run.ledger) if e.kind == Kind.REQUEUED)
@@ -876,7 +882,8 @@ def events_again(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int)
         files = StartFiles(run, job, requeued.restart + 1, 0)
         said_apart(event, "launchers_up",
                    launchers_up(files, nodes, fault + event["at"]["launchers"]))  # fmt: skip
-    shutdown_and_startup_apart(event, StartFiles(run, job, requeued.restart, 0), nodes, fault)
+    shutdown_and_startup_apart(event, StartFiles(run, job, requeued.restart, 0), nodes, fault,
+                               False)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

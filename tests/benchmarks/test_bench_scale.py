@@ -134,11 +134,20 @@ def test_a_crashs_agents_going_down_and_its_torchruns_starting_are_said_apart_on
     assert scale.agents_down(files, 4, 100.0, 100.2, 101.5) == 0.18
     assert scale.agents_down(files, 4, 100.0, 100.05) == 0.0  # none after task 0's, by then
     assert scale.agents_down(files, 4, None, 100.2) is None
-    out = {"toolkit_s": 0.51,
-           "at": {"seen": 13.53, "stopped": 13.73, "first_torchrun": 13.81, "last_torchrun": 14.05}}  # fmt: skip
+    at = {"seen": 13.53, "stopped": 13.73, "decided": 14.5, "first_torchrun": 14.6,
+          "last_torchrun": 14.84}  # fmt: skip
+    requeue = {"toolkit_s": 0.51, "at": at}  # its old agents go down during Slurm's hold
     for _ in range(2):  # the run's, then a --reanalyze of its result
-        scale.shutdown_and_startup_apart(out, files, 4, 100.0 - 13.53)
-    assert (out["agents_down_s"], out["torchruns_up_s"], out["toolkit_s"]) == (0.18, 0.24, 0.09)
+        scale.shutdown_and_startup_apart(requeue, files, 4, 100.0 - 13.53, round_=False)
+    assert (requeue["agents_down_s"], requeue["torchruns_up_s"], requeue["toolkit_s"]) == (
+        0.18, 0.24, 0.09)  # fmt: skip
+    at = {**at, "decided": 13.75}  # the round waits 0.78 s for n4's agent after it decided
+    # said apart before as it was derived then (0.18 s): put back, then derived anew
+    kill_round = {"toolkit_s": 1.11, "at": at, "agents_down_s": 0.18,
+                  "toolkit_with_agents_down_s": 1.29}  # fmt: skip
+    scale.shutdown_and_startup_apart(kill_round, files, 4, 100.0 - 13.53, round_=True)
+    assert (kill_round["agents_down_s"], kill_round["toolkit_s"]) == (0.96, 0.09)
+    assert kill_round["toolkit_with_agents_down_s"] == 1.29
 
 
 def test_a_process_first_seen_as_its_parents_fork_is_looked_at_again(monkeypatch):
