@@ -100,8 +100,8 @@ def close_here() -> None:
 
 
 def nap(seconds: float, stop: threading.Event | None = None) -> None:
-    """Sleep between two looks: on this process's bell if it has one (a ring ends it early);
-    without one, until ``stop`` is set if given (``wake_here`` rings the bell for it)."""
+    """Sleep between two looks: on this process's bell if it has one (a ring ends it early,
+    ``wake_here`` too); without one, until ``stop`` is set, if given."""
     if _here is not None:
         _here.nap(seconds)
     elif stop is not None:

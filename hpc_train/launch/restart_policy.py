@@ -662,9 +662,10 @@ def _held_now(ev: EndEvidence, blames: Sequence[Blame]) -> list[str]:
 def _requeue(ev: EndEvidence, opt: EndOptions, requeue: Requeue) -> Requeue | Stop:
     """``requeue`` once Slurm says the requeued job could start (one sinfo, the job's
     ExcNodeList; asked with the decision's first question where a restart can only be a
-    requeue, ``_weighing``, and again where it is stale, ``PARTITION_FRESH_S``): which of the nodes it leaves out it excludes by name (``excluded_by_name``,
-    the quarantine's: ``quarantined_by_name``), and whether enough usable nodes are left for
-    ``--nodes`` MIN (``requeue_blocked``). Where none could replace the missing ones the run
+    requeue, ``_weighing``, and again where it is stale, ``PARTITION_FRESH_S``): which of the
+    nodes it leaves out it excludes by name (``excluded_by_name``, the quarantine's:
+    ``quarantined_by_name``), and whether enough usable nodes are left for ``--nodes`` MIN
+    (``requeue_blocked``). Where none could replace the missing ones the run
     stops (``Stop``, ``Cause.NO_NODES``); a Slurm error is said and the requeue goes ahead,
     every node it leaves out excluded: it is Slurm's to refuse then."""
     part = ev.slurm.partition

@@ -12,12 +12,11 @@ declared by another node (``hang.json`` in the incident dir):
    GPU ranks also get a write on their NCCL flight-recorder FIFO (``flight_recorder_env``):
    their dumps of the last collectives are copied there too (``nccl_trace_rank_<r>``);
 2. it waits (at most ``faults.end_evidence.REPORT_WAIT_S``) for every node's report, so no node
-   stops its ranks before the others have dumped theirs;
-
-A declaration and the report that completes the set ring the round's other nodes
-(``hpc_core.doorbell``; ``ring``): the thread naps on the launcher's bell between its ticks and
-its looks for the reports, so each node acts on them at once, the polls the backstop (at 39
-hollow nodes the last report came 1.2 s after the declaration, issue 46);
+   stops its ranks before the others have dumped theirs (a declaration, and the report that
+   completes the set, ring the round's other nodes: ``ring``, ``hpc_core.doorbell``; the thread
+   naps on the launcher's bell between its ticks and its looks for the reports, so each node
+   acts on them at once, the polls the backstop: at 39 hollow nodes the last report came 1.2 s
+   after the declaration before, issue 46);
 3. it kills this node's ranks and torchrun: the launcher then sees the hang
    (``Ended.hang``). This thread only reports: task 0 reads every node's report with the rest
    of the start's end (``hpc_train.faults.end_evidence``), its policy names the suspect

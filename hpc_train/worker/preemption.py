@@ -141,10 +141,10 @@ def install_save_on_notice(
     bell: LauncherBell | None = None,
 ) -> None:
     """Wrap fairseq's per-update validate-and-save step with the agreed notice check; the stop
-    marker goes to ``marker`` (a path the launcher chose); ``pending``: where the launcher records
-    a notice it received (``notice_recorded``); ``bell``: rung with the marker. ``heartbeat``: told when each update
-    completed and when validate-and-save returned (fairseq calls it once per update, with
-    ``end_of_epoch`` on the epoch's last one). ``auto`` (rank 0 under ``--save-interval auto``):
+    marker goes to ``marker`` (a path the launcher chose, ``bell`` rung with it); ``pending``:
+    where the launcher records a notice it received (``notice_recorded``). ``heartbeat``: told
+    when each update completed and when validate-and-save returned (fairseq calls it once per
+    update, with ``end_of_epoch`` on the epoch's last one). ``auto`` (rank 0 under ``--save-interval auto``):
     times updates and save points and proposes the interval every rank then sets."""
     import fairseq_cli.train as fairseq_train
 
