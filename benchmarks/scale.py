@@ -425,7 +425,7 @@ def kill_event(job: Job, round_: bool) -> dict[str, Any]:
             None if first is None else fault + first))  # fmt: skip
     shutdown_and_startup_apart(out, StartFiles(job.run, job.id, restart, rnd), job.nodes, fault,
                                round_)  # fmt: skip
-    return {"node": victim, **out}
+    return {"node": victim, "fault_at": fault, **out}  # (a reanalysis derives from the same)
 
 
 def shutdown_and_startup_apart(out: dict[str, Any], files: StartFiles, nodes: int,
@@ -873,11 +873,13 @@ def events_again(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int)
     restarted = next(e for e in ledger.read(run.ledger) if e.kind == Kind.RESTARTED)
     files = StartFiles(run, str(size["rounds"]["job"]), restarted.restart,
                        int(restarted.get("round", 1)) - 1)  # fmt: skip
-    shutdown_and_startup_apart(kill, files, nodes, restarted.time - kill["at"]["decided"], True)
+    fault = kill.get("fault_at") or restarted.time - kill["at"]["decided"]  # older: the ledger's
+    shutdown_and_startup_apart(kill, files, nodes, fault, True)
     event = size["requeue"]["kill_requeue"]
     run = RunDir(save_dir(work_dir, "requeue", hollow, nodes))
     requeued = next(e for e in ledger.read(run.ledger) if e.kind == Kind.REQUEUED)
-    fault, job = requeued.time - event["at"]["decided"], str(size["requeue"]["job"])
+    fault = event.get("fault_at") or requeued.time - event["at"]["decided"]
+    job = str(size["requeue"]["job"])
     if event["at"].get("launchers") is not None:
         files = StartFiles(run, job, requeued.restart + 1, 0)
         said_apart(event, "launchers_up",

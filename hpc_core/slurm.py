@@ -497,8 +497,10 @@ def idle_nodes(partition: str) -> int:
     return sum(int(n) for n in out.split())
 
 
-# sinfo's states in which a node takes no new job until someone (or clustermgtd) acts
-UNUSABLE_STATES = ("drain", "down", "fail", "maint", "reserved", "inval", "unknown", "future")
+# sinfo's states in which a node takes no new job until someone (or clustermgtd) acts; not
+# ``unknown``: a controller that has just started says it of every node until its slurmd
+# registers, seconds later (a requeue decided then found "0 usable nodes" and stopped the run)
+UNUSABLE_STATES = ("drain", "down", "fail", "maint", "reserved", "inval", "future")
 
 
 def node_usable(state: str) -> bool:

@@ -67,6 +67,10 @@ def test_on_parallelcluster_a_blocked_requeue_waits_for_the_replacement_nodes():
     # powered-down cloud nodes (idle~) start on demand: usable
     assert node_usable("idle~") and not node_usable("draining")
     assert node_usable("idle*") and not node_usable("down*")  # transient
+    # a controller just restarted knows no node yet: no reason to stop a run (issue 46)
+    assert node_usable("unknown") and node_usable("unknown*")
+    unknown = {f"n{i}": "unknown" for i in range(1, 5)}
+    assert restart_policy.requeue_blocked(unknown, ["n4"], 2, replaced=False) == (None, "")
 
 
 def test_a_grow_is_not_a_restart_the_budget_counts():
