@@ -15,6 +15,7 @@ import json
 import logging
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,29 @@ def ops_of(events: Any, gpu: bool) -> list[profile_table.Op]:
         us = sum(k.duration for k in kernels) if gpu else e.self_cpu_time_total
         span = (float(e.time_range.start), float(e.time_range.end))
         out.append(profile_table.Op(e.name, tuple(marks), float(us), top, len(kernels), span))
+    return out
+
+
+def unlinked_kernels(events: Any, gpu: bool) -> dict[str, float]:
+    """The kernels no op claims (name -> µs): the device's events less those the profiler
+    linked to an op (``ops_of``: an op's ``kernels``, matched by name and duration)."""
+    if not gpu:
+        return {}
+    claimed = Counter(
+        (k.name, k.duration)
+        for e in events
+        if e.device_type == torch.autograd.DeviceType.CPU
+        for k in getattr(e, "kernels", []) or []
+    )
+    out: dict[str, float] = {}
+    for e in events:
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        key = (e.name, e.time_range.end - e.time_range.start)
+        if claimed[key] > 0:
+            claimed[key] -= 1
+        else:
+            out[e.name] = out.get(e.name, 0.0) + float(key[1])
     return out
 
 
@@ -126,6 +150,7 @@ class WindowProfiler:
         window = profile_table.ProfileWindow(
             self.count, self.warmup, wall, self.outside, busy_s(events, ops, self.gpu),
             "cuda" if self.gpu else "cpu", ops, dict(self.counter.sites), cuda_syncs,
+            unlinked_kernels(events, self.gpu),
         )  # fmt: skip
         self.prof = None
         self.finish(window)

@@ -10,6 +10,8 @@ Kinds, in the order a name is tried (the first match wins):
 - ``casts/copies``: dtype casts and copies (``copy_``, ``_to_copy``, memcpy);
 - ``matmul``: GEMMs (aten's mm family, cuBLAS/CUTLASS kernels);
 - ``norm/elementwise``: the rest (LayerNorm, GELU, dropout, adds, embeddings, the loss);
+- ``kernels of no op`` (GPU only): kernels the profiler linked to no aten op, named in their own
+  line (on an H200, 2026-11-29, a fifth of roberta-large's update, unnamed before: docs/gpu.md);
 - ``outside the step``: wall time between updates (the next batch, logging, the hooks).
 
 On a GPU the time is the kernels' (device) time, attributed through the op that launched them,
@@ -29,6 +31,8 @@ from hpc_train.worker import host_reads
 
 KINDS = ("matmul", "attention", "norm/elementwise", "casts/copies", "optimizer", "communication")
 OUTSIDE = "outside the step"
+UNLINKED = "kernels of no op"
+NAMED_UNLINKED = 6  # the table names this many of them, the longest first
 OPTIMIZER_MARK = "hpc:optimizer"
 NAME_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("communication", ("nccl", "all_reduce", "allreduce", "gloo", "c10d::", "broadcast")),
@@ -75,12 +79,15 @@ class ProfileWindow:
     ops: list[Op] = field(default_factory=list)
     sync_sites: dict[str, int] = field(default_factory=dict)
     cuda_syncs: int | None = None  # torch's sync debug mode (GPU only)
+    unlinked: dict[str, float] = field(default_factory=dict)  # kernel name -> µs, no op's (GPU)
 
     def per_update(self) -> dict[str, object]:
         n = max(self.updates, 1)
         ms = dict.fromkeys((*KINDS, OUTSIDE), 0.0)
         for op in self.ops:
             ms[kind_of(op.name, op.marks)] += op.self_us / 1000 / n
+        if self.device == "cuda":
+            ms[UNLINKED] = sum(self.unlinked.values()) / 1000 / n
         ms[OUTSIDE] = self.outside_s * 1000 / n
         launched = sum(op.kernels for op in self.ops) if self.device == "cuda" else None
         top = sum(1 for op in self.ops if op.top_level)
@@ -113,6 +120,10 @@ class ProfileWindow:
                 site: count / max(self.updates, 1)
                 for site, count in sorted(self.sync_sites.items())
             },
+            "unlinked_kernels_ms": {
+                name: round(us / 1000 / max(self.updates, 1), 3)
+                for name, us in sorted(self.unlinked.items(), key=lambda kv: -kv[1])
+            },
         }
 
 
@@ -135,6 +146,12 @@ def table(window: ProfileWindow) -> list[str]:
     lines.append(
         "  host syncs by site: " + (", ".join(f"{s} {c / n:g}" for s, c in sites) or "none")
     )
+    if window.unlinked:
+        named = sorted(window.unlinked.items(), key=lambda kv: -kv[1])[:NAMED_UNLINKED]
+        lines.append(
+            f"  {UNLINKED}, the longest: "
+            + ", ".join(f"{name[:80]} {us / 1000 / n:.2f} ms" for name, us in named)
+        )
     return lines
 
 

@@ -108,3 +108,35 @@ def test_a_tiny_run_profiles_its_window_and_keeps_training(corpus, tmp_path, tin
     log = (save / "train.log").read_text()
     assert "profile of updates 4-5 on cpu" in log and "host syncs by site" in log
     assert "8 updates" in log or "num_updates: 8" in log or '"num_updates": "8"' in log
+
+
+def test_kernels_no_op_claims_get_their_own_row_and_names():
+    """On the H200 (2026-11-29) a fifth of roberta-large's kernel time was linked to no aten op
+    and fell out of every row. Fake profiler events (the CPU has no CUDA kernels): an op that
+    claims one of two same-named kernels, and one kernel no op claims."""
+    from types import SimpleNamespace as NS
+
+    from hpc_train.worker import profile
+
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+
+    def kernel(name, start, end):
+        return NS(name=name, device_type=cuda, time_range=NS(start=start, end=end))
+
+    op = NS(
+        name="aten::mm", device_type=cpu, cpu_parent=None, time_range=NS(start=0, end=50),
+        kernels=[NS(name="sm90_gemm", duration=40)],
+    )  # fmt: skip
+    events = [op, kernel("sm90_gemm", 0, 40), kernel("sm90_gemm", 100, 140),
+              kernel("flash_bwd_kernel", 200, 290)]  # fmt: skip
+    unlinked = profile.unlinked_kernels(events, gpu=True)
+    assert unlinked == {"sm90_gemm": 40.0, "flash_bwd_kernel": 90.0}
+    assert profile.unlinked_kernels(events, gpu=False) == {}
+    ops = profile.ops_of(events, gpu=True)
+    window = profile_table.ProfileWindow(1, 0, 0.001, 0.0, 170e-6, "cuda", ops, {}, 0, unlinked)
+    p = window.per_update()
+    assert p["ms_by_kind"]["matmul"] == 0.04 and p["ms_by_kind"]["kernels of no op"] == 0.13
+    text = "\n".join(profile_table.table(window))
+    assert "kernels of no op, the longest: flash_bwd_kernel 0.09 ms, sm90_gemm 0.04 ms" in text
+    cpu_window = profile_table.ProfileWindow(1, 0, 0.001, 0.0, 0.0, "cpu", [], {})
+    assert "kernels of no op" not in cpu_window.per_update()["ms_by_kind"]
