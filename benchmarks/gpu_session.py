@@ -24,8 +24,9 @@ Stages, in the order of what a short lease is worth (``--stage`` picks some):
 6. ``base``: roberta-base, the defaults, the levers with pack, bare.
 
 A global deadline (``--deadline-s``, default 5 minutes: a lease of 15 minutes, start-up and
-transfers included, keeps room for a second call with ``--stage`` for what the first one left or
-showed), a time box per stage (``STAGE_S``) and a
+transfers included, keeps room for a second call for what the first one left or showed: with
+``--after`` the first call's results file, carried, whose finished runs it keeps and does not run
+again; stages always run in the order above, whatever order ``--stage`` names them in), a time box per stage (``STAGE_S``) and a
 timeout per run (its process group killed): a run is not started with less than ``MIN_RUN_S``
 left. The results file (``benchmarks.gpu_results``' schema, with ``stages``) is written after
 every run, so a session cut short still returns what it did. Without a GPU and without
@@ -266,6 +267,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--repeat", type=int, help="train split repeats (default: 100 on a GPU, 20 rehearsing)"
     )
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/hpc-train-gpu-session"))
+    p.add_argument(
+        "--after",
+        type=Path,
+        help="an earlier call's results (its --out, carried): its finished runs are kept, not run "
+        "again, whatever --stage says",
+    )
     args = p.parse_args(argv)
     if args.deadline_s <= 0 or (args.runs_per_stage is not None and args.runs_per_stage < 1):
         p.error("--deadline-s must be > 0 and --runs-per-stage >= 1")
@@ -276,7 +283,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     if not (args.data / "dict.txt").is_file():
         p.error(f"--data {args.data}: not a binarized corpus (make demo-data)")
+    args.earlier = earlier_runs(args.after, p) if args.after else {}
     return args
+
+
+def earlier_runs(path: Path, p: argparse.ArgumentParser) -> dict[str, Any]:
+    """The presets of an earlier call's results file (``--after``); exit 2 if it is not one."""
+    try:
+        presets = json.loads(path.read_text())["presets"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        p.error(f"--after {path}: not a GPU session's results ({type(err).__name__})")
+    if not isinstance(presets, dict):
+        p.error(f"--after {path}: not a GPU session's results (no presets)")
+    return presets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         "rehearsal": not gpu_run,
         "deadline_s": args.deadline_s,
     }
+    if args.after:  # run_stage skips each run already "ok" here
+        s.result.update(presets=args.earlier, after=str(args.after))
     repeat = args.repeat or (100 if gpu_run else 20)
     try:
         began = time.monotonic()
@@ -310,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     except SessionError as err:
         print(f"gpu-session: {err}", file=sys.stderr)
         return 2
+    figures(s)
     s.write()
     for stage in stages:
         if stage == "setup":

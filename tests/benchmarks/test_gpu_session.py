@@ -108,6 +108,7 @@ def test_without_a_gpu_it_prints_the_plan_and_exits_0(tmp_path, capsys, corpus):
         (["--kit", "/nonexistent"], "not a device kit"),
         (["--data", "/nonexistent"], "not a binarized corpus"),
         (["--deadline-s", "0"], "--deadline-s must be > 0"),
+        (["--after", "/nonexistent.json"], "not a GPU session's results"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, says, capsys):
@@ -161,3 +162,22 @@ def test_the_lengths_leave_intervals_after_the_warm_up():
         for lengths in table.values():
             assert lengths.max_update // lengths.log_interval > gpu.WARMUP_INTERVALS + 1
             assert sum(gpu_session.PROFILE[gpu_run]) < lengths.max_update
+
+
+def test_a_second_call_after_the_first_keeps_its_runs_and_runs_the_rest(corpus, tmp_path):
+    """The H200 lease of 2026-11-29: a second call asked for stages the first had half done and
+    ran its levers again from the start (250 s of a 15-minute lease); ``--after`` keeps them."""
+    first = {"presets": {"tiny": {"runs": {
+        "levers_pack": gpu_results.run_record("ok", words_per_s=12345.0, kind="toolkit"),
+        "levers_pack_b128": gpu_results.run_record("timeout", kind="toolkit"),
+    }, "figures": {}}}}  # fmt: skip
+    earlier = tmp_path / "first.json"
+    earlier.write_text(json.dumps(first))
+    result = rehearse(corpus, tmp_path, "--after", str(earlier), "--stage", "levers",
+                      "--runs-per-stage", "2", "--repeat", "2")  # fmt: skip
+    ran = result["presets"]["tiny"]["runs"]
+    assert ran["levers_pack"]["words_per_s"] == 12345.0  # kept, not run again
+    assert not (tmp_path / "work" / "tiny-levers_pack.log").exists()
+    assert ran["levers_pack_b128"]["status"] == "ok"  # not finished before: run now
+    assert (tmp_path / "work" / "tiny-levers_pack_b128.log").exists()
+    assert result["after"] == str(earlier) and result["stages"]["levers"]["status"] == "done"
