@@ -121,16 +121,25 @@ MEMORY: dict[str, MemoryLine] = {
 MEASURED_BATCH: dict[str, int] = {"roberta-base": 256, "roberta-large": 64}
 
 _DERIVED = f"derived from the H100 memory line, {HEADROOM:.0%} headroom; not measured"
+# The GPU session on an H200 (2026-11-29, benchmarks/results/gpu-session-h200-20261129-*.json):
+H200_LARGE = (
+    "; on an H200 (2026-11-29) 128 per GPU ran at 188k words/s and 58 GiB, 64 at 192k and 32 GiB"
+)
+P3DN_ESTIMATE = (
+    "; estimated on an H200 under p3dn's limits (fp16, no flash, the allocator capped at 32 GiB, "
+    "2026-11-29): 32 fits, 22 GiB at its peak, no out-of-memory; an H200 runs neither V100's "
+    "kernels nor its fp16 memory use"
+)
 # fmt: off
 BATCH_TABLE: tuple[BatchRow, ...] = (
     BatchRow("roberta-base",  "p5.48xlarge",   256, f"measured: {MEASURED_ON}"),
     BatchRow("roberta-base",  "p4de.24xlarge", 256, _DERIVED),
     BatchRow("roberta-base",  "p4d.24xlarge",  128, _DERIVED),
     BatchRow("roberta-base",  "p3dn.24xlarge", 64,  _DERIVED),
-    BatchRow("roberta-large", "p5.48xlarge",   64,  f"measured: {MEASURED_ON}"),
+    BatchRow("roberta-large", "p5.48xlarge",   64,  f"measured: {MEASURED_ON}{H200_LARGE}"),
     BatchRow("roberta-large", "p4de.24xlarge", 64,  _DERIVED),
     BatchRow("roberta-large", "p4d.24xlarge",  32,  _DERIVED),
-    BatchRow("roberta-large", "p3dn.24xlarge", 32,  _DERIVED),
+    BatchRow("roberta-large", "p3dn.24xlarge", 32,  _DERIVED + P3DN_ESTIMATE),
 )
 # fmt: on
 

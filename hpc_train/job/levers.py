@@ -4,9 +4,11 @@
 Each lever is a submit option ``--NAME auto|on|off``, a field of the spec's ``Speed`` section
 (``JobSpec.speed``), named by its ``LeverName``. ``auto`` takes the lever's default for the GPU
 of ``--instance-type``; a lever is on by default only where it is known to help, and a lever not
-yet measured on a GPU is wired but off by default and says "unmeasured". ``--dry-run`` lists the
-choices with their reasons; the rank receives them as one worker argument (``worker_args``) and
-checks them again against the GPU it actually has (``hpc_train.worker.speed``).
+yet measured on a GPU is wired but off by default and says "unmeasured"; one measured inside
+the run-to-run noise stays off and says its figure (the H200 session of 2026-11-29:
+docs/gpu.md). ``--dry-run`` lists the choices with their reasons; the rank receives them as one
+worker argument (``worker_args``) and checks them again against the GPU it actually has
+(``hpc_train.worker.speed``).
 
 What each compute capability can run (sm70 V100 on p3dn, sm80 A100 on p4d/p4de, sm90 H100 on p5):
 - ``compile``: Inductor accepts sm70+, but Triton's tensor-core matmuls are deprecated on Volta:
@@ -19,7 +21,8 @@ What each compute capability can run (sm70 V100 on p3dn, sm80 A100 on p4d/p4de, 
 - ``fused-adamw``: fairseq's Adam through torch's fused AdamW kernel (``worker.optim``); any
   CUDA GPU; CPU ranks keep fairseq's own ``adam`` unless asked (torch has a CPU kernel too).
 - ``gelu``: GELU in the compute dtype (fairseq 0.12 computes it on ``x.float()`` and casts back:
-  an fp32 round trip of the 4x-wide FFN activation in every layer, forward and backward);
+  an fp32 round trip of the 4x-wide FFN activation in every layer, forward and backward); on
+  from sm90, where it was measured 10-12 % faster (its casts: 111 ms of a 971 ms update, 3 after);
 - ``pad-check``: whether a batch has padding is read on the host, from the batch before its copy
   to the GPU, not from the GPU once per encoder layer (fairseq: a host sync per layer);
 - ``host-sizes``: the number of masked tokens (the loss's divisor) counted on the host from the
@@ -31,8 +34,9 @@ What each compute capability can run (sm70 V100 on p3dn, sm80 A100 on p4d/p4de, 
   (``torch._foreach_*``) ops do each in a few;
 - ``pack``: ``--sample-break-mode none``: blocks of exactly 512 tokens, sentences cut at the
   block's end, no padding, so attention runs without a mask (FlashAttention eligible). It
-  changes the samples (the loss curve: docs/gpu.md), so it is a choice, never a default until
-  measured; a run keeps one setting from start to end (the data position counts its blocks);
+  changes the samples (the loss curve: docs/gpu.md), so it is the user's choice and off unless
+  asked, though measured 30 % faster on an H200: a default that a later version turned on would
+  also change, at a requeue, the blocks a running job's data position counts;
 - precision is not a lever here: ``job.devices`` owns it (bf16 from sm80, fp16 with fairseq's
   dynamic loss scale on V100; ``--precision``).
 """
@@ -50,7 +54,14 @@ from hpc_train.job.fields import option
 CC = tuple[int, int]  # CUDA compute capability (major, minor)
 SETTINGS = ("auto", "on", "off")
 WORKER_FLAG = "--hpc-levers"  # the rank's argument: the levers on, comma-separated, or "none"
-CPU_ONLY = "unmeasured on GPUs; host syncs and ops per update measured on CPU (docs/gpu.md)"
+# What the GPU session measured (benchmarks/results/gpu-session-h200-20261129-*.json, docs/gpu.md):
+# roberta-large, bf16, 64 sequences per GPU x 4, the demo corpus, words/s median after warm-up.
+H200 = "measured on an H200 (2026-11-29, roberta-large bf16)"
+NOISE = "two runs of one setting differ by up to 2.3 %"
+NOT_ALONE = (
+    "not measured alone on a GPU (the 2026-11-29 session's time ran out); with gelu, pad-check "
+    "and host-sizes 147k words/s on an H200, +3 % over gelu alone: inside the noise"
+)
 
 # The GPU models of hpc_core.instances by compute capability (NVIDIA's CUDA GPUs table).
 COMPUTE_CAPABILITY: dict[str, CC] = {"V100": (7, 0), "A100": (8, 0), "H100": (9, 0)}
@@ -94,7 +105,8 @@ LEVERS: tuple[Lever, ...] = (
         needs=(7, 0),
         cpu=True,
         on_from=None,
-        evidence="unmeasured on GPUs; same losses as fairseq's path on CPU (fp32, dropout 0)",
+        evidence="unmeasured on GPUs (the 2026-11-29 session's time ran out before it); "
+        "same losses as fairseq's path on CPU (fp32, dropout 0)",
     ),
     Lever(
         LeverName.FLASH,
@@ -112,18 +124,35 @@ LEVERS: tuple[Lever, ...] = (
         on_from=(7, 0),
         evidence="measured on an H100: one step 1.1 ms vs 16.2 ms (bf16); sm70/sm80 unmeasured",
     ),
+    Lever(
+        LeverName.GELU,
+        "GELU in the compute dtype (off: fairseq's fp32 round trip)",
+        needs=(7, 0),
+        cpu=True,
+        on_from=(9, 0),
+        evidence=f"{H200}: alone 141k and 144k words/s vs the defaults' 128k (+10-12 %; "
+        f"{NOISE}); sm70/sm80 unmeasured",
+    ),
+    Lever(
+        LeverName.PAD_CHECK,
+        "padding read from the batch on the host, not once per layer on the GPU",
+        needs=(7, 0),
+        cpu=True,
+        on_from=None,
+        evidence=f"{H200}: alone 128.4k vs 128.1k words/s, inside the noise (the GPU was "
+        "0.5 % idle: its 96 host syncs per update cost nothing there)",
+    ),
+    Lever(
+        LeverName.HOST_SIZES,
+        "the loss's token count taken on the host, not read back from the GPU",
+        needs=(7, 0),
+        cpu=True,
+        on_from=None,
+        evidence=f"{H200}: alone 129.3k vs 128.1k words/s (+0.9 %), inside the noise",
+    ),
     *(
-        Lever(name, what, needs=(7, 0), cpu=True, on_from=None, evidence=CPU_ONLY)
+        Lever(name, what, needs=(7, 0), cpu=True, on_from=None, evidence=NOT_ALONE)
         for name, what in (
-            (LeverName.GELU, "GELU in the compute dtype (off: fairseq's fp32 round trip)"),
-            (
-                LeverName.PAD_CHECK,
-                "padding read from the batch on the host, not once per layer on the GPU",
-            ),
-            (
-                LeverName.HOST_SIZES,
-                "the loss's token count taken on the host, not read back from the GPU",
-            ),
             (
                 LeverName.LAZY_STATS,
                 "fairseq's unread per-update stats left on the GPU, not rounded there",
@@ -132,11 +161,16 @@ LEVERS: tuple[Lever, ...] = (
                 LeverName.FOREACH_GRADS,
                 "bf16 gradient/parameter copies and norm as multi-tensor ops",
             ),
-            (
-                LeverName.PACK,
-                "--sample-break-mode none: full 512-token blocks, no padding, no mask",
-            ),
         )
+    ),
+    Lever(
+        LeverName.PACK,
+        "--sample-break-mode none: full 512-token blocks, no padding, no mask",
+        needs=(7, 0),
+        cpu=True,
+        on_from=None,
+        evidence=f"{H200}: with the five exact levers 192k vs 147k words/s (+30 %, of which "
+        "2.5 % is padding): it changes the samples, so a choice, off unless asked",
     ),
 )
 BY_NAME: dict[LeverName, Lever] = {lever.name: lever for lever in LEVERS}
