@@ -71,7 +71,8 @@ POLL_S = 2.0  # how often each launcher reads its ranks' heartbeats
 # benchmark's hang at 16 hollow nodes: 2 s of its 6.6 s from the declaration to the stop)
 DECLARED_POLL_S = 0.25
 STACK_WAIT_S = 5.0  # for the ranks' faulthandler output after SIGUSR1
-SETTLE_S = 0.5  # a dump still growing between two looks this far apart is not complete yet
+SETTLE_S = 0.5  # a dump that grew within this long is not complete yet
+SETTLE_LOOK_S = 0.1  # ... looked at this often
 KILL_WAIT_S = 15.0  # for torchrun's exit after SIGTERM, before SIGKILL
 STUCK = "stuck agent"  # _check's answer when torchrun outlived its ranks (not a hang)
 FLIGHT_RECORDER_WAIT_S = 20.0  # GPU ranks: their dumps after the pipe write (7.2 s on an H100)
@@ -132,23 +133,36 @@ def dump_stacks(beats: Sequence[Beat], directory: Path, incident: Path) -> dict[
     return gave
 
 
+class Quiet:
+    """A ``wait_until`` condition: True once ``look()`` has given the same answer for
+    ``quiet_s`` of ``clock``'s time (the first look only starts the count)."""
+
+    def __init__(self, look: Callable[[], object], quiet_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.look, self.quiet_s, self.clock = look, quiet_s, clock
+        self.seen: object = Quiet  # no look yet: differs from any answer
+        self.since = 0.0
+
+    def __call__(self) -> bool | None:
+        seen, now = self.look(), self.clock()
+        if seen != self.seen:
+            self.seen, self.since = seen, now
+            return None
+        return True if now - self.since >= self.quiet_s else None
+
+
 def _settle(paths: Sequence[Path]) -> None:
-    """Wait until none of ``paths`` grows between two looks ``SETTLE_S`` apart (at most
-    ``STACK_WAIT_S``). faulthandler writes a dump line by line: copied as soon as its file had
-    grown, a stack was cut after its first line (seen in a hang on the loaded CI machine:
-    "Thread 0x... (most recent call first):" and no frame)."""
-    sizes: list[int] | None = None  # the first look only records
-
-    def settled() -> bool | None:
-        nonlocal sizes
-        now = [_size(p) for p in paths]
-        same, sizes = now == sizes, now
-        return same or None
-
+    """Wait until none of ``paths`` has grown for ``SETTLE_S`` (at most ``STACK_WAIT_S``),
+    looking every ``SETTLE_LOOK_S``. faulthandler writes a dump line by line: copied as soon as
+    its file had grown, a stack was cut after its first line (seen in a hang on the loaded CI
+    machine: "Thread 0x... (most recent call first):" and no frame). Looks ``SETTLE_S`` apart
+    made a node's wait a multiple of it: one dump still growing at the second look cost a third
+    (the scale benchmark's hang, 1.0 s at 16 and 39 hollow nodes against 0.6 s at 2)."""
     if paths:
         with contextlib.suppress(TimeoutError):
-            wait_until(settled, "the ranks' stacks written whole", STACK_WAIT_S,
-                       Backoff(SETTLE_S, 1.0, SETTLE_S))  # fmt: skip
+            wait_until(Quiet(lambda: [_size(p) for p in paths], SETTLE_S),
+                       "the ranks' stacks written whole", STACK_WAIT_S,
+                       Backoff(SETTLE_LOOK_S, 1.0, SETTLE_LOOK_S))  # fmt: skip
 
 
 STOPPED_STATES = ("T", "t")  # /proc/PID/stat: stopped by a signal, or by a tracer

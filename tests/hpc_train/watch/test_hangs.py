@@ -313,3 +313,23 @@ def test_the_wait_for_torchruns_exit_ends_when_the_launcher_stops_the_monitor(
     finally:
         stubborn.kill()
         stubborn.wait()
+
+
+def test_a_dump_is_settled_half_a_second_after_it_last_grew_not_at_the_next_half_second():
+    """``_settle``'s condition on a clock of the test's, looks 0.1 s apart: a dump that grew
+    0.2 s after the first look is complete at 0.7 s. Looks 0.5 s apart (before) saw it still
+    growing at 0.5 s and settled at 1.0 s: at 16 and 39 hollow nodes one such dump was the
+    hang's 0.4 s more than at 2."""
+    from hpc_train.watch import hang_monitor
+
+    tenths = [0]  # the clock, in tenths of a second: exact arithmetic
+    sizes = {0: [10], 1: [10], 2: [25]}  # the dump grew between the 2nd and the 3rd look
+    quiet = hang_monitor.Quiet(lambda: sizes.get(tenths[0], [25]), 5, lambda: tenths[0])
+    settled_at = None
+    for tick in range(20):
+        tenths[0] = tick
+        if quiet():
+            settled_at = tick
+            break
+    assert settled_at == 7
+    assert hang_monitor.SETTLE_LOOK_S <= hang_monitor.SETTLE_S / 4
