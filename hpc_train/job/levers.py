@@ -97,16 +97,18 @@ class Lever:
         return self.cpu if cc is None else cc >= self.needs
 
 
+def anywhere(name: LeverName, what: str, evidence: str, on_from: CC | None = None) -> Lever:
+    """A lever every supported GPU (sm70 up) and CPU ranks can run; off unless ``on_from``."""
+    return Lever(name, what, needs=(7, 0), cpu=True, on_from=on_from, evidence=evidence)
+
+
 LEVERS: tuple[Lever, ...] = (
-    Lever(
+    anywhere(
         LeverName.COMPILE,
         "torch.compile (Inductor) of each encoder layer: fused elementwise and norm work "
         "(on sm70 pointwise fusion only; matmuls stay on cuBLAS)",
-        needs=(7, 0),
-        cpu=True,
-        on_from=None,
-        evidence="unmeasured on GPUs (the 2026-11-29 session's time ran out before it); "
-        "same losses as fairseq's path on CPU (fp32, dropout 0)",
+        "unmeasured on GPUs (the 2026-11-29 session's time ran out before it); same losses as "
+        "fairseq's path on CPU (fp32, dropout 0)",
     ),
     Lever(
         LeverName.FLASH,
@@ -124,53 +126,39 @@ LEVERS: tuple[Lever, ...] = (
         on_from=(7, 0),
         evidence="measured on an H100: one step 1.1 ms vs 16.2 ms (bf16); sm70/sm80 unmeasured",
     ),
-    Lever(
+    anywhere(
         LeverName.GELU,
         "GELU in the compute dtype (off: fairseq's fp32 round trip)",
-        needs=(7, 0),
-        cpu=True,
+        f"{H200}: alone 141k and 144k words/s vs the defaults' 128k (+10-12 %; {NOISE}); "
+        "sm70/sm80 unmeasured",
         on_from=(9, 0),
-        evidence=f"{H200}: alone 141k and 144k words/s vs the defaults' 128k (+10-12 %; "
-        f"{NOISE}); sm70/sm80 unmeasured",
     ),
-    Lever(
+    anywhere(
         LeverName.PAD_CHECK,
         "padding read from the batch on the host, not once per layer on the GPU",
-        needs=(7, 0),
-        cpu=True,
-        on_from=None,
-        evidence=f"{H200}: alone 128.4k vs 128.1k words/s, inside the noise (the GPU was "
-        "0.5 % idle: its 96 host syncs per update cost nothing there)",
+        f"{H200}: alone 128.4k vs 128.1k words/s, inside the noise (the GPU was 0.5 % idle: "
+        "its 96 host syncs per update cost nothing there)",
     ),
-    Lever(
+    anywhere(
         LeverName.HOST_SIZES,
         "the loss's token count taken on the host, not read back from the GPU",
-        needs=(7, 0),
-        cpu=True,
-        on_from=None,
-        evidence=f"{H200}: alone 129.3k vs 128.1k words/s (+0.9 %), inside the noise",
+        f"{H200}: alone 129.3k vs 128.1k words/s (+0.9 %), inside the noise",
     ),
-    *(
-        Lever(name, what, needs=(7, 0), cpu=True, on_from=None, evidence=NOT_ALONE)
-        for name, what in (
-            (
-                LeverName.LAZY_STATS,
-                "fairseq's unread per-update stats left on the GPU, not rounded there",
-            ),
-            (
-                LeverName.FOREACH_GRADS,
-                "bf16 gradient/parameter copies and norm as multi-tensor ops",
-            ),
-        )
+    anywhere(
+        LeverName.LAZY_STATS,
+        "fairseq's unread per-update stats left on the GPU, not rounded there",
+        NOT_ALONE,
     ),
-    Lever(
+    anywhere(
+        LeverName.FOREACH_GRADS,
+        "bf16 gradient/parameter copies and norm as multi-tensor ops",
+        NOT_ALONE,
+    ),
+    anywhere(
         LeverName.PACK,
         "--sample-break-mode none: full 512-token blocks, no padding, no mask",
-        needs=(7, 0),
-        cpu=True,
-        on_from=None,
-        evidence=f"{H200}: with the five exact levers 192k vs 147k words/s (+30 %, of which "
-        "2.5 % is padding): it changes the samples, so a choice, off unless asked",
+        f"{H200}: with the five exact levers 192k vs 147k words/s (+30 %, of which 2.5 % is "
+        "padding): it changes the samples, so a choice, off unless asked",
     ),
 )
 BY_NAME: dict[LeverName, Lever] = {lever.name: lever for lever in LEVERS}
