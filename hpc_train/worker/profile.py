@@ -50,14 +50,15 @@ def ops_of(events: Any, gpu: bool) -> list[profile_table.Op]:
 
 
 def unlinked_kernels(events: Any, gpu: bool) -> dict[str, float]:
-    """The kernels no op claims (name -> µs): the device's events less those the profiler
-    linked to an op (``ops_of``: an op's ``kernels``, matched by name and duration)."""
+    """The kernels no row of the table holds (name -> µs): the device's events less those the
+    profiler linked to an op ``ops_of`` keeps (aten, c10d, ...; matched by name and duration).
+    A kernel linked to another CPU event (a record_function range, a runtime call) is here too."""
     if not gpu:
         return {}
     claimed = Counter(
         (k.name, k.duration)
         for e in events
-        if e.device_type == torch.autograd.DeviceType.CPU
+        if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith(OPS)
         for k in getattr(e, "kernels", []) or []
     )
     out: dict[str, float] = {}

@@ -127,7 +127,12 @@ def test_kernels_no_op_claims_get_their_own_row_and_names():
         name="aten::mm", device_type=cpu, cpu_parent=None, time_range=NS(start=0, end=50),
         kernels=[NS(name="sm90_gemm", duration=40)],
     )  # fmt: skip
-    events = [op, kernel("sm90_gemm", 0, 40), kernel("sm90_gemm", 100, 140),
+    # a kernel linked to a range (no row counts it) is still no op's
+    ranged = NS(
+        name="hpc:step", device_type=cpu, cpu_parent=None, time_range=NS(start=0, end=300),
+        kernels=[NS(name="flash_bwd_kernel", duration=90)],
+    )  # fmt: skip
+    events = [op, ranged, kernel("sm90_gemm", 0, 40), kernel("sm90_gemm", 100, 140),
               kernel("flash_bwd_kernel", 200, 290)]  # fmt: skip
     unlinked = profile.unlinked_kernels(events, gpu=True)
     assert unlinked == {"sm90_gemm": 40.0, "flash_bwd_kernel": 90.0}
