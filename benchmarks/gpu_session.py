@@ -25,12 +25,12 @@ Stages, in the order of what a short lease is worth (``--stage`` picks some):
 
 A global deadline (``--deadline-s``, default 5 minutes: a lease of 15 minutes, start-up and
 transfers included, keeps room for a second call for what the first one left or showed: with
-``--after`` the first call's results file, carried, whose finished runs it keeps and does not run
-again; stages always run in the order above, whatever order ``--stage`` names them in), a time box per stage (``STAGE_S``) and a
-timeout per run (its process group killed): a run is not started with less than ``MIN_RUN_S``
-left. The results file (``benchmarks.gpu_results``' schema, with ``stages``) is written after
-every run, so a session cut short still returns what it did. Without a GPU and without
-``--rehearse`` it says so, prints the plan and exits 0.
+``--after`` the first call's results file, carried, whose finished runs it keeps and does not
+run again; stages always run in the order above, whatever order ``--stage`` names them in), a
+time box per stage (``STAGE_S``) and a timeout per run (its process group killed): a run is
+not started with less than ``MIN_RUN_S`` left. The results file (``benchmarks.gpu_results``'
+schema, with ``stages``) is written after every run, so a session cut short still returns what
+it did. Without a GPU and without ``--rehearse`` it says so, prints the plan and exits 0.
 """
 
 from __future__ import annotations
