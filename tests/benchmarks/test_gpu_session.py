@@ -108,13 +108,26 @@ def test_without_a_gpu_it_prints_the_plan_and_exits_0(tmp_path, capsys, corpus):
         (["--kit", "/nonexistent"], "not a device kit"),
         (["--data", "/nonexistent"], "not a binarized corpus"),
         (["--deadline-s", "0"], "--deadline-s must be > 0"),
-        (["--after", "/nonexistent.json"], "not a GPU session's results"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, says, capsys):
     with pytest.raises(SystemExit) as exit_:
         gpu_session.main(argv)
     assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", [None, "{}", '{"presets": []}', "not json"])
+def test_after_a_file_that_is_not_a_session_s_results_is_one_line_and_exit_2(
+    text, corpus, tmp_path, capsys
+):
+    after = tmp_path / "first.json"
+    if text is not None:
+        after.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        gpu_session.main(["--data", str(corpus), "--after", str(after)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "not a GPU session's results" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def rehearse(corpus: Path, tmp_path: Path, *options: str) -> dict:
