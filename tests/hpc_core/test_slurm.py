@@ -269,3 +269,22 @@ def test_unreachable_says_why_without_waiting_for_a_controller(tmp_path, monkeyp
     answer[:] = ["Slurmctld(primary) at vm is UP\n"]
     assert slurm.unreachable() is None and pings == [3, 15.0, 15.0]
     slurm.ensure_reachable()
+
+
+def test_a_scancel_the_signal_it_sent_ended_has_delivered_it(tmp_path, monkeypatch):
+    """A fake `scancel` (first on PATH) that, as one inside the job it signals, receives the
+    USR2 it asked for and dies of it: the notice was sent (task 1's requeue of a stuck task 0
+    failed on "exit -12" in CI, its ranks already saved). Another signal, or a refusal, is
+    still an error."""
+    fake = tmp_path / "scancel"
+    fake.write_text('#!/bin/sh\necho "$@" >> "$0.calls"\nkill -"${FAKE_SIG:-USR2}" $$\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    slurm.signal("26", "USR2")
+    assert (tmp_path / "scancel.calls").read_text() == "--signal=USR2 26\n"
+    monkeypatch.setenv("FAKE_SIG", "TERM")
+    with pytest.raises(slurm.SlurmError, match="exit -15"):
+        slurm.signal("26", "USR2")
+    fake.write_text("#!/bin/sh\necho 'scancel: error: Invalid job id 26' >&2\nexit 1\n")
+    with pytest.raises(slurm.SlurmError, match="Invalid job id"):
+        slurm.signal("26", "USR2")
