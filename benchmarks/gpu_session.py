@@ -26,7 +26,8 @@ Stages, in the order of what a short lease is worth (``--stage`` picks some):
 A global deadline (``--deadline-s``, default 5 minutes: a lease of 15 minutes, start-up and
 transfers included, keeps room for a second call for what the first one left or showed: with
 ``--after`` the first call's results file, carried, whose finished runs it keeps and does not
-run again; stages always run in the order above, whatever order ``--stage`` names them in), a
+run again, and ``--run`` to name the very runs it wants, bounded by the deadline alone;
+stages always run in the order above, whatever order ``--stage`` names them in), a
 time box per stage (``STAGE_S``) and a timeout per run (its process group killed): a run is
 not started with less than ``MIN_RUN_S`` left. The results file (``benchmarks.gpu_results``'
 schema, with ``stages``) is written after every run, so a session cut short still returns what
@@ -76,6 +77,10 @@ class Session:
     total_gib: float = 0.0
     peak: gpu_results.Peak | None = None
     result: dict[str, Any] = field(default_factory=dict)
+    only: frozenset[str] = frozenset()  # --run: "preset/name" or "name"; empty: every run
+
+    def wanted(self, run: Run) -> bool:
+        return not self.only or bool({run.name, f"{run.preset}/{run.name}"} & self.only)
 
     @property
     def main(self) -> str:
@@ -167,9 +172,10 @@ def measure(run: Run, s: Session, timeout_s: float) -> dict[str, Any]:
 def run_stage(stage: str, s: Session) -> None:
     """Every run of ``stage`` that fits its time box and the deadline; results after each."""
     began = time.monotonic()
-    end = min(began + STAGE_S[stage], s.deadline)
+    # runs named with --run are the whole plan: the deadline alone bounds them
+    end = s.deadline if s.only else min(began + STAGE_S[stage], s.deadline)
     status = "done"
-    planned = stage_runs(stage, s)[: s.runs_per_stage]
+    planned = [run for run in stage_runs(stage, s) if s.wanted(run)][: s.runs_per_stage]
     for run in planned:
         section = s.result["presets"].setdefault(run.preset, {"runs": {}, "figures": {}})
         if run.name in section["runs"] and section["runs"][run.name]["status"] == "ok":
@@ -238,8 +244,17 @@ def setup(s: Session, kit: Path | None, data: Path, repeat: int) -> None:
 
 def plan_text(s: Session, stages: list[str]) -> str:
     return "; ".join(
-        f"{stage}: {', '.join(r.name for r in stage_runs(stage, s)) or '-'}" for stage in stages
+        f"{stage}: {', '.join(r.name for r in stage_runs(stage, s) if s.wanted(r)) or '-'}"
+        for stage in stages
     )
+
+
+def unknown_runs(s: Session) -> list[str]:
+    """The names ``--run`` gave that no stage of this session (GPU or rehearsal) has."""
+    known = {
+        n for st in STAGES for r in stage_runs(st, s) for n in (r.name, f"{r.preset}/{r.name}")
+    }
+    return sorted(s.only - known)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -272,6 +287,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="an earlier call's results (its --out, carried): its finished runs are kept, not run "
         "again, whatever --stage says",
+    )
+    p.add_argument(
+        "--run",
+        action="append",
+        metavar="[PRESET/]NAME",
+        help="repeatable: only these runs (e.g. levers_pack_compile, roberta-base/defaults), in "
+        "the stages' order, bounded by the deadline alone (no stage's time box)",
     )
     args = p.parse_args(argv)
     if args.deadline_s <= 0 or (args.runs_per_stage is not None and args.runs_per_stage < 1):
@@ -306,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     s = Session(
         gpu_run, args.out, args.work_dir, time.monotonic() + args.deadline_s, args.runs_per_stage
     )
+    s.only = frozenset(args.run or ())
+    if unknown := unknown_runs(s):
+        print(f"gpu-session: --run {', '.join(unknown)}: no such run here (the plan: "
+              f"{plan_text(s, list(STAGES))})", file=sys.stderr)  # fmt: skip
+        return 2
     stages = [st for st in STAGES if st in (args.stage or STAGES)]
     if not gpu_run and not args.rehearse:
         print(f"gpu-session: no GPU visible here: nothing measured (--rehearse: the CPU rehearsal). "

@@ -194,3 +194,24 @@ def test_a_second_call_after_the_first_keeps_its_runs_and_runs_the_rest(corpus, 
     assert ran["levers_pack_b128"]["status"] == "ok"  # not finished before: run now
     assert (tmp_path / "work" / "tiny-levers_pack_b128.log").exists()
     assert result["after"] == str(earlier) and result["stages"]["levers"]["status"] == "done"
+
+
+def test_run_names_the_runs_a_second_call_wants_and_nothing_else(corpus, tmp_path):
+    """A second call in a lease aims at what is unmeasured (2026-11-30: compile, two levers
+    alone, roberta-base): ``--run`` runs those and no other, a stage's time box aside."""
+    result = rehearse(corpus, tmp_path, "--run", "only_gelu", "--run", "tiny/levers_pack_b128",
+                      "--repeat", "2")  # fmt: skip
+    logs = sorted(p.name for p in (tmp_path / "work").glob("tiny-*.log"))
+    assert logs == ["tiny-levers_pack_b128.log", "tiny-only_gelu.log"]
+    ran = result["presets"]["tiny"]["runs"]
+    assert set(ran) == {"only_gelu", "levers_pack_b128"}
+    assert all(r["status"] == "ok" for r in ran.values())
+    assert result["stages"]["profile"]["status"] == "nothing to run here"
+
+
+def test_run_of_no_such_run_is_one_line_and_exit_2(corpus, tmp_path, capsys):
+    code = gpu_session.main(["--rehearse", "--data", str(corpus), "--out",
+                             str(tmp_path / "o.json"), "--run", "only_nothing"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--run only_nothing: no such run here" in err and "\n" not in err
+    assert not (tmp_path / "o.json").exists()
