@@ -49,8 +49,25 @@ def ops_of(events: Any, gpu: bool) -> list[profile_table.Op]:
     return out
 
 
+def device_kernels(events: Any) -> list[Any]:
+    """The device's kernels (and copies): its events less the ranges the profiler also draws on
+    the device's timeline (``gpu_user_annotation``: train_step-N, forward, hpc:optimizer). On the
+    H200 (2026-11-29) those ranges, taken for kernels, covered the device's gaps (idle 0.8 %
+    logged) and filled the row of kernels of no op. A range is known by torch's flag and, where a
+    torch has none, by its name: the name of a host event that is no op."""
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    ranges = {e.name for e in events if e.device_type == cpu and not e.name.startswith(OPS)}
+    return [
+        e
+        for e in events
+        if e.device_type == cuda
+        and not getattr(e, "is_user_annotation", False)
+        and e.name not in ranges
+    ]
+
+
 def unlinked_kernels(events: Any, gpu: bool) -> dict[str, float]:
-    """The kernels no row of the table holds (name -> µs): the device's events less those the
+    """The kernels no row of the table holds (name -> µs): the device's kernels less those the
     profiler linked to an op ``ops_of`` keeps (aten, c10d, ...; matched by name and duration).
     A kernel linked to another CPU event (a record_function range, a runtime call) is here too."""
     if not gpu:
@@ -62,9 +79,7 @@ def unlinked_kernels(events: Any, gpu: bool) -> dict[str, float]:
         for k in getattr(e, "kernels", []) or []
     )
     out: dict[str, float] = {}
-    for e in events:
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
+    for e in device_kernels(events):
         key = (e.name, e.time_range.end - e.time_range.start)
         if claimed[key] > 0:
             claimed[key] -= 1
@@ -73,15 +88,41 @@ def unlinked_kernels(events: Any, gpu: bool) -> dict[str, float]:
     return out
 
 
+def device_waits(events: Any) -> profile_table.Waits:
+    """The gaps between the device's kernels; the longest with the host's innermost op (else
+    range) as each began and as it ended: a sync shows where it began, a slow launch where it
+    ended."""
+    spans = [(float(k.time_range.start), float(k.time_range.end)) for k in device_kernels(events)]
+    found = profile_table.gaps(spans)
+    host = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    longest = sorted(found, key=lambda g: g[0] - g[1])[: profile_table.NAMED_WAITS]
+    return profile_table.Waits(
+        tuple(end - start for start, end in found),
+        tuple(
+            profile_table.Wait(end - start, host_at(host, start), host_at(host, end))
+            for start, end in longest
+        ),
+    )
+
+
+def host_at(host: list[Any], t: float) -> str:
+    """The innermost op running on the host at ``t`` (else the innermost range, not a runtime
+    call: cudaLaunchKernel, cudaStreamSynchronize, ...)."""
+    around = [e for e in host if e.time_range.start <= t <= e.time_range.end]
+    for pick in (
+        [e for e in around if e.name.startswith(OPS)],
+        [e for e in around if not e.name.startswith("cuda")],
+    ):
+        if pick:
+            return min(pick, key=lambda e: e.time_range.end - e.time_range.start).name
+    return "no host event"
+
+
 def busy_s(events: Any, ops: list[profile_table.Op], gpu: bool) -> float:
     """Device busy time: kernels' union on a GPU (their sum where the profiler gives no device
     events), the main thread's top-level ops on a CPU."""
     if gpu:
-        device = [
-            (e.time_range.start, e.time_range.end)
-            for e in events
-            if e.device_type == torch.autograd.DeviceType.CUDA
-        ]
+        device = [(e.time_range.start, e.time_range.end) for e in device_kernels(events)]
         if device:
             return profile_table.union_s(device) / 1e6
         return sum(op.self_us for op in ops) / 1e6
@@ -152,6 +193,7 @@ class WindowProfiler:
             self.count, self.warmup, wall, self.outside, busy_s(events, ops, self.gpu),
             "cuda" if self.gpu else "cpu", ops, dict(self.counter.sites), cuda_syncs,
             unlinked_kernels(events, self.gpu),
+            device_waits(events) if self.gpu else profile_table.Waits(),
         )  # fmt: skip
         self.prof = None
         self.finish(window)

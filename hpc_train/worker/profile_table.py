@@ -14,6 +14,10 @@ Kinds, in the order a name is tried (the first match wins):
   line (on an H200, 2026-11-29, a fifth of roberta-large's update, unnamed before: docs/gpu.md);
 - ``outside the step``: wall time between updates (the next batch, logging, the hooks).
 
+On a GPU the table also says when the device waited (``Waits``): every gap between kernels, by
+length (many short gaps: the host launches too slowly; a few long ones: a sync, the data, Python
+between steps), and the longest, each with what the host was running as it began and as it ended.
+
 On a GPU the time is the kernels' (device) time, attributed through the op that launched them,
 and "device idle" is the part of the window with no kernel running. On a CPU the time is each
 op's own (self) time and "device idle" is the part of the window the main thread spent outside
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from hpc_train.worker import host_reads
@@ -33,6 +38,9 @@ KINDS = ("matmul", "attention", "norm/elementwise", "casts/copies", "optimizer",
 OUTSIDE = "outside the step"
 UNLINKED = "kernels of no op"
 NAMED_UNLINKED = 6  # the table names this many of them, the longest first
+NAMED_WAITS = 6  # the device's longest waits the table names
+NAMED_OPS = 8  # the ops with the most time the table names, each with its kind
+WAIT_BOUNDS_US = (10.0, 100.0, 1000.0)  # the device's waits by length: <10 µs, ..., >= 1 ms
 OPTIMIZER_MARK = "hpc:optimizer"
 NAME_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("communication", ("nccl", "all_reduce", "allreduce", "gloo", "c10d::", "broadcast")),
@@ -68,6 +76,51 @@ class Op:
     span_us: tuple[float, float] = (0.0, 0.0)  # when it ran (the profiler's clock)
 
 
+@dataclass(frozen=True)
+class Wait:
+    """One gap between kernels: its length and the host's innermost op as it began and ended."""
+
+    us: float
+    began_in: str
+    ended_in: str
+
+
+@dataclass(frozen=True)
+class Waits:
+    """The device's gaps between kernels over the window (GPU only)."""
+
+    lengths_us: tuple[float, ...] = ()
+    longest: tuple[Wait, ...] = ()
+
+    def by_length_ms(self, n: int) -> dict[str, float]:
+        """Per update: the gaps' time in each ``WAIT_BOUNDS_US`` bucket."""
+        edges = (0.0, *WAIT_BOUNDS_US, float("inf"))
+        out = {}
+        for low, high in pairwise(edges):
+            name = f"{low:g}-{high:g} us"
+            if low == 0:
+                name = f"<{high:g} us"
+            elif high == edges[-1]:
+                name = f">={low:g} us"
+            out[name] = round(sum(g for g in self.lengths_us if low <= g < high) / 1000 / n, 2)
+        return out
+
+    def to_json(self, n: int) -> dict[str, object]:
+        return {
+            "count": len(self.lengths_us) / n,
+            "ms": round(sum(self.lengths_us) / 1000 / n, 2),
+            "ms_by_length": self.by_length_ms(n),
+            "longest": [
+                {
+                    "ms": round(w.us / 1000, 3),
+                    "host_as_it_began": w.began_in,
+                    "host_as_it_ended": w.ended_in,
+                }
+                for w in self.longest
+            ],
+        }
+
+
 @dataclass
 class ProfileWindow:
     updates: int
@@ -80,6 +133,7 @@ class ProfileWindow:
     sync_sites: dict[str, int] = field(default_factory=dict)
     cuda_syncs: int | None = None  # torch's sync debug mode (GPU only)
     unlinked: dict[str, float] = field(default_factory=dict)  # kernel name -> µs, no op's (GPU)
+    waits: Waits = field(default_factory=Waits)  # the device's gaps between kernels (GPU)
 
     def per_update(self) -> dict[str, object]:
         n = max(self.updates, 1)
@@ -110,9 +164,24 @@ class ProfileWindow:
             "top_level_ops": top / n,
         }
 
+    def longest_ops(self) -> list[tuple[str, str, float]]:
+        """Per update: the ``NAMED_OPS`` op names with the most time, each with its kind (where
+        an attention without its fused kernel shows: its matmuls and softmax by name)."""
+        by: dict[tuple[str, str], float] = {}
+        for op in self.ops:
+            key = (op.name, kind_of(op.name, op.marks))
+            by[key] = by.get(key, 0.0) + op.self_us
+        n = max(self.updates, 1)
+        top = sorted(by.items(), key=lambda kv: -kv[1])[:NAMED_OPS]
+        return [(name, kind, us / 1000 / n) for (name, kind), us in top]
+
     def to_json(self) -> dict[str, object]:
         return {
             "device": self.device,
+            "longest_ops_ms": [
+                {"op": name, "kind": kind, "ms": round(ms, 3)}
+                for name, kind, ms in self.longest_ops()
+            ],
             "warmup_updates": self.warmup,
             "updates": self.updates,
             "per_update": self.per_update(),
@@ -124,6 +193,9 @@ class ProfileWindow:
                 name: round(us / 1000 / max(self.updates, 1), 3)
                 for name, us in sorted(self.unlinked.items(), key=lambda kv: -kv[1])
             },
+            "device_waits": (
+                self.waits.to_json(max(self.updates, 1)) if self.device == "cuda" else None
+            ),
         }
 
 
@@ -152,6 +224,28 @@ def table(window: ProfileWindow) -> list[str]:
             f"  {UNLINKED}, the longest: "
             + ", ".join(f"{name[:80]} {us / 1000 / n:.2f} ms" for name, us in named)
         )
+    lines.append(
+        "  ops with the most time: "
+        + ", ".join(f"{name} {kind} {ms:.2f} ms" for name, kind, ms in window.longest_ops())
+    )
+    if window.device == "cuda":
+        lines += _waits(window.waits, n)
+    return lines
+
+
+def _waits(waits: Waits, n: int) -> list[str]:
+    buckets = ", ".join(f"{k} {v:.2f} ms" for k, v in waits.by_length_ms(n).items())
+    lines = [
+        f"  device waits: {len(waits.lengths_us) / n:,.0f} per update, "
+        f"{sum(waits.lengths_us) / 1000 / n:.2f} ms: {buckets}"
+    ]
+    if waits.longest:
+        lines.append(
+            "  device waits, the longest (host as it began -> as it ended): "
+            + ", ".join(
+                f"{w.us / 1000:.2f} ms ({w.began_in} -> {w.ended_in})" for w in waits.longest
+            )
+        )
     return lines
 
 
@@ -164,12 +258,23 @@ def _cuda(p: dict[str, object]) -> str:
     return "" if p["cuda_syncs"] is None else f" (torch's sync debug mode: {p['cuda_syncs']:g})"
 
 
+def merged(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(start, end) intervals merged where they overlap or touch, in order."""
+    out: list[tuple[float, float]] = []
+    for start, stop in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out
+
+
 def union_s(intervals: Sequence[tuple[float, float]]) -> float:
     """The length of the union of (start, end) intervals, in their unit."""
-    total, end = 0.0, float("-inf")
-    for start, stop in sorted(intervals):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total
+    return sum(stop - start for start, stop in merged(intervals))
+
+
+def gaps(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (start, end) gaps between the intervals' union, first to last."""
+    spans = merged(intervals)
+    return [(a[1], b[0]) for a, b in pairwise(spans)]

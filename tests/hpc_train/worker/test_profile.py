@@ -132,8 +132,12 @@ def test_kernels_no_op_claims_get_their_own_row_and_names():
         name="hpc:step", device_type=cpu, cpu_parent=None, time_range=NS(start=0, end=300),
         kernels=[NS(name="flash_bwd_kernel", duration=90)],
     )  # fmt: skip
+    # the step's range as the profiler also draws it on the device: no kernel (the H200's table
+    # of 2026-11-30 named train_step-10 the longest kernel of no op, and its span hid every gap)
+    drawn = NS(name="hpc:step", device_type=cuda, time_range=NS(start=0, end=300))
     events = [op, ranged, kernel("sm90_gemm", 0, 40), kernel("sm90_gemm", 100, 140),
-              kernel("flash_bwd_kernel", 200, 290)]  # fmt: skip
+              kernel("flash_bwd_kernel", 200, 290), drawn]  # fmt: skip
+    assert profile.busy_s(events, [], gpu=True) == pytest.approx(170e-6)
     unlinked = profile.unlinked_kernels(events, gpu=True)
     assert unlinked == {"sm90_gemm": 40.0, "flash_bwd_kernel": 90.0}
     assert profile.unlinked_kernels(events, gpu=False) == {}
@@ -143,5 +147,45 @@ def test_kernels_no_op_claims_get_their_own_row_and_names():
     assert p["ms_by_kind"]["matmul"] == 0.04 and p["ms_by_kind"]["kernels of no op"] == 0.13
     text = "\n".join(profile_table.table(window))
     assert "kernels of no op, the longest: flash_bwd_kernel 0.09 ms, sm90_gemm 0.04 ms" in text
+    assert "ops with the most time: aten::mm matmul 0.04 ms" in text
+    assert window.to_json()["longest_ops_ms"] == [{"op": "aten::mm", "kind": "matmul", "ms": 0.04}]
     cpu_window = profile_table.ProfileWindow(1, 0, 0.001, 0.0, 0.0, "cpu", [], {})
     assert "kernels of no op" not in cpu_window.per_update()["ms_by_kind"]
+
+
+def test_the_device_s_waits_by_length_and_the_longest_with_the_host_s_op():
+    """Where a GPU's idle time goes: fake profiler events (the CPU has no kernels): two kernels
+    launched back to back (a 5 µs gap), a 2 ms gap while the host waited in a sync, and a
+    user annotation on the device (``is_user_annotation``) spanning them all that must hide none."""
+    from types import SimpleNamespace as NS
+
+    from hpc_train.worker import profile
+
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+
+    def ev(name, start, end, device=cpu, **kw):
+        return NS(name=name, device_type=device, time_range=NS(start=start, end=end), **kw)
+
+    events = [
+        ev("train_step-3", 0, 3000),
+        ev("aten::_local_scalar_dense", 50, 2100),  # the host blocked in .item()
+        ev("cudaStreamSynchronize", 60, 2090),
+        ev("aten::mm", 2100, 2200),
+        ev("k1", 0, 40, cuda), ev("k2", 45, 60, cuda), ev("k3", 2060, 2300, cuda),
+        ev("train_step-3", 0, 2300, cuda, is_user_annotation=True),
+    ]  # fmt: skip
+    waits = profile.device_waits(events)
+    assert sorted(waits.lengths_us) == [5, 2000]
+    assert waits.longest[0] == profile_table.Wait(
+        2000, "aten::_local_scalar_dense", "aten::_local_scalar_dense"
+    )
+    assert waits.longest[1].began_in == "train_step-3"  # no op there: the innermost range
+    window = profile_table.ProfileWindow(1, 0, 0.003, 0.0, profile.busy_s(events, [], True),
+                                         "cuda", [], {}, 0, {}, waits)  # fmt: skip
+    per = window.to_json()
+    assert per["per_update"]["device_idle_pct"] == pytest.approx(100 * (1 - 295 / 3000), abs=0.1)
+    assert per["device_waits"]["ms_by_length"] == {"<10 us": 0.01, "10-100 us": 0.0,
+                                                   "100-1000 us": 0.0, ">=1000 us": 2.0}  # fmt: skip
+    text = "\n".join(profile_table.table(window))
+    assert "device waits: 2 per update, 2.00 ms" in text
+    assert "2.00 ms (aten::_local_scalar_dense -> aten::_local_scalar_dense)" in text
