@@ -32,7 +32,12 @@ def test_the_stages_run_in_the_order_of_their_value(tmp_path):
     profile = gpu_session.stage_runs("profile", s)
     assert [r.name for r in profile] == ["defaults", "levers"] and all(r.profile for r in profile)
     names = [r.name for r in gpu_session.stage_runs("levers", s)]
-    assert names[:2] == ["levers_pack", "levers_pack_b128"] and names[-1] == "levers_pack_compile"
+    assert names[:3] == ["levers_pack", "levers_pack_b128", "levers_b128"]
+    assert names[-1] == "levers_pack_compile"
+    # twice the batch on the masked path (the H200's device waited 23 % of its update there)
+    masked = gpu_session.stage_runs("levers", s)[2]
+    assert LeverName.PACK not in masked.speed.asked() and masked.per_gpu == 128
+    assert set(masked.speed.asked()) == set(runs.EXACT_LEVERS)
     assert [r.stop_on_oom for r in gpu_session.stage_runs("p3dn", s)] == [True]
     assert {r.preset for r in gpu_session.stage_runs("base", s)} == {"roberta-base"}
     rehearsal = session(False, tmp_path)
