@@ -195,7 +195,7 @@ class Launcher:
         pulse = launchers.Pulse(here.files, start.task, start.hosts,
                                 launchers.allowance_s(spec.watch.hang.floor_s),
                                 partial(self._on_silent, start),
-                                watch=not spec.watch.no_watchdog).start()  # fmt: skip
+                                watch=not spec.watch.no_watchdog, log=log).start()  # fmt: skip
         try:
             return self._start_body(here, gpus, came_from, pulse)
         finally:

@@ -12,14 +12,18 @@ task 0, not per poll). A watched launcher silent for
 the allowance (``allowance_s``: the hang floor, never under ``MIN_ALLOWANCE_S``) is stuck: the
 callback gets its task, node and silence once, and the launcher that saw it requeues the job
 without that node (``hpc_train.launch.launcher``). A launcher whose part is over writes ``ENDED``
-and is silent by right; one that has not written yet counts from the start.
+and is silent by right; one that has not written yet counts from the start. A callback that
+fails is said (``log``) and the thread beats on: a pulse that stopped beating would read, to the
+launcher watching this one, as this launcher stuck, and its node would be blamed for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
@@ -91,10 +95,12 @@ class Pulse(Watcher[Silence | None]):
         interval: float = PULSE_S,
         clock: Callable[[], float] = time.time,
         watch: bool = True,
+        log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True),
     ) -> None:
         super().__init__("hpc-train-pulse", interval)
         self.files, self.task, self.hosts = files, task, list(hosts)
-        self.allowance, self.on_silent, self.clock = allowance, on_silent, clock
+        self.allowance, self.on_silent, self.clock, self.log = allowance, on_silent, clock, log
+        self.failed: str | None = None  # the callback's error, said once (the beat goes on)
         self.phase = LAUNCHING
         self.watching = watched(task, len(self.hosts)) if watch else []  # --no-watchdog: none
         self.started = clock()
@@ -126,7 +132,12 @@ class Pulse(Watcher[Silence | None]):
         found = silent(self.seen, self.hosts, self.started, now, self.allowance)
         if found:
             self.said = found[0]
-            self.on_silent(found[0])
+            try:
+                self.on_silent(found[0])
+            except Exception as err:  # the beat must go on: silence here would blame this node
+                self.failed = f"{type(err).__name__}: {err}"
+                self.log(f"{found[0].describe()}: acting on it failed ({self.failed}); this "
+                         f"launcher beats on\n{traceback.format_exc().rstrip()}")  # fmt: skip
         return self.said
 
     def due(self, now: float) -> list[int]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hpc_core import ledger
 from hpc_core.rundir import RunDir
+from hpc_core.wait import Backoff, wait_until
 from hpc_train.contract import (
     ENDED,
     WAITING,
@@ -76,6 +77,29 @@ def test_the_pulse_thread_beats_until_stopped_and_then_says_its_part_is_over(tmp
     assert pulse.stop() is None
     last = read_launcher_beat(run, "41", 0, 1)
     assert last is not None and last.phase == ENDED
+
+
+def test_a_pulse_whose_callback_fails_says_so_and_beats_on(tmp_path):
+    """5d2ca00's CI run: task 1's requeue of a stuck task 0 raised on the pulse's thread, and the
+    thread ended. A pulse thread that ends stops beating: the launcher watching this one would
+    take it for stuck and blame its node. The callback's error is said; the beats go on."""
+    run = RunDir(tmp_path)
+    said: list[str] = []
+
+    def fails(silence: launchers.Silence) -> None:
+        raise RuntimeError("`scancel --signal=USR2 41` failed: exit -12")
+
+    pulse = launchers.Pulse(StartFiles(run, "41", 0), 1, ["n1", "n2"], 0.05, fails,
+                            interval=0.01, log=said.append)  # fmt: skip
+    pulse.start()
+    wait_until(lambda: pulse.failed, "the callback's failure", 10, Backoff(0.01, 1.0, 0.01))
+    assert "exit -12" in pulse.failed and pulse.said is not None and pulse.said.task == 0
+    (line,) = said
+    assert "acting on it failed" in line and "beats on" in line and "Traceback" in line
+    first = read_launcher_beat(run, "41", 0, 1)
+    wait_until(lambda: read_launcher_beat(run, "41", 0, 1).time > first.time,
+               "a beat after the failure", 10, Backoff(0.01, 1.0, 0.01))  # fmt: skip
+    assert pulse._thread.is_alive() and pulse.stop() is pulse.said
 
 
 def spec_in(tmp_path: Path) -> JobSpec:
