@@ -254,11 +254,14 @@ def plan_text(s: Session, stages: list[str]) -> str:
     )
 
 
+def run_names(s: Session) -> list[str]:
+    """Every run of this session (GPU or rehearsal) as ``--run`` names it, in the stages' order."""
+    return list(dict.fromkeys(f"{r.preset}/{r.name}" for st in STAGES for r in stage_runs(st, s)))
+
+
 def unknown_runs(s: Session) -> list[str]:
-    """The names ``--run`` gave that no stage of this session (GPU or rehearsal) has."""
-    known = {
-        n for st in STAGES for r in stage_runs(st, s) for n in (r.name, f"{r.preset}/{r.name}")
-    }
+    """The names ``--run`` gave that no stage of this session has."""
+    known = set(run_names(s)) | {name.split("/", 1)[1] for name in run_names(s)}
     return sorted(s.only - known)
 
 
@@ -330,13 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     gpu_run = torch.cuda.is_available() and not args.rehearse
-    s = Session(
-        gpu_run, args.out, args.work_dir, time.monotonic() + args.deadline_s, args.runs_per_stage
-    )
+    # a GPU session's plan (its runs, --run's names) even where no GPU is visible: it is said
+    s = Session(not args.rehearse, args.out, args.work_dir,
+                time.monotonic() + args.deadline_s, args.runs_per_stage)  # fmt: skip
     s.only = frozenset(args.run or ())
     if unknown := unknown_runs(s):
-        print(f"gpu-session: --run {', '.join(unknown)}: no such run here (the plan: "
-              f"{plan_text(s, list(STAGES))})", file=sys.stderr)  # fmt: skip
+        print(f"gpu-session: --run {', '.join(unknown)}: no such run here (the runs: "
+              f"{', '.join(run_names(s))})", file=sys.stderr)  # fmt: skip
         return 2
     stages = [st for st in STAGES if st in (args.stage or STAGES)]
     if not gpu_run and not args.rehearse:

@@ -104,7 +104,19 @@ def test_without_a_gpu_it_prints_the_plan_and_exits_0(tmp_path, capsys, corpus):
     assert gpu_session.main(["--data", str(corpus), "--out", str(tmp_path / "o.json")]) == 0
     text = capsys.readouterr().out
     assert "no GPU visible here" in text and "profile: defaults, levers" in text
+    assert "levers_pack_compile" in text and "base: defaults, levers_pack, bare_readme" in text
     assert not (tmp_path / "o.json").exists()  # no figure invented
+    # a GPU run's name is one here too (the plan a lent GPU would follow)
+    argv = [
+        "--data",
+        str(corpus),
+        "--out",
+        str(tmp_path / "o.json"),
+        "--run",
+        "roberta-base/defaults",
+    ]
+    assert gpu_session.main(argv) == 0
+    assert capsys.readouterr().out.rstrip().endswith("levers: -; bare: -; p3dn: -; base: defaults")
 
 
 @pytest.mark.parametrize(
@@ -219,4 +231,5 @@ def test_run_of_no_such_run_is_one_line_and_exit_2(corpus, tmp_path, capsys):
                              str(tmp_path / "o.json"), "--run", "only_nothing"])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--run only_nothing: no such run here" in err and "\n" not in err
+    assert "tiny/levers_pack_b128" in err  # the runs there are, to pick from
     assert not (tmp_path / "o.json").exists()
