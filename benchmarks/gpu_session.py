@@ -27,7 +27,8 @@ Stages, in the order of what a short lease is worth (``--stage`` picks some):
 A global deadline (``--deadline-s``, default 5 minutes: a lease of 15 minutes, start-up and
 transfers included, keeps room for a second call for what the first one left or showed: with
 ``--after`` the first call's results file, carried, whose finished runs it keeps and does not
-run again, and ``--run`` to name the very runs it wants, bounded by the deadline alone;
+run again, ``--run`` to name the very runs it wants, bounded by the deadline alone, and
+``--again`` for a run to measure again although ``--after`` holds it;
 stages always run in the order above, whatever order ``--stage`` names them in), a
 time box per stage (``STAGE_S``) and a timeout per run (its process group killed): a run is
 not started with less than ``MIN_RUN_S`` left. The results file (``benchmarks.gpu_results``'
@@ -67,6 +68,11 @@ BIG_BATCH = {"roberta-large": 128, "roberta-base": 512, "tiny": 16}
 REPO = Path(__file__).resolve().parents[1]
 
 
+def names_of(run: Run) -> set[str]:
+    """How ``--run`` and ``--again`` may name ``run``."""
+    return {run.name, f"{run.preset}/{run.name}"}
+
+
 @dataclass
 class Session:
     gpu_run: bool
@@ -79,10 +85,19 @@ class Session:
     total_gib: float = 0.0
     peak: gpu_results.Peak | None = None
     result: dict[str, Any] = field(default_factory=dict)
-    only: frozenset[str] = frozenset()  # --run: "preset/name" or "name"; empty: every run
+    only: frozenset[str] = frozenset()  # --run and --again: "preset/name" or "name"; empty: all
+    again: frozenset[str] = frozenset()  # --again: run, whatever --after holds of them
+    ran: set[str] = field(default_factory=set)  # "preset/name" of the runs this call measured
 
     def wanted(self, run: Run) -> bool:
-        return not self.only or bool({run.name, f"{run.preset}/{run.name}"} & self.only)
+        return not self.only or bool(names_of(run) & self.only)
+
+    def kept(self, run: Run, section: dict[str, Any]) -> bool:
+        """Whether ``run`` was measured already (an earlier stage, ``--after``) and is not asked
+        for again."""
+        done = run.name in section["runs"] and section["runs"][run.name]["status"] == "ok"
+        again = bool(names_of(run) & self.again) and f"{run.preset}/{run.name}" not in self.ran
+        return done and not again
 
     @property
     def main(self) -> str:
@@ -183,8 +198,8 @@ def run_stage(stage: str, s: Session) -> None:
     planned = [run for run in stage_runs(stage, s) if s.wanted(run)][: s.runs_per_stage]
     for run in planned:
         section = s.result["presets"].setdefault(run.preset, {"runs": {}, "figures": {}})
-        if run.name in section["runs"] and section["runs"][run.name]["status"] == "ok":
-            continue  # measured in an earlier stage (the defaults)
+        if s.kept(run, section):
+            continue  # measured in an earlier stage (the defaults) or an earlier call
         compiles = LeverName.COMPILE in run.speed.asked()
         timeout = min(RUN_S[run.preset] + COMPILE_EXTRA_S * compiles,
                       end - time.monotonic(), s.left() - 5)  # fmt: skip
@@ -195,6 +210,7 @@ def run_stage(stage: str, s: Session) -> None:
             status = "cut short: its time box or the deadline"
             continue
         section["runs"][run.name] = measure(run, s, timeout)
+        s.ran.add(f"{run.preset}/{run.name}")
         figures(s)
         s.write()
     s.result["stages"][stage] = {"status": status if planned else "nothing to run here",
@@ -303,6 +319,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="repeatable: only these runs (e.g. levers_pack_compile, roberta-base/defaults), in "
         "the stages' order, bounded by the deadline alone (no stage's time box)",
     )
+    p.add_argument(
+        "--again",
+        action="append",
+        metavar="[PRESET/]NAME",
+        help="repeatable: as --run, and run even where --after holds it finished",
+    )
     args = p.parse_args(argv)
     if args.deadline_s <= 0 or (args.runs_per_stage is not None and args.runs_per_stage < 1):
         p.error("--deadline-s must be > 0 and --runs-per-stage >= 1")
@@ -336,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     # a GPU session's plan (its runs, --run's names) even where no GPU is visible: it is said
     s = Session(not args.rehearse, args.out, args.work_dir,
                 time.monotonic() + args.deadline_s, args.runs_per_stage)  # fmt: skip
-    s.only = frozenset(args.run or ())
+    s.again = frozenset(args.again or ())
+    s.only = frozenset(args.run or ()) | s.again
     if unknown := unknown_runs(s):
         print(f"gpu-session: --run {', '.join(unknown)}: no such run here (the runs: "
               f"{', '.join(run_names(s))})", file=sys.stderr)  # fmt: skip

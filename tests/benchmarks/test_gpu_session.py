@@ -233,3 +233,20 @@ def test_run_of_no_such_run_is_one_line_and_exit_2(corpus, tmp_path, capsys):
     assert code == 2 and "--run only_nothing: no such run here" in err and "\n" not in err
     assert "tiny/levers_pack_b128" in err  # the runs there are, to pick from
     assert not (tmp_path / "o.json").exists()
+
+
+def test_again_measures_a_run_the_after_file_holds_and_only_once(corpus, tmp_path):
+    """The next lease profiles the defaults again (the profile counts kernels only since the
+    second H200 lease): ``--again`` runs what ``--after`` holds, once in the call, though the
+    bare stage names the defaults too."""
+    first = {"presets": {"tiny": {"runs": {
+        "defaults": gpu_results.run_record("ok", words_per_s=12345.0, kind="toolkit"),
+    }, "figures": {}}}}  # fmt: skip
+    earlier = tmp_path / "first.json"
+    earlier.write_text(json.dumps(first))
+    result = rehearse(corpus, tmp_path, "--after", str(earlier), "--again", "tiny/defaults",
+                      "--repeat", "2")  # fmt: skip
+    ran = result["presets"]["tiny"]["runs"]
+    assert set(ran) == {"defaults"} and ran["defaults"]["words_per_s"] != 12345.0
+    assert ran["defaults"]["profile"]["updates"] > 0  # the profile stage's run, not the bare's
+    assert [p.name for p in (tmp_path / "work").glob("tiny-*.log")] == ["tiny-defaults.log"]
