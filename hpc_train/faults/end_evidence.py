@@ -35,7 +35,7 @@ from typing import Any
 from hpc_core import doorbell, ledger, slurm
 from hpc_core.ledger import Kind
 from hpc_core.rundir import incident_reports
-from hpc_train.contract import Beat, Cause, FailureRecord, StartFiles, read_beats
+from hpc_train.contract import Beat, Cause, FailureRecord, RoundVerdict, StartFiles, read_beats
 from hpc_train.faults import failures
 from hpc_train.faults.failures import Failure, NodeExit, Probe
 from hpc_train.faults.suspects import RankReport, Suspect, code_at_fault
@@ -297,6 +297,7 @@ class EndEvidence:
     slurm: SlurmWord = field(default_factory=SlurmWord)
     probes: tuple[Probe, ...] = ()  # EXITED: each node's probe of the save dir it sent
     needed: int | None = None  # EXITED, a failure: the bytes one checkpoint takes
+    decided: RoundVerdict | None = None  # EXITED, task 0: the round's verdict written already
 
     def answered(self, word: SlurmWord) -> EndEvidence:
         """This evidence with Slurm's newer word."""
@@ -312,6 +313,12 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     it comes, the reports read again if it waited), after a hang for every node's hang report;
     whoever weighs a crash reads the round before's reports."""
     files, hosts, node = where.files, where.hosts, where.node
+    if where.task == 0 and (decided := files.verdict()) is not None:
+        # the round's end was decided before task 0 weighed it: task 1 for this stuck launcher
+        # (SIGCONT'd by the requeue, it ran on to here), or this launcher's pulse
+        events = tuple(ledger.read(files.run.ledger))
+        return EndEvidence(Ending.EXITED, where, time.time(), events, ended, tuple(signals),
+                           decided=decided)  # fmt: skip
     readers = [*hosts, node] if where.task == 0 else [node]  # the others weigh their own end
     beats = {h: tuple(read_beats(files.heartbeats(h))) for h in dict.fromkeys(readers)}
     own = beats[node]

@@ -557,6 +557,11 @@ def _after_exit(ev: EndEvidence, opt: EndOptions) -> Transition:
     0) restarted in the allocation or requeued, with the blames that follow."""
     ended, where = ev.ended, ev.where
     assert ended is not None
+    if ev.decided is not None:  # recorded and carried out by whoever decided it: not twice
+        done = f"the round's end was decided already ({ev.decided.action}: {ev.decided.why})"
+        return Ignore(
+            done, said=(f"torchrun exited with {ended.returncode}; {done}: nothing to add",)
+        )
     returncode, hang, stuck, said = _exit_settled(ev, opt)
     cancelled = False
     if returncode != 0 and not ended.saved:

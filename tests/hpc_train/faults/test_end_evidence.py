@@ -214,3 +214,35 @@ def test_task_0_alone_reads_every_nodes_heartbeats(tmp_path, monkeypatch):
 
     assert beats_read(1) == ({"n2"}, ["n2"])
     assert beats_read(0) == (set(hosts), list(hosts))
+
+
+def test_task_0_adds_nothing_to_a_round_whose_end_was_decided_already(tmp_path, monkeypatch):
+    """CI, 2026-11-29 (test_hang's stuck task-0 launcher): task 1 found task 0's launcher stuck,
+    the ranks saved on notice, and it requeued the job and wrote the round's verdict; the
+    requeue's SIGCONT woke task 0's launcher, whose torchrun had exited, and it recorded the
+    round's end a second time (a ``stopped``, a ``requeued``, an ``scontrol requeue``). Task 0
+    reads the verdict first: no exit record awaited, and the policy adds nothing."""
+    from hpc_core import ledger
+    from hpc_train.contract import RoundAction, RoundVerdict
+    from hpc_train.launch import restart_policy, transition
+
+    def no_wait(*args, **kwargs):
+        raise AssertionError("task 0 waited for the exit records")
+
+    run = RunDir(tmp_path)
+    files = StartFiles(run, "41", 0)
+    monkeypatch.setattr(doorbell, "wait_until", no_wait)
+    opt = restart_policy.EndOptions(100, 3, False, 1, True, "no", None)
+    task_0 = Where(files, 0, HOSTS, len(HOSTS), node="n1")
+    assert end_evidence.at_exit(task_0, Ended(0, False), (), 100).decided is None  # none yet
+    why = "stuck launcher: the launcher on n1 (task 0) is silent for 30 s (last: waiting)"
+    files.write_verdict(RoundVerdict(RoundAction.REQUEUE, why))
+    ev = end_evidence.at_exit(task_0, Ended(1, False), ("notice",), 100)
+    assert ev.decided is not None and ev.decided.why == why and ev.exits == ()
+    found = restart_policy.after_end(ev, opt)
+    assert isinstance(found, transition.Ignore) and why in found.why
+    assert "nothing to add" in found.said[0] and not found.blames
+    assert ledger.read(run.ledger) == []  # and nothing written on the way
+    follower = end_evidence.at_exit(Where(files, 1, HOSTS, len(HOSTS), node="n2"),
+                                    Ended(1, False), (), 100)  # fmt: skip
+    assert follower.decided is None  # task 0's word is the others' to follow, as before

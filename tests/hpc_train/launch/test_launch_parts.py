@@ -491,6 +491,7 @@ def test_only_task_0_releases_the_spares(tmp_path):
 def blamed(here: Here) -> tuple[Any, bool]:
     """Task 0's blame for the round's end (the one it carries out: requeued): the blame and
     whether its verdict leaves the node out."""
+    here.run.round_verdict("41", 0).unlink(missing_ok=True)  # the round weighed afresh each call
     t = decided(here, ev := ended(here))
     with pytest.raises(RuntimeError, match="requeue did not take effect"):
         recovery.carry_out(here, t, ev)
