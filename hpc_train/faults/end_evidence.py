@@ -315,10 +315,10 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     files, hosts, node = where.files, where.hosts, where.node
     if where.task == 0 and (decided := files.verdict()) is not None:
         # the round's end was decided before task 0 weighed it: task 1 for this stuck launcher
-        # (SIGCONT'd by the requeue, it ran on to here), or this launcher's pulse
-        events = tuple(ledger.read(files.run.ledger))
-        return EndEvidence(Ending.EXITED, where, time.time(), events, ended, tuple(signals),
-                           decided=decided)  # fmt: skip
+        # (SIGCONT'd by the requeue, it ran on to here), or this launcher's pulse: nothing more
+        # to read (the policy adds nothing)
+        return EndEvidence(Ending.EXITED, where, time.time(), ended=ended,
+                           signals=tuple(signals), decided=decided)  # fmt: skip
     readers = [*hosts, node] if where.task == 0 else [node]  # the others weigh their own end
     beats = {h: tuple(read_beats(files.heartbeats(h))) for h in dict.fromkeys(readers)}
     own = beats[node]
