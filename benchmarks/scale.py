@@ -52,7 +52,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,6 +67,8 @@ from hpc_core.slurm_env import CONF
 from hpc_core.wait import Backoff, wait_until
 from hpc_train import testing
 from hpc_train.contract import StartFiles, read_beats
+from hpc_train.launch.context import LOG_STAMP
+from hpc_train.launch.recovery import Weighed
 from hpc_train.runs import follow
 from hpc_train.watch import hang_monitor
 
@@ -373,8 +375,23 @@ def recovery(job: Job, fault: float, seen: float | None, before: set[str],
             "detect_s": span(seen, fault), "decide_s": decide_s, "relaunch_s": relaunch_s,
             "slurm_hold_s": None if round_ else span(launchers, decided.time),
             "startup_s": span(first.time, last_agent), "toolkit_s": toolkit,
-            "cpu_s_per_node": startup_cpu(job, decided.time),
+            "cpu_s_per_node": startup_cpu(job, decided.time), "weighed": weighing(job, fault),
             **costs(job, fault, first.time, before)}  # fmt: skip
+
+
+def weighing(job: Job, after: float) -> dict[str, Any] | None:
+    """Task 0's own account of its first decision after ``after`` (its log's ``weighed:`` line,
+    ``recovery.Weighed``): the whole, reading the evidence, Slurm's answers; the rest of the
+    decision (``decide_s`` less it) is its watchers stopping and its ledger lines. None: no
+    such line (a launcher from before it)."""
+    with contextlib.suppress(OSError):
+        for line in job.run.task_log(job.id, 0).read_text(errors="replace").splitlines():
+            stamp = line[1:].split("]", 1)[0] if line.startswith("[") else ""
+            with contextlib.suppress(ValueError):
+                at = dt.datetime.strptime(stamp, LOG_STAMP).replace(tzinfo=dt.UTC)
+                if at.timestamp() >= int(after) and (got := Weighed.parsed(line)) is not None:
+                    return asdict(got)
+    return None
 
 
 def exit_seen(job: Job, restart: int, round_: int, after: float) -> float | None:

@@ -142,6 +142,8 @@ class SlurmWord:
     silence: str = ""  # what the controller's silence was in the last ask ("": it answered)
     silent_s: float = 0.0  # the seconds of silence over this decision's asks, in all
     last_s: float = 0.0  # when Slurm was last asked
+    questions: int = 0  # the questions asked for this decision
+    waited_s: float = 0.0  # the seconds waited for their answers, in all
 
 
 def ask(
@@ -163,6 +165,7 @@ def ask(
     calls |= {"job": partial(_job, job_id)} if fetch_job else {}
     calls |= {"config": _slurmd_timeout} if question.slurmd_timeout else {}
     calls |= {"sinfo": partial(_sinfo, question.partition_name)} if question.partition else {}
+    began = clock()
     got = _at_once(calls)
     job = got.get("job", word.job)
     nodes, asked = dict(word.nodes), dict(word.asked)
@@ -186,7 +189,7 @@ def ask(
     part = _partition(got["sinfo"], job, now) if question.partition else word.partition
     silent_s = word.silent_s + (now - (word.last_s or now) if silence else 0.0)
     return SlurmWord(job, nodes, asked, steps, timeout, part, since, "; ".join(silence), silent_s,
-                     now)  # fmt: skip
+                     now, word.questions + 1, word.waited_s + now - began)  # fmt: skip
 
 
 def _at_once(calls: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
@@ -298,6 +301,7 @@ class EndEvidence:
     probes: tuple[Probe, ...] = ()  # EXITED: each node's probe of the save dir it sent
     needed: int | None = None  # EXITED, a failure: the bytes one checkpoint takes
     decided: RoundVerdict | None = None  # EXITED, task 0: the round's verdict written already
+    read_s: float = 0.0  # EXITED: the seconds reading it took (task 0's wait for records in it)
 
     def answered(self, word: SlurmWord) -> EndEvidence:
         """This evidence with Slurm's newer word."""
@@ -312,13 +316,14 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     records (a worker reports before its torchrun exits; ``_exits_awaited``: each read once as
     it comes, the reports read again if it waited), after a hang for every node's hang report;
     whoever weighs a crash reads the round before's reports."""
-    files, hosts, node = where.files, where.hosts, where.node
+    files, hosts, node, began = where.files, where.hosts, where.node, time.time()
     if where.task == 0 and (decided := files.verdict()) is not None:
         # the round's end was decided before task 0 weighed it: task 1 for this stuck launcher
         # (SIGCONT'd by the requeue, it ran on to here), or this launcher's pulse: nothing more
         # to read (the policy adds nothing)
-        return EndEvidence(Ending.EXITED, where, time.time(), ended=ended,
-                           signals=tuple(signals), decided=decided)  # fmt: skip
+        read = time.time()
+        return EndEvidence(Ending.EXITED, where, read, ended=ended, signals=tuple(signals),
+                           decided=decided, read_s=read - began)  # fmt: skip
     readers = [*hosts, node] if where.task == 0 else [node]  # the others weigh their own end
     beats = {h: tuple(read_beats(files.heartbeats(h))) for h in dict.fromkeys(readers)}
     own = beats[node]
@@ -341,9 +346,10 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     if where.task == 0 and (ended.hang is not None or stuck_hang):
         ranks, reported = read_hang_reports(files.incident, len(hosts))
     needed = failures.checkpoint_bytes(events, files.run.checkpoint_last) if probes else None
+    read = time.time()
     return EndEvidence(
-        Ending.EXITED, where, time.time(), events, ended, tuple(signals), beats, now, before,
-        exits, ranks, reported, probes=probes, needed=needed,
+        Ending.EXITED, where, read, events, ended, tuple(signals), beats, now, before,
+        exits, ranks, reported, probes=probes, needed=needed, read_s=read - began,
     )  # fmt: skip
 
 

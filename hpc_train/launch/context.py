@@ -25,9 +25,11 @@ from hpc_train.job.spec import JobSpec
 from hpc_train.launch.restart_policy import EndOptions
 from hpc_train.launch.starts import Start
 
+LOG_STAMP = "%Y-%m-%dT%H:%M:%SZ"  # a launcher log line's time (UTC), in brackets first
+
 
 def log(msg: str) -> None:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    stamp = time.strftime(LOG_STAMP, time.gmtime())
     print(f"[{stamp}] hpc-train {socket.gethostname()}: {msg}", flush=True)
 
 

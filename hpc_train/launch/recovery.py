@@ -24,10 +24,11 @@ this module:
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from hpc_core import slurm
 from hpc_core.ledger import Kind
@@ -50,15 +51,62 @@ def what_follows(
     clock: Callable[[], float] = time.time,
 ) -> to.Transition:  # fmt: skip
     """The policy's transition for the end ``ev``: while it waits on Slurm's word, ask Slurm
-    (after the back-off it says) and decide again (``sleep`` and ``clock``: a test's own)."""
+    (after the back-off it says) and decide again (``sleep`` and ``clock``: a test's own). The
+    transition says last how it was weighed (``Weighed``)."""
     while True:
         found = restart_policy.after_end(ev, opt)
-        if not isinstance(found, to.AskSlurm):
-            return found
+        if not isinstance(found, to.AskSlurm):  # said first by the executor: how it was weighed
+            return replace(found, said=(*found.said, Weighed.of(ev, found, time.time()).line()))
         for line in found.said:
             log(line)
         sleep(found.after_s)
         ev = ev.answered(end_evidence.ask(found.question, ev.slurm, ev.where.files.job, clock))
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """What a start's end was weighed as (``transition``) and how long that took, from the
+    first read of its evidence: reading it (``read_s``, after torchrun's exit: task 0's wait for
+    the other nodes' exit records is in it; None on the other end paths) and waiting for
+    Slurm's answers (``questions``, each asked whole at once: ``slurm_s``). One line in every
+    launcher's log (``line``, read back by ``parsed``): where a decision's time goes at scale
+    (issue 46)."""
+
+    transition: str
+    total_s: float
+    read_s: float | None = None
+    questions: int = 0
+    slurm_s: float = 0.0
+
+    PATTERN: ClassVar[re.Pattern[str]] = re.compile(
+        r"weighed: (\w+) in ([\d.]+) s(?: \((?:its evidence read in ([\d.]+) s)?(?:; )?"
+        r"(?:Slurm asked (\d+) question\(s\), answered in ([\d.]+) s)?\))?$"
+    )
+
+    @classmethod
+    def of(cls, ev: EndEvidence, t: to.Transition, now: float) -> Weighed:
+        read = ev.read_s if ev.ending is Ending.EXITED else None
+        return cls(type(t).__name__, round(now - ev.time + ev.read_s, 3),
+                   None if read is None else round(read, 3), ev.slurm.questions,
+                   round(ev.slurm.waited_s, 3))  # fmt: skip
+
+    def line(self) -> str:
+        parts = [f"its evidence read in {self.read_s:.2f} s"] if self.read_s is not None else []
+        if self.questions:
+            parts.append(f"Slurm asked {self.questions} question(s), answered in "
+                         f"{self.slurm_s:.2f} s")  # fmt: skip
+        took = f" ({'; '.join(parts)})" if parts else ""
+        return f"weighed: {self.transition} in {self.total_s:.2f} s{took}"
+
+    @classmethod
+    def parsed(cls, line: str) -> Weighed | None:
+        """The ``line`` a launcher logged, read back (None: not one)."""
+        found = cls.PATTERN.search(line.rstrip())
+        if found is None:
+            return None
+        name, total, read, questions, slurm_s = found.groups()
+        return cls(name, float(total), None if read is None else float(read),
+                   int(questions or 0), float(slurm_s or 0))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -173,3 +173,25 @@ def test_a_process_first_seen_as_its_parents_fork_is_looked_at_again(monkeypatch
     finally:
         rank.kill()
         rank.wait()
+
+
+def test_task_0s_decision_is_read_from_its_first_weighed_line_after_the_fault(tmp_path):
+    """The benchmark splits a decision by task 0's own account (``recovery.Weighed``, a line of
+    its log): the first ``weighed:`` line stamped at or after the fault's second, not an
+    earlier round's; None where the log has none."""
+    from hpc_train.launch.recovery import Weighed
+
+    run = RunDir(tmp_path)
+    job = SimpleNamespace(run=run, id="41")
+    log = run.task_log("41", 0)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    before = Weighed("InJobRound", 0.05, read_s=0.01, questions=1, slurm_s=0.03)
+    after = Weighed("InJobRound", 0.27, read_s=0.02, questions=1, slurm_s=0.21)
+    log.write_text(
+        f"[2026-11-30T01:00:00Z] hpc-train n1: {before.line()}\n"
+        "[2026-11-30T01:00:09Z] hpc-train n1: job 41: torchrun exited with 1\n"
+        f"[2026-11-30T01:00:10Z] hpc-train n1: {after.line()}\n"
+    )
+    fault = 1796000405.5  # 2026-11-30T01:00:05.5Z
+    assert scale.weighing(job, fault) == {**after.__dict__}
+    assert scale.weighing(job, fault + 60) is None

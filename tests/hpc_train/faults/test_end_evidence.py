@@ -177,6 +177,26 @@ def test_the_parts_of_one_question_are_asked_at_once(fake_slurm):
     assert word.partition is not None and word.partition.states == fake_slurm.partition
 
 
+def test_each_question_is_counted_with_the_seconds_its_answers_took(fake_slurm, monkeypatch):
+    """A decision's word keeps how many questions it asked and how long their answers took in
+    all (``recovery.Weighed``, in the launcher's log: where a decision's time goes at scale).
+    The fake clock moves as the answers come: 0.5 s for the first question, 0.25 s for the
+    second."""
+    now, took = [100.0], [0.5, 0.25]
+
+    def answered(calls):
+        got = {name: call() for name, call in calls.items()}
+        now[0] += took.pop(0)
+        return got
+
+    monkeypatch.setattr(end_evidence, "_at_once", answered)
+    clock = lambda: now[0]  # noqa: E731
+    word = end_evidence.ask(Question(job=True, nodes=("n2",)), SlurmWord(), "41", clock)
+    assert (word.questions, word.waited_s) == (1, 0.5)
+    again = end_evidence.ask(Question(job=True), word, "41", clock)
+    assert (again.questions, again.waited_s) == (2, 0.75)
+
+
 def test_the_partitions_question_reads_the_jobs_exclusions_from_its_one_show_job(fake_slurm):
     """The job's ExcNodeList comes with its state (one ``scontrol show job``, also where the
     partition is asked first: then the job is asked with it), never a second look-up."""
@@ -246,3 +266,27 @@ def test_task_0_adds_nothing_to_a_round_whose_end_was_decided_already(tmp_path, 
     follower = end_evidence.at_exit(Where(files, 1, HOSTS, len(HOSTS), node="n2"),
                                     Ended(1, False), (), 100)  # fmt: skip
     assert follower.decided is None  # task 0's word is the others' to follow, as before
+
+
+def test_task_0s_evidence_says_how_long_reading_it_took_its_wait_for_records_in_it(
+    tmp_path, monkeypatch
+):
+    """Task 0's evidence of a crash keeps the seconds reading it took (``read_s``, said in its
+    ``weighed:`` line): here its wait for the other nodes' exit records, 0.2 s of real sleep
+    before n2's record comes; a node that waits for nothing reads in far less."""
+    import time
+
+    files = StartFiles(RunDir(tmp_path), "41", 0)
+    hosts = ("n1", "n2")
+
+    def slow_wait(check, what, timeout, backoff, **_):
+        time.sleep(0.2)
+        failures.write_exit(files, NodeExit(1, "n2", 1, 2, 1))
+        return check()
+
+    monkeypatch.setattr(doorbell, "wait_until", slow_wait)
+    task_0 = Where(files, 0, hosts, 2, node="n1")
+    ev = end_evidence.at_exit(task_0, Ended(1, False), (), 100)
+    assert [e.node for e in ev.exits] == ["n2"] and ev.read_s >= 0.2
+    follower = end_evidence.at_exit(Where(files, 1, hosts, 2, node="n2"), Ended(1, False), (), 100)
+    assert follower.read_s < 0.2

@@ -249,7 +249,8 @@ def test_a_node_slurm_lost_is_named_with_its_state(tmp_path, monkeypatch):
     assert (
         t.why == "node failure (n2 DOWN+NOT_RESPONDING (Not responding)): last periodic checkpoint"
     )
-    assert t.said == ("cannot read node n4 (Invalid node name)",)
+    assert t.said[:-1] == ("cannot read node n4 (Invalid node name)",)
+    assert t.said[-1].startswith("weighed: Proceed in ")  # the executor's loop says it last
 
 
 def test_crash_evidence_is_every_nodes_exit_record_and_the_reports(tmp_path, monkeypatch):
@@ -455,6 +456,32 @@ def test_a_silent_controller_is_asked_again_and_the_probe_made_once_it_answers(
     assert "config" not in fake_slurm.asked  # no SlurmdTimeout needed: the step started
     assert clock.slept <= 4 * 5.0  # the polls while silent (LOST_POLL: 1 s, 1.5 s ... 5 s)
     assert sum("Slurm does not answer" in line for line in said) == 4
+
+
+def test_the_decision_says_in_one_line_what_it_was_weighed_as_and_what_it_asked(
+    tmp_path, monkeypatch, fake_slurm
+):
+    """The executor's loop logs one ``weighed:`` line for the decision (``recovery.Weighed``):
+    the transition and the questions asked, read back as the scale benchmark reads task 0's
+    log. Here the five questions of the silent controller's case above."""
+    fake_slurm.silent = 8
+    _, said = signal_kill_decided(tmp_path, monkeypatch, Clock())
+    (line,) = [line for line in said if line.startswith("weighed:")]
+    got = recovery.Weighed.parsed(f"[2026-11-30T01:00:00Z] hpc-train n1: {line}")
+    assert got is not None and got.transition == "InJobRound"
+    assert got.questions == len(fake_slurm.asked) // 2 == 5  # a node and a step each
+    assert got.read_s == 0.0  # the table's evidence: nothing read
+
+
+@pytest.mark.parametrize("weighed", [
+    recovery.Weighed("Requeue", 0.01),
+    recovery.Weighed("InJobRound", 0.27, read_s=0.02),
+    recovery.Weighed("InJobRound", 1.5, read_s=0.02, questions=2, slurm_s=1.21),
+    recovery.Weighed("Stop", 0.3, questions=1, slurm_s=0.25),
+])  # fmt: skip
+def test_a_weighed_line_reads_back_as_written(weighed):
+    assert recovery.Weighed.parsed(weighed.line()) == weighed
+    assert recovery.Weighed.parsed("weighed: nothing like it") is None
 
 
 def test_a_probe_unanswered_is_made_again_and_slurms_word_then_awaited(
