@@ -55,7 +55,7 @@ def what_follows(
     transition says last how it was weighed (``Weighed``)."""
     while True:
         found = restart_policy.after_end(ev, opt)
-        if not isinstance(found, to.AskSlurm):  # said first by the executor: how it was weighed
+        if not isinstance(found, to.AskSlurm):  # the executor says it after the policy's lines
             return replace(found, said=(*found.said, Weighed.of(ev, found, time.time()).line()))
         for line in found.said:
             log(line)
