@@ -77,24 +77,29 @@ class Weighed:
     read_s: float | None = None
     questions: int = 0
     slurm_s: float = 0.0
+    slowest: str = ""  # the part of a question Slurm was slowest to answer (``step n2``)
+    slowest_s: float = 0.0
 
     PATTERN: ClassVar[re.Pattern[str]] = re.compile(
         r"weighed: (\w+) in ([\d.]+) s(?: \((?:its evidence read in ([\d.]+) s)?(?:; )?"
-        r"(?:Slurm asked (\d+) question\(s\), answered in ([\d.]+) s)?\))?$"
+        r"(?:Slurm asked (\d+) question\(s\), answered in ([\d.]+) s"
+        r"(?:, the slowest part (.+) in ([\d.]+) s)?)?\))?$"
     )
 
     @classmethod
     def of(cls, ev: EndEvidence, t: to.Transition, now: float) -> Weighed:
         read = ev.read_s if ev.ending is Ending.EXITED else None
+        word = ev.slurm
         return cls(type(t).__name__, round(now - ev.time + ev.read_s, 3),
-                   None if read is None else round(read, 3), ev.slurm.questions,
-                   round(ev.slurm.waited_s, 3))  # fmt: skip
+                   None if read is None else round(read, 3), word.questions,
+                   round(word.waited_s, 3), word.slowest[0], round(word.slowest[1], 3))  # fmt: skip
 
     def line(self) -> str:
         parts = [f"its evidence read in {self.read_s:.2f} s"] if self.read_s is not None else []
         if self.questions:
+            slowest = f", the slowest part {self.slowest} in {self.slowest_s:.2f} s"
             parts.append(f"Slurm asked {self.questions} question(s), answered in "
-                         f"{self.slurm_s:.2f} s")  # fmt: skip
+                         f"{self.slurm_s:.2f} s{slowest if self.slowest else ''}")  # fmt: skip
         took = f" ({'; '.join(parts)})" if parts else ""
         return f"weighed: {self.transition} in {self.total_s:.2f} s{took}"
 
@@ -104,9 +109,10 @@ class Weighed:
         found = cls.PATTERN.search(line.rstrip())
         if found is None:
             return None
-        name, total, read, questions, slurm_s = found.groups()
+        name, total, read, questions, slurm_s, slowest, slowest_s = found.groups()
         return cls(name, float(total), None if read is None else float(read),
-                   int(questions or 0), float(slurm_s or 0))  # fmt: skip
+                   int(questions or 0), float(slurm_s or 0), slowest or "",
+                   float(slowest_s or 0))  # fmt: skip
 
 
 @dataclass(frozen=True)

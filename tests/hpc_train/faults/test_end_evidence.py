@@ -178,23 +178,26 @@ def test_the_parts_of_one_question_are_asked_at_once(fake_slurm):
 
 
 def test_each_question_is_counted_with_the_seconds_its_answers_took(fake_slurm, monkeypatch):
-    """A decision's word keeps how many questions it asked and how long their answers took in
-    all (``recovery.Weighed``, in the launcher's log: where a decision's time goes at scale).
-    The fake clock moves as the answers come: 0.5 s for the first question, 0.25 s for the
-    second."""
-    now, took = [100.0], [0.5, 0.25]
+    """A decision's word keeps how many questions it asked, how long their answers took in all
+    and which part was slowest (``recovery.Weighed``, in the launcher's log: where a decision's
+    time goes at scale). The fake clock moves as the fake Slurm answers: 0.25 s for the job,
+    0.5 s for the node; the parts asked one after another here (at once, the question waits
+    for its slowest part only: the test above)."""
+    now = [100.0]
+    monkeypatch.setattr(end_evidence, "_at_once", lambda calls: {n: c() for n, c in calls.items()})
+    for name, late in (("job_state", 0.25), ("node_info", 0.5)):
+        real = getattr(fake_slurm, name)
 
-    def answered(calls):
-        got = {name: call() for name, call in calls.items()}
-        now[0] += took.pop(0)
-        return got
+        def answer(*args, _real=real, _late=late, **kwargs):
+            now[0] += _late
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(end_evidence, "_at_once", answered)
+        setattr(fake_slurm, name, answer)
     clock = lambda: now[0]  # noqa: E731
     word = end_evidence.ask(Question(job=True, nodes=("n2",)), SlurmWord(), "41", clock)
-    assert (word.questions, word.waited_s) == (1, 0.5)
+    assert (word.questions, word.waited_s, word.slowest) == (1, 0.75, ("node n2", 0.5))
     again = end_evidence.ask(Question(job=True), word, "41", clock)
-    assert (again.questions, again.waited_s) == (2, 0.75)
+    assert (again.questions, again.waited_s, again.slowest) == (2, 1.0, ("node n2", 0.5))
 
 
 def test_the_partitions_question_reads_the_jobs_exclusions_from_its_one_show_job(fake_slurm):

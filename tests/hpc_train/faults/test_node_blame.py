@@ -478,6 +478,7 @@ def test_the_decision_says_in_one_line_what_it_was_weighed_as_and_what_it_asked(
     recovery.Weighed("InJobRound", 0.27, read_s=0.02),
     recovery.Weighed("InJobRound", 1.5, read_s=0.02, questions=2, slurm_s=1.21),
     recovery.Weighed("Stop", 0.3, questions=1, slurm_s=0.25),
+    recovery.Weighed("InJobRound", 1.4, 0.07, 1, 1.31, "step queue1-dy-p3dn-41", 1.3),
 ])  # fmt: skip
 def test_a_weighed_line_reads_back_as_written(weighed):
     assert recovery.Weighed.parsed(weighed.line()) == weighed
