@@ -375,23 +375,41 @@ def recovery(job: Job, fault: float, seen: float | None, before: set[str],
             "detect_s": span(seen, fault), "decide_s": decide_s, "relaunch_s": relaunch_s,
             "slurm_hold_s": None if round_ else span(launchers, decided.time),
             "startup_s": span(first.time, last_agent), "toolkit_s": toolkit,
-            "cpu_s_per_node": startup_cpu(job, decided.time), "weighed": weighing(job, fault),
+            "cpu_s_per_node": startup_cpu(job, decided.time),
             **costs(job, fault, first.time, before)}  # fmt: skip
 
 
-def weighing(job: Job, after: float) -> dict[str, Any] | None:
-    """Task 0's own account of its first decision after ``after`` (its log's ``weighed:`` line,
-    ``recovery.Weighed``): the whole, reading the evidence, Slurm's answers; the rest of the
-    decision (``decide_s`` less it) is its watchers stopping and its ledger lines. None: no
-    such line (a launcher from before it)."""
+WEIGHED_EVENTS = (  # (job, event, its decision's kind in the ledger, which of them)
+    ("rounds", "kill_round", Kind.RESTARTED, 0),
+    ("rounds", "hang", Kind.RESTARTED, 1),
+    ("requeue", "kill_requeue", Kind.REQUEUED, 0),
+)
+
+
+def weighings(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int) -> None:
+    """Each decision's own account (``weighed``: ``weighing``) in its event's figures, read once
+    the size's jobs have ended (their logs whole), also by a reanalysis."""
+    for name, event, kind, nth in WEIGHED_EVENTS:
+        figures, run = size[name].get(event), RunDir(save_dir(work_dir, name, hollow, nodes))
+        decided = [e for e in ledger.read(run.ledger) if e.kind == kind]
+        if figures is not None and len(decided) > nth:
+            figures["weighed"] = weighing(run, str(size[name]["job"]), decided[nth].time)
+
+
+def weighing(run: RunDir, job: str, decided: float) -> dict[str, Any] | None:
+    """Task 0's own account of the decision recorded at ``decided`` (the last ``weighed:`` line
+    of its log stamped by then, ``recovery.Weighed``): the whole, reading the evidence, Slurm's
+    answers and its slowest part; the rest of ``decide_s`` is its watchers stopping and its
+    ledger lines. None: no such line (a launcher from before it)."""
+    found = None
     with contextlib.suppress(OSError):
-        for line in job.run.task_log(job.id, 0).read_text(errors="replace").splitlines():
+        for line in run.task_log(job, 0).read_text(errors="replace").splitlines():
             stamp = line[1:].split("]", 1)[0] if line.startswith("[") else ""
             with contextlib.suppress(ValueError):
                 at = dt.datetime.strptime(stamp, LOG_STAMP).replace(tzinfo=dt.UTC)
-                if at.timestamp() >= int(after) and (got := Weighed.parsed(line)) is not None:
-                    return asdict(got)
-    return None
+                if at.timestamp() <= decided and (got := Weighed.parsed(line)) is not None:
+                    found = asdict(got)
+    return found
 
 
 def exit_seen(job: Job, restart: int, round_: int, after: float) -> float | None:
@@ -652,6 +670,7 @@ EVENTS = ("start", "kill_round", "hang", "notice", "kill_requeue")
 
 def one_size(setup: Setup, nodes: int, hollow: bool) -> dict[str, Any]:
     out = {"rounds": rounds_job(setup, nodes, hollow), "requeue": requeue_job(setup, nodes, hollow)}
+    weighings(out, setup.args.work_dir, hollow, nodes)
     return out
 
 
@@ -861,7 +880,7 @@ def reanalyze(path: Path, work_dir: Path, trace_s: float) -> dict[str, Any]:
     files, each requeue's ledger and next start's node reports): the figures the benchmark has
     gained since it ran (``file_ops_by_pace``, a requeue's ``launchers_up_s``, a notice's
     ``ranks_save_s``, a crash's ``agents_down_s``, the ``torchruns_up_s`` of every event that
-    relaunches: ``events_again``), compared anew;
+    relaunches: ``events_again``; each decision's own account, ``weighings``), compared anew;
     ``trace_s``: the run's ``--trace-s``. Every other figure is kept as measured."""
     result = json.loads(path.read_text())
     for kind in ("real", "hollow"):
@@ -874,6 +893,7 @@ def reanalyze(path: Path, work_dir: Path, trace_s: float) -> dict[str, Any]:
                 for k, v in steady_["file_ops_per_update"].items()
             }  # fmt: skip
             events_again(size, work_dir, kind == "hollow", int(nodes))
+            weighings(size, work_dir, kind == "hollow", int(nodes))
     result["compared"] = {k: compared({int(n): v for n, v in result[k].items()})
                           for k in ("real", "hollow") if result[k]}  # fmt: skip
     result["reanalyzed"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

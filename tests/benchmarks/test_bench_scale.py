@@ -175,23 +175,24 @@ def test_a_process_first_seen_as_its_parents_fork_is_looked_at_again(monkeypatch
         rank.wait()
 
 
-def test_task_0s_decision_is_read_from_its_first_weighed_line_after_the_fault(tmp_path):
+def test_a_decision_is_read_from_task_0s_last_weighed_line_by_its_ledger_time(tmp_path):
     """The benchmark splits a decision by task 0's own account (``recovery.Weighed``, a line of
-    its log): the first ``weighed:`` line stamped at or after the fault's second, not an
-    earlier round's; None where the log has none."""
+    its log): the last ``weighed:`` line stamped by the time the decision is in the ledger, not
+    a later round's; None where the log has none by then."""
     from hpc_train.launch.recovery import Weighed
 
     run = RunDir(tmp_path)
-    job = SimpleNamespace(run=run, id="41")
     log = run.task_log("41", 0)
     log.parent.mkdir(parents=True, exist_ok=True)
-    before = Weighed("InJobRound", 0.05, read_s=0.01, questions=1, slurm_s=0.03)
-    after = Weighed("InJobRound", 0.27, read_s=0.02, questions=1, slurm_s=0.21)
+    kill = Weighed("InJobRound", 0.27, read_s=0.02, questions=1, slurm_s=0.21, slowest="step n2",
+                   slowest_s=0.2)  # fmt: skip
+    hang = Weighed("InJobRound", 0.05, read_s=0.01, questions=1, slurm_s=0.03)
     log.write_text(
-        f"[2026-11-30T01:00:00Z] hpc-train n1: {before.line()}\n"
         "[2026-11-30T01:00:09Z] hpc-train n1: job 41: torchrun exited with 1\n"
-        f"[2026-11-30T01:00:10Z] hpc-train n1: {after.line()}\n"
+        f"[2026-11-30T01:00:10Z] hpc-train n1: {kill.line()}\n"
+        f"[2026-11-30T01:02:10Z] hpc-train n1: {hang.line()}\n"
     )
-    fault = 1796000405.5  # 2026-11-30T01:00:05.5Z
-    assert scale.weighing(job, fault) == {**after.__dict__}
-    assert scale.weighing(job, fault + 60) is None
+    decided = 1796000410.4  # 2026-11-30T01:00:10.4Z
+    assert scale.weighing(run, "41", decided) == {**kill.__dict__}
+    assert scale.weighing(run, "41", decided + 120) == {**hang.__dict__}
+    assert scale.weighing(run, "41", decided - 2) is None
