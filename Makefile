@@ -16,7 +16,7 @@ export SLURM_CONF := $(HPC_TRAIN_CLUSTER_DIR)/etc/slurm.conf
 # instead of compiling the sources again. Measured here: the fast tier collects in 4.0 s, not 7.3.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-gpu-restart bench-data bench-ckpt bench-verify bench-hang bench-grow bench-soak bench-import bench-levers bench-tracking bench-scale bench-decision device-kit clean
+.PHONY: help install install-system install-python cluster-up cluster-down local-image demo-data demo test test-fast lint bench bench-preempt bench-gpu bench-gpu-restart bench-data bench-ckpt bench-verify bench-hang bench-grow bench-soak bench-import bench-levers bench-tracking bench-scale bench-decision bench-step-probe device-kit clean
 
 help:
 	@echo "make demo          install, start the local Slurm cluster, train tiny RoBERTa on 2 nodes"
@@ -26,7 +26,7 @@ help:
 	@echo "make local-image   build the local cluster's container image (submit --container .local/images/hpc-train)"
 	@echo "make test-fast     unit and pure tests only: no Slurm, no fairseq training, no fake AWS (< 1 min)"
 	@echo "make lint          ruff, mypy, the import layers (import-linter), the size caps (tools/caps.py), shellcheck"
-	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-verify, bench-hang, bench-grow, bench-soak, bench-import, bench-levers, bench-tracking, bench-scale, bench-decision (JSON in benchmarks/results/; SMOKE=1: each in its smoke mode)"
+	@echo "make bench         every benchmark: bench-preempt, bench-data, bench-gpu, bench-gpu-restart, bench-ckpt, bench-verify, bench-hang, bench-grow, bench-soak, bench-import, bench-levers, bench-tracking, bench-scale, bench-decision, bench-step-probe (JSON in benchmarks/results/; SMOKE=1: each in its smoke mode)"
 	@echo "make device-kit    what a lent GPU machine lacks (wheels, data, the project) in .local/device-kit: docs/gpu.md"
 
 install: install-system install-python
@@ -104,7 +104,7 @@ SMOKE ?=
 SMOKE_OUT ?= $(STATE)/bench-smoke
 RESULTS = $(if $(SMOKE),$(SMOKE_OUT),benchmarks/results)
 BENCH_FLAGS = $(if $(SMOKE),--smoke)
-bench: bench-preempt bench-data bench-gpu bench-gpu-restart bench-ckpt bench-verify bench-hang bench-grow bench-soak bench-import bench-levers bench-tracking bench-scale bench-decision
+bench: bench-preempt bench-data bench-gpu bench-gpu-restart bench-ckpt bench-verify bench-hang bench-grow bench-soak bench-import bench-levers bench-tracking bench-scale bench-decision bench-step-probe
 
 # Preemption benchmark (issue 3), not a test: ~3 min on a quiet local cluster; figures as ratios.
 bench-preempt: install cluster-up demo-data
@@ -213,6 +213,11 @@ bench-scale: install install-system demo-data
 # by requeue, in-job round and hot spares), and each end's Slurm look-ups; no cluster, ~5 s.
 bench-decision: install-python
 	$(PY) -m benchmarks.end_decision $(BENCH_FLAGS) --out $(RESULTS)/end_decision.json
+
+# A decision's Slurm look-ups idle and beside 78 busy processes (issue 46), not a test: ~1 min on
+# the local cluster; is the kill round's wait at 39 hollow nodes the node count or the cores?
+bench-step-probe: install cluster-up
+	$(PY) -m benchmarks.step_probe $(BENCH_FLAGS) --out $(RESULTS)/step_probe.json
 
 # Import benchmark (issue 17), not a test: ~30 s; the files `import torch` and `import fairseq`
 # open, stat and list (strace -f, installed here when missing), and that times NODES x RANKS.

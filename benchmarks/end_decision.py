@@ -36,11 +36,7 @@ SMOKE = {"repeats": 3}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.end_decision", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    p.add_argument("--out", type=Path, default=report.RESULTS / "end_decision.json")
+    p = report.out_parser("end_decision", __doc__, report.RESULTS / "end_decision.json")
     p.add_argument("--repeats", type=int, default=200, help="passes over the table (median)")
     return p
 

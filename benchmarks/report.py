@@ -50,13 +50,20 @@ def table(rows: Sequence[tuple[str, str, str]]) -> str:
 def parser(name: str, doc: str | None) -> argparse.ArgumentParser:
     """A Slurm benchmark's command line: ``--data`` (the demo corpus), ``--out``
     (``benchmarks/results/<name>.json``), ``--work-dir`` (its save dirs)."""
+    p = out_parser(name, doc, Path(f"benchmarks/results/{name}.json"))
+    p.add_argument("--data", type=Path, required=True, help="binarized corpus (demo-bin)")
+    p.add_argument("--work-dir", type=Path, help=f"save dirs (default .local/bench/{name}-*)")
+    return p
+
+
+def out_parser(module: str, doc: str | None, out: Path) -> argparse.ArgumentParser:
+    """``python -m benchmarks.<module>``'s command line, its ``doc`` as the help, with ``--out``
+    (the JSON's path, ``out`` unless told)."""
     p = argparse.ArgumentParser(
-        prog=f"python -m benchmarks.{name}", description=doc,
+        prog=f"python -m benchmarks.{module}", description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    p.add_argument("--data", type=Path, required=True, help="binarized corpus (demo-bin)")
-    p.add_argument("--out", type=Path, default=Path(f"benchmarks/results/{name}.json"))
-    p.add_argument("--work-dir", type=Path, help=f"save dirs (default .local/bench/{name}-*)")
+    p.add_argument("--out", type=Path, default=out)
     return p
 
 

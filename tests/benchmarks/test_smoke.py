@@ -416,6 +416,11 @@ def test_bench_scale_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) ->
         assert abs(event["toolkit_s"] - left) < 0.006, (left, event)
         assert event["slurm_calls"]["rpc"] >= 1  # task 0's own look-ups at least
     assert "agents_down_s" in rounds["kill_round"] and "agents_down_s" in requeue["kill_requeue"]
+    for event, weighed_as in ((rounds["kill_round"], "InJobRound"), (rounds["hang"], "InJobRound"),
+                              (requeue["kill_requeue"], "Requeue")):  # fmt: skip
+        w = event["weighed"]  # task 0's own account fits the decision timed from outside
+        assert w["transition"] == weighed_as and w["questions"] >= 1, w
+        assert w["read_s"] + w["slurm_s"] <= w["total_s"] + 0.01 <= event["decide_s"] + 0.02, event
     hang = rounds["hang"]  # its nodes' agents going down, within seen -> decided, said apart
     assert hang["teardown_s"] is not None and 0 <= hang["teardown_s"] <= hang["decide_s"], hang
     assert 0 < rounds["hang"]["detect_over_T"] < 3 and rounds["hang"]["allowance_s"] == 10
@@ -448,3 +453,16 @@ def test_bench_scale_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) ->
     )
     assert redone["compared"] == r["compared"] and "reanalyzed" in redone
     print(f"bench-scale smoke: {took:.1f} s")
+
+
+@smoke("bench-step-probe")
+def test_bench_step_probe_smoke(slurm_cluster: Path, tmp_path: Path) -> None:
+    """A kill's three look-ups timed on a 2-node sleep job, idle and beside 4 busy processes."""
+    command, out = make_command("bench-step-probe", tmp_path, None)
+    proc, took = run_bench(command, 300)
+    r = result(proc, out / "step_probe.json")
+    assert proc.returncode == 0 and r["asks"] == 2 and set(r["by_busy"]) == {"0", "4"}
+    for found in r["by_busy"].values():
+        assert len(found) == 3 and all(0 < t["median_s"] <= t["max_s"] for t in found.values())
+    assert r["node"] and r["job"]
+    print(f"bench-step-probe smoke: {took:.1f} s")
