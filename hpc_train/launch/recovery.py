@@ -68,7 +68,8 @@ class Weighed:
     """What a start's end was weighed as (``transition``) and how long that took, from the
     first read of its evidence: reading it (``read_s``, after torchrun's exit: task 0's wait for
     the other nodes' exit records is in it; None on the other end paths) and waiting for
-    Slurm's answers (``questions``, each asked whole at once: ``slurm_s``). One line in every
+    Slurm's answers (``questions``, each asked whole at once: ``slurm_s``; the part it was
+    slowest to answer, ``slowest``, a silence's time-outs in it too). One line in every
     launcher's log (``line``, read back by ``parsed``): where a decision's time goes at scale
     (issue 46)."""
 
