@@ -37,10 +37,22 @@ BUSY_LOOP = "while True: pass"
 
 def build_parser() -> argparse.ArgumentParser:
     p = report.out_parser("step_probe", __doc__, report.RESULTS / "step_probe.json")
-    p.add_argument("--busy", default="0,78", help="CPU-bound processes beside the look-ups")
+    p.add_argument("--busy", type=counts, default="0,78",
+                   help="CPU-bound processes beside the look-ups, one count a pass")  # fmt: skip
     p.add_argument("--asks", type=int, default=7, help="each look-up's repeats (median)")
     p.add_argument("--partition", default="low", help="the sleep job's partition")
     return p
+
+
+def counts(text: str) -> list[int]:
+    """``--busy``: comma-separated counts, each >= 0 (bad input: argparse's one line, exit 2)."""
+    try:
+        found = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        found = []
+    if not found or min(found) < 0:
+        raise argparse.ArgumentTypeError(f"expected counts >= 0 such as 0,78, got {text!r}")
+    return found
 
 
 @contextmanager
@@ -58,13 +70,16 @@ def busy(count: int) -> Iterator[None]:
 
 
 def timed(ask: Callable[[], Any], asks: int) -> dict[str, float]:
-    """``ask()``'s seconds, ``asks`` times one after another: the median and the longest."""
-    took = []
+    """``ask()``'s seconds, ``asks`` times one after another: the median and the longest, and
+    how many answers said yes (``answered``: the step probe's False, a step that did not start,
+    is no answer to time; a look-up that fails raises)."""
+    took, answered = [], 0
     for _ in range(asks):
         began = time.perf_counter()
-        ask()
+        answered += ask() is not False
         took.append(time.perf_counter() - began)
-    return {"median_s": round(statistics.median(took), 3), "max_s": round(max(took), 3)}
+    return {"median_s": round(statistics.median(took), 3), "max_s": round(max(took), 3),
+            "answered": answered}  # fmt: skip
 
 
 def look_ups(job: str, node: str, asks: int) -> dict[str, dict[str, float]]:
@@ -89,7 +104,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         node = slurm.hostnames(wait_until(running, f"job {job} running", 120).nodes)[-1]
         by_busy = {}
-        for count in (int(n) for n in str(args.busy).split(",") if n.strip()):
+        for count in args.busy:
             with busy(count):
                 by_busy[str(count)] = look_ups(job, node, args.asks)
     finally:

@@ -464,5 +464,17 @@ def test_bench_step_probe_smoke(slurm_cluster: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0 and r["asks"] == 2 and set(r["by_busy"]) == {"0", "4"}
     for found in r["by_busy"].values():
         assert len(found) == 3 and all(0 < t["median_s"] <= t["max_s"] for t in found.values())
+        assert all(t["answered"] == 2 for t in found.values()), found  # every step started
     assert r["node"] and r["job"]
     print(f"bench-step-probe smoke: {took:.1f} s")
+
+
+def test_bench_step_probe_refuses_a_bad_count_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import step_probe
+
+    with pytest.raises(SystemExit) as exit_:
+        step_probe.main(["--busy", "0,many", "--out", "/dev/null"])
+    assert exit_.value.code == 2
+    assert "expected counts >= 0 such as 0,78, got '0,many'" in capsys.readouterr().err
