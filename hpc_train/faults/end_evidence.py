@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import resource
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +51,14 @@ KILLED_GRACE_S = 3.0
 REPORT_WAIT_S = 20.0
 # a node Slurm no longer runs jobs on: its own failure, not one a requeue can fix by itself
 LOST_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
+
+
+def cpu_s() -> float:
+    """This process's CPU seconds so far: its threads', and those of the children it waited for
+    (the Slurm clients a decision runs): what a decision cost apart from waiting, which the
+    cores' load at 39 hollow nodes on 2 cores stretches (issue 46)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 class Ending(StrEnum):
@@ -320,6 +329,7 @@ class EndEvidence:
     needed: int | None = None  # EXITED, a failure: the bytes one checkpoint takes
     decided: RoundVerdict | None = None  # EXITED, task 0: the round's verdict written already
     read_s: float = 0.0  # EXITED: the seconds reading it took (task 0's wait for records in it)
+    read_cpu_s: float = 0.0  # EXITED: the CPU seconds it took (``cpu_s``)
 
     def answered(self, word: SlurmWord) -> EndEvidence:
         """This evidence with Slurm's newer word."""
@@ -334,14 +344,15 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     records (a worker reports before its torchrun exits; ``_exits_awaited``: each read once as
     it comes, the reports read again if it waited), after a hang for every node's hang report;
     whoever weighs a crash reads the round before's reports."""
-    files, hosts, node, began = where.files, where.hosts, where.node, time.time()
+    files, hosts, node, began, cpu = where.files, where.hosts, where.node, time.time(), cpu_s()
     if where.task == 0 and (decided := files.verdict()) is not None:
         # the round's end was decided before task 0 weighed it: task 1 for this stuck launcher
         # (SIGCONT'd by the requeue, it ran on to here), or this launcher's pulse: nothing more
         # to read (the policy adds nothing)
         read = time.time()
         return EndEvidence(Ending.EXITED, where, read, ended=ended, signals=tuple(signals),
-                           decided=decided, read_s=read - began)  # fmt: skip
+                           decided=decided, read_s=read - began,
+                           read_cpu_s=cpu_s() - cpu)  # fmt: skip
     readers = [*hosts, node] if where.task == 0 else [node]  # the others weigh their own end
     beats = {h: tuple(read_beats(files.heartbeats(h))) for h in dict.fromkeys(readers)}
     own = beats[node]
@@ -368,6 +379,7 @@ def at_exit(where: Where, ended: Ended, signals: Sequence[str], updates: int) ->
     return EndEvidence(
         Ending.EXITED, where, read, events, ended, tuple(signals), beats, now, before,
         exits, ranks, reported, probes=probes, needed=needed, read_s=read - began,
+        read_cpu_s=cpu_s() - cpu,
     )  # fmt: skip
 
 

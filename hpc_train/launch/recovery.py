@@ -48,15 +48,17 @@ HOLD_COMMENT_CHARS = 400  # the held job's Comment: the whole storage line and t
 
 def what_follows(
     ev: EndEvidence, opt: EndOptions, sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.time, cpu: Callable[[], float] = end_evidence.cpu_s,
 ) -> to.Transition:  # fmt: skip
     """The policy's transition for the end ``ev``: while it waits on Slurm's word, ask Slurm
-    (after the back-off it says) and decide again (``sleep`` and ``clock``: a test's own). The
-    transition says last how it was weighed (``Weighed``)."""
+    (after the back-off it says) and decide again (``sleep``, ``clock`` and ``cpu``: a test's
+    own). The transition says last how it was weighed (``Weighed``)."""
+    began = cpu()
     while True:
         found = restart_policy.after_end(ev, opt)
         if not isinstance(found, to.AskSlurm):  # the executor says it after the policy's lines
-            return replace(found, said=(*found.said, Weighed.of(ev, found, time.time()).line()))
+            weighed = Weighed.of(ev, found, time.time(), ev.read_cpu_s + cpu() - began)
+            return replace(found, said=(*found.said, weighed.line()))
         for line in found.said:
             log(line)
         sleep(found.after_s)
@@ -69,9 +71,10 @@ class Weighed:
     first read of its evidence: reading it (``read_s``, after torchrun's exit: task 0's wait for
     the other nodes' exit records is in it; None on the other end paths) and waiting for
     Slurm's answers (``questions``, each asked whole at once: ``slurm_s``; the part it was
-    slowest to answer, ``slowest``, a silence's time-outs in it too). One line in every
-    launcher's log (``line``, read back by ``parsed``): where a decision's time goes at scale
-    (issue 46)."""
+    slowest to answer, ``slowest``, a silence's time-outs in it too); and the CPU seconds of it
+    all (``cpu_s``: the launcher's threads and the Slurm clients it ran, ``end_evidence.cpu_s``):
+    the work, where the rest is waiting. One line in every launcher's log (``line``, read back by
+    ``parsed``): where a decision's time goes at scale (issue 46)."""
 
     transition: str
     total_s: float
@@ -80,20 +83,24 @@ class Weighed:
     slurm_s: float = 0.0
     slowest: str = ""  # the part of a question Slurm was slowest to answer (``step n2``)
     slowest_s: float = 0.0
+    cpu_s: float | None = None
 
-    PATTERN: ClassVar[re.Pattern[str]] = re.compile(
-        r"weighed: (\w+) in ([\d.]+) s(?: \((?:its evidence read in ([\d.]+) s)?(?:; )?"
-        r"(?:Slurm asked (\d+) question\(s\), answered in ([\d.]+) s"
-        r"(?:, the slowest part (.+) in ([\d.]+) s)?)?\))?$"
-    )
+    PATTERN: ClassVar[re.Pattern[str]] = re.compile(r"weighed: (\w+) in ([\d.]+) s(?: \((.*)\))?$")
+    PARTS: ClassVar[tuple[re.Pattern[str], ...]] = (
+        re.compile(r"its evidence read in (?P<read>[\d.]+) s"),
+        re.compile(r"Slurm asked (?P<questions>\d+) question\(s\), answered in (?P<slurm>[\d.]+) s"
+                   r"(?:, the slowest part (?P<slowest>.+) in (?P<slowest_s>[\d.]+) s)?"),
+        re.compile(r"(?P<cpu>[\d.]+) s of CPU"),
+    )  # fmt: skip
 
     @classmethod
-    def of(cls, ev: EndEvidence, t: to.Transition, now: float) -> Weighed:
+    def of(cls, ev: EndEvidence, t: to.Transition, now: float, cpu_s: float) -> Weighed:
         read = ev.read_s if ev.ending is Ending.EXITED else None
         word = ev.slurm
         return cls(type(t).__name__, round(now - ev.time + ev.read_s, 3),
                    None if read is None else round(read, 3), word.questions,
-                   round(word.waited_s, 3), word.slowest[0], round(word.slowest[1], 3))  # fmt: skip
+                   round(word.waited_s, 3), word.slowest[0], round(word.slowest[1], 3),
+                   round(cpu_s, 3))  # fmt: skip
 
     def line(self) -> str:
         parts = [f"its evidence read in {self.read_s:.2f} s"] if self.read_s is not None else []
@@ -101,6 +108,7 @@ class Weighed:
             slowest = f", the slowest part {self.slowest} in {self.slowest_s:.2f} s"
             parts.append(f"Slurm asked {self.questions} question(s), answered in "
                          f"{self.slurm_s:.2f} s{slowest if self.slowest else ''}")  # fmt: skip
+        parts += [f"{self.cpu_s:.2f} s of CPU"] if self.cpu_s is not None else []
         took = f" ({'; '.join(parts)})" if parts else ""
         return f"weighed: {self.transition} in {self.total_s:.2f} s{took}"
 
@@ -110,10 +118,21 @@ class Weighed:
         found = cls.PATTERN.search(line.rstrip())
         if found is None:
             return None
-        name, total, read, questions, slurm_s, slowest, slowest_s = found.groups()
-        return cls(name, float(total), None if read is None else float(read),
-                   int(questions or 0), float(slurm_s or 0), slowest or "",
-                   float(slowest_s or 0))  # fmt: skip
+        got: dict[str, str | None] = {}
+        inside = found.group(3)
+        for part in inside.split("; ") if inside else []:
+            matched = next((m for p in cls.PARTS if (m := p.fullmatch(part))), None)
+            if matched is None:
+                return None
+            got.update(matched.groupdict())
+
+        def number(key: str) -> float | None:
+            value = got.get(key)
+            return None if value is None else float(value)
+
+        return cls(found.group(1), float(found.group(2)), number("read"),
+                   int(got.get("questions") or 0), number("slurm") or 0.0,
+                   got.get("slowest") or "", number("slowest_s") or 0.0, number("cpu"))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -291,5 +291,22 @@ def test_task_0s_evidence_says_how_long_reading_it_took_its_wait_for_records_in_
     task_0 = Where(files, 0, hosts, 2, node="n1")
     ev = end_evidence.at_exit(task_0, Ended(1, False), (), 100)
     assert [e.node for e in ev.exits] == ["n2"] and ev.read_s >= 0.2
+    assert 0 < ev.read_cpu_s < 0.1  # its CPU apart: the wait was no work
     follower = end_evidence.at_exit(Where(files, 1, hosts, 2, node="n2"), Ended(1, False), (), 100)
     assert follower.read_s < 0.2
+
+
+def test_a_decisions_cpu_counts_the_slurm_clients_it_ran():
+    """``cpu_s`` (the CPU of a ``weighed:`` line) counts this process's threads and the children
+    it waited for, as a decision's Slurm clients are; not the wall clock: a child sleeping half
+    a second adds little, one spinning for 0.3 s of CPU adds that."""
+    import subprocess
+    import sys
+
+    began = end_evidence.cpu_s()
+    subprocess.run([sys.executable, "-c", "import time; time.sleep(0.5)"], check=True)
+    slept = end_evidence.cpu_s() - began
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    subprocess.run([sys.executable, "-c", spin], check=True)
+    spun = end_evidence.cpu_s() - began - slept
+    assert slept < 0.25 and spun >= 0.3, (slept, spun)

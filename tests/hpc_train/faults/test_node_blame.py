@@ -427,14 +427,18 @@ class Clock:
         self.slept += seconds
 
 
-def signal_kill_decided(tmp_path, monkeypatch, clock: Clock) -> tuple[Blame, list[str]]:
-    """What the executor's loop decides for n2's signal kill, and what it said while asking."""
+def signal_kill_decided(
+    tmp_path, monkeypatch, clock: Clock, cpu=lambda: 0.0, read_cpu_s: float = 0.0
+) -> tuple[Blame, list[str]]:
+    """What the executor's loop decides for n2's signal kill, and what it said while asking
+    (``cpu``: the CPU clock the loop reads, at its start and at the transition; ``read_cpu_s``:
+    the evidence's own)."""
     said: list[str] = []
     monkeypatch.setattr(recovery, "log", said.append)
     asked_in_order(monkeypatch)
     case = end_case(tmp_path, Cause.CRASH, "in-job")
-    ev = dataclasses.replace(case.evidence, slurm=SlurmWord())
-    found = recovery.what_follows(ev, case.options, sleep=clock.sleep, clock=clock)
+    ev = dataclasses.replace(case.evidence, slurm=SlurmWord(), read_cpu_s=read_cpu_s)
+    found = recovery.what_follows(ev, case.options, sleep=clock.sleep, clock=clock, cpu=cpu)
     assert isinstance(found, InJobRound)
     (blame_n2,) = [b for b in found.blames if b.node == "n2"]
     return blame_n2, [*said, *found.said]
@@ -463,14 +467,18 @@ def test_the_decision_says_in_one_line_what_it_was_weighed_as_and_what_it_asked(
 ):
     """The executor's loop logs one ``weighed:`` line for the decision (``recovery.Weighed``):
     the transition and the questions asked, read back as the scale benchmark reads task 0's
-    log. Here the five questions of the silent controller's case above."""
+    log. Here the five questions of the silent controller's case above, and the CPU the loop
+    spent between its start and the transition (its clock read twice: 0.37 s apart) beside the
+    evidence's own (``read_cpu_s``)."""
     fake_slurm.silent = 8
-    _, said = signal_kill_decided(tmp_path, monkeypatch, Clock())
+    cpu = iter([12.0, 12.37]).__next__
+    _, said = signal_kill_decided(tmp_path, monkeypatch, Clock(), cpu, read_cpu_s=0.05)
     (line,) = [line for line in said if line.startswith("weighed:")]
     got = recovery.Weighed.parsed(f"[2026-11-30T01:00:00Z] hpc-train n1: {line}")
     assert got is not None and got.transition == "InJobRound"
     assert got.questions == len(fake_slurm.asked) // 2 == 5  # a node and a step each
     assert got.read_s == 0.0  # the table's evidence: nothing read
+    assert got.cpu_s == 0.42 and line.endswith("; 0.42 s of CPU)")
 
 
 @pytest.mark.parametrize("weighed", [
@@ -479,10 +487,14 @@ def test_the_decision_says_in_one_line_what_it_was_weighed_as_and_what_it_asked(
     recovery.Weighed("InJobRound", 1.5, read_s=0.02, questions=2, slurm_s=1.21),
     recovery.Weighed("Stop", 0.3, questions=1, slurm_s=0.25),
     recovery.Weighed("InJobRound", 1.4, 0.07, 1, 1.31, "step queue1-dy-p3dn-41", 1.3),
+    recovery.Weighed("InJobRound", 1.4, 0.07, 1, 1.31, "step s40", 1.3, cpu_s=0.03),
+    recovery.Weighed("Requeue", 0.01, cpu_s=0.0),
+    recovery.Weighed("Stop", 0.3, read_s=0.1, cpu_s=0.12),
 ])  # fmt: skip
 def test_a_weighed_line_reads_back_as_written(weighed):
     assert recovery.Weighed.parsed(weighed.line()) == weighed
     assert recovery.Weighed.parsed("weighed: nothing like it") is None
+    assert recovery.Weighed.parsed("weighed: Stop in 0.30 s (and something unknown)") is None
 
 
 def test_a_probe_unanswered_is_made_again_and_slurms_word_then_awaited(
