@@ -196,3 +196,54 @@ def test_a_decision_is_read_from_task_0s_last_weighed_line_by_its_ledger_time(tm
     assert scale.weighing(run, "41", decided) == {**kill.__dict__}
     assert scale.weighing(run, "41", decided + 120) == {**hang.__dict__}
     assert scale.weighing(run, "41", decided - 2) is None
+
+
+def test_each_kill_is_read_from_its_own_decision_and_the_median_kill_is_the_sizes_figure(tmp_path):
+    """Three kills -> in-job rounds and a hang in one rounds job, one requeue: each decision is
+    found in the ledger after its own fault (``decision_after``) and read from the ``weighed:``
+    line task 0 logged by then, its CPU beside (``decision_cpu_s``); the size's kill figure is
+    the kill with the median toolkit share (0.9 of 0.2, 0.9, 3.1), each share listed; a
+    reanalysis picks the same again; a kill with no decision in the ledger yet is not read."""
+    from hpc_core import ledger
+    from hpc_core.ledger import Kind
+    from hpc_train.launch.recovery import Weighed
+
+    base = 1796000400.0  # 2026-11-30T01:00:00Z
+    lines = {}
+    for name, kind, decided in (("rounds", Kind.RESTARTED, (10, 70, 130, 200)),
+                                ("requeue", Kind.REQUEUED, (15,))):  # fmt: skip
+        run = RunDir(scale.save_dir(tmp_path, name, True, 2))
+        for n, at in enumerate(decided):
+            ledger.record(run.ledger, kind, "41", 0, when=base + at + 0.5,
+                          **({"round": n + 1} if kind == Kind.RESTARTED else {}))  # fmt: skip
+        log = run.task_log("41", 0)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        lines[name] = [
+            Weighed(kind.name, 0.1 + n, cpu_s=0.01 * (n + 1)) for n in range(len(decided))
+        ]
+        log.write_text("".join(
+            f"[2026-11-30T01:{at // 60:02d}:{at % 60:02d}Z] hpc-train n1: {w.line()}\n"
+            for at, w in zip(decided, lines[name], strict=True)))  # fmt: skip
+    kills = [{"fault_at": base + at, "toolkit_s": share, "at": {"decided": 0.5}}
+             for at, share in ((9, 0.2), (69, 3.1), (129, 0.9))]  # fmt: skip
+    size = {"rounds": {"job": "41", "kill_rounds": kills,
+                       "hang": {"fault_at": base + 160, "at": {}}},
+            "requeue": {"job": "41", "kill_requeue": {"fault_at": base + 14}}}  # fmt: skip
+    scale.weighings(size, tmp_path, True, 2)
+    assert [k["weighed"]["total_s"] for k in kills] == [0.1, 1.1, 2.1]
+    assert [k["decision_cpu_s"] for k in kills] == [0.01, 0.02, 0.03]
+    assert size["rounds"]["hang"]["decision_cpu_s"] == 0.04
+    assert size["requeue"]["kill_requeue"]["weighed"]["transition"] == "REQUEUED"
+    scale.median_kill(size)
+    chosen = size["rounds"]["kill_round"]
+    assert chosen["toolkit_s"] == 0.9 and chosen["decision_cpu_s"] == 0.03
+    assert chosen["toolkit_s_each"] == [0.2, 3.1, 0.9]
+    again = json.loads(json.dumps(size))  # as a reanalysis reads it back
+    scale.median_kill(again)
+    assert again["rounds"]["kill_round"] == chosen
+    two = {"rounds": {"kill_rounds": kills[:2]}}
+    scale.median_kill(two)
+    assert two["rounds"]["kill_round"]["toolkit_s"] == 0.2  # the lower of two
+    rounds = RunDir(scale.save_dir(tmp_path, "rounds", True, 2))
+    assert scale.decision_after(rounds, Kind.RESTARTED, base + 300) is None
+    assert scale.decision_after(rounds, Kind.RESTARTED, None) is None

@@ -416,11 +416,14 @@ def test_bench_scale_smoke(slurm_cluster: Path, tmp_path: Path, corpus: Path) ->
         assert abs(event["toolkit_s"] - left) < 0.006, (left, event)
         assert event["slurm_calls"]["rpc"] >= 1  # task 0's own look-ups at least
     assert "agents_down_s" in rounds["kill_round"] and "agents_down_s" in requeue["kill_requeue"]
-    for event, weighed_as in ((rounds["kill_round"], "InJobRound"), (rounds["hang"], "InJobRound"),
-                              (requeue["kill_requeue"], "Requeue")):  # fmt: skip
+    (kill,) = rounds["kill_rounds"]  # --kills 3, one a node but task 0's: one at 2 nodes
+    assert rounds["kill_round"] == {**kill, "toolkit_s_each": [kill["toolkit_s"]]}
+    for event, weighed_as in ((*((k, "InJobRound") for k in rounds["kill_rounds"]),
+                               (rounds["hang"], "InJobRound"), (requeue["kill_requeue"], "Requeue"))):  # fmt: skip
         w = event["weighed"]  # task 0's own account fits the decision timed from outside
         assert w["transition"] == weighed_as and w["questions"] >= 1, w
         assert w["read_s"] + w["slurm_s"] <= w["total_s"] + 0.01 <= event["decide_s"] + 0.02, event
+        assert event["decision_cpu_s"] == w["cpu_s"] and w["cpu_s"] > 0, w  # its work, apart
     hang = rounds["hang"]  # its nodes' agents going down, within seen -> decided, said apart
     assert hang["teardown_s"] is not None and 0 <= hang["teardown_s"] <= hang["decide_s"], hang
     assert 0 < rounds["hang"]["detect_over_T"] < 3 and rounds["hang"]["allowance_s"] == 10
