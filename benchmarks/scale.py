@@ -87,7 +87,7 @@ LEAVE_GIB = 8.0  # memory left to the machine's other users
 # on a node's measured unique memory: its slurmstepd (not measured), the page cache of the run's
 # files (task 0's launcher, which holds what verifying a checkpoint imports, is counted apart)
 MARGIN = 1.1
-SMOKE = {"real": "", "hollow": "2", "max_update": 80, "trace_s": 4.0, "hang_floor_s": 10.0,
+SMOKE = {"real": "", "hollow": "2", "max_update": 70, "trace_s": 4.0, "hang_floor_s": 10.0,
          "pace_s": 0.1, "after": 5}  # fmt: skip
 
 
@@ -815,7 +815,7 @@ def largest(result: dict[str, Any], kind: str) -> tuple[str, str] | None:
 
 
 def ratio_row(
-    result: dict[str, Any], kind: str, key: str, goal: float, label: str
+    result: dict[str, Any], kind: str, key: str, goal: float, label: str, spec: str = ".1f"
 ) -> tuple[str, str, str]:
     ends = largest(result, kind)
     if ends is None:
@@ -823,7 +823,9 @@ def ratio_row(
     value, ratio = result["compared"][kind][ends[1]].get(key, (None, None))
     return (
         f"{label} at {ends[1]} {kind} nodes",
-        f"{fmt(value, '.1f')} ({fmt(ratio, '.2f')}x {ends[0]} nodes)",
+        f"{fmt(value, spec)} ({fmt(ratio, '.2f')}x {ends[0]} nodes)"
+        if ratio is not None
+        else f"{fmt(value, spec)} ({ends[0]} nodes: 0 or none, no ratio)",
         f"<= {goal}x",
     )
 
@@ -838,13 +840,12 @@ def rows(result: dict[str, Any]) -> report.Rows:
         done = all(s["rounds"]["end"]["state"] == "COMPLETED" for s in sizes_)
         out.append((f"{kind}: every size completed, updates missing", f"{done}, {lost}", "True, 0"))
         for event in ("kill_round", "kill_requeue", "notice"):
-            for key, goal, what in (("toolkit_s", GOAL_TOOLKIT_RATIO, "toolkit s"),
-                                    ("slurm_rpcs", GOAL_CALLS_RATIO, "Slurm calls")):  # fmt: skip
-                out.append(
-                    ratio_row(result, kind, f"{event}.{key}", goal, f"{kind} {event} {what}")
-                )
+            for key, goal, what, spec in (("toolkit_s", GOAL_TOOLKIT_RATIO, "toolkit s", ".2f"),
+                                          ("slurm_rpcs", GOAL_CALLS_RATIO, "Slurm calls", ".0f")):  # fmt: skip
+                label = f"{kind} {event} {what}"
+                out.append(ratio_row(result, kind, f"{event}.{key}", goal, label, spec))
         out.append(ratio_row(result, kind, "kill_round.decision_cpu_s", GOAL_TOOLKIT_RATIO,
-                             f"{kind} kill_round decision CPU s (its work, beside)"))  # fmt: skip
+                             f"{kind} kill_round decision CPU s (its work, beside)", ".2f"))  # fmt: skip
         worst = max((s["rounds"]["hang"].get("detect_over_T") or 0) for s in sizes_)
         out.append((f"{kind}: hang detected, worst (x T)", fmt(worst), f"<= {GOAL_DETECT_OVER_T}"))
         for label, who in (("last", "a node"), ("task0", "task 0")):
