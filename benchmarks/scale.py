@@ -563,15 +563,23 @@ def said_apart(out: dict[str, Any], name: str, seconds: float | None) -> None:
     toolkit's polls, timeouts or look-ups (``name``: a hang's agents going down, a requeue's
     launchers starting): taken out of ``toolkit_s``, said beside it as ``<name>_s``, the whole
     kept as ``toolkit_with_<name>_s`` (None: not measured, nothing taken out). Once: a figure
-    said apart before (a ``--reanalyze`` of a result that has it) is put back first, so the
-    result holds the figure as it is derived now."""
-    before = out.pop(f"{name}_s", None)
-    if before is not None and out.pop(f"toolkit_with_{name}_s", None) is not None:
-        out["toolkit_s"] = round(out["toolkit_s"] + before, 2)
+    said apart before (a ``--reanalyze`` of a result that has it) is put back first
+    (``put_back``), so the result holds the figure as it is derived now."""
+    put_back(out, name)
     out[f"{name}_s"] = seconds
     if seconds is not None and out["toolkit_s"] is not None:
         out[f"toolkit_with_{name}_s"] = out["toolkit_s"]
         out["toolkit_s"] = round(out["toolkit_s"] - seconds, 2)
+
+
+def put_back(out: dict[str, Any], *names: str) -> None:
+    """The figures ``said_apart`` under ``names`` put back into ``out``'s toolkit share, the last
+    said apart first (a reanalysis that derives several again puts them all back before, so
+    that each whole it keeps is the whole it was)."""
+    for name in reversed(names):
+        before = out.pop(f"{name}_s", None)
+        if before is not None and out.pop(f"toolkit_with_{name}_s", None) is not None:
+            out["toolkit_s"] = round(out["toolkit_s"] + before, 2)
 
 
 def teardown(job: Job, files: StartFiles) -> float | None:
@@ -944,19 +952,21 @@ def events_again(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int)
     ranks_save_apart(size["rounds"]["notice"])
     torchruns_up_apart(size["rounds"]["hang"])
     run = RunDir(save_dir(work_dir, "rounds", hollow, nodes))
+    first = next(e for e in ledger.read(run.ledger) if e.kind == Kind.RESTARTED)
     for kill in kills(size):
-        first = next(e for e in ledger.read(run.ledger) if e.kind == Kind.RESTARTED)
         fault = kill.get("fault_at") or first.time - kill["at"]["decided"]  # older: the ledger's
         restarted = decision_after(run, Kind.RESTARTED, fault) or first
         files = StartFiles(run, str(size["rounds"]["job"]), restarted.restart,
                            int(restarted.get("round", 1)) - 1)  # fmt: skip
+        put_back(kill, "agents_down", "torchruns_up")
         shutdown_and_startup_apart(kill, files, nodes, fault, True)
     event = size["requeue"]["kill_requeue"]
     run = RunDir(save_dir(work_dir, "requeue", hollow, nodes))
     requeued = next(e for e in ledger.read(run.ledger) if e.kind == Kind.REQUEUED)
     fault = event.get("fault_at") or requeued.time - event["at"]["decided"]
-    job = str(size["requeue"]["job"])
-    if event["at"].get("launchers") is not None:
+    job, relaunched = str(size["requeue"]["job"]), event["at"].get("launchers") is not None
+    put_back(event, *(["launchers_up"] if relaunched else []), "agents_down", "torchruns_up")
+    if relaunched:
         files = StartFiles(run, job, requeued.restart + 1, 0)
         said_apart(event, "launchers_up",
                    launchers_up(files, nodes, fault + event["at"]["launchers"]))  # fmt: skip

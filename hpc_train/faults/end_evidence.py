@@ -55,8 +55,8 @@ LOST_STATES = ("DOWN", "FAIL", "NOT_RESPONDING", "NO_RESPOND")
 
 def cpu_s() -> float:
     """This process's CPU seconds so far: its threads', and those of the children it waited for
-    (the Slurm clients a decision runs): what a decision cost apart from waiting, which the
-    cores' load at 39 hollow nodes on 2 cores stretches (issue 46)."""
+    (the Slurm clients a decision runs). A decision's CPU is its work; the rest of its time is
+    waiting, which a loaded machine stretches (39 hollow nodes on 2 cores, issue 46)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
 

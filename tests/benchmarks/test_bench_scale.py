@@ -247,3 +247,20 @@ def test_each_kill_is_read_from_its_own_decision_and_the_median_kill_is_the_size
     rounds = RunDir(scale.save_dir(tmp_path, "rounds", True, 2))
     assert scale.decision_after(rounds, Kind.RESTARTED, base + 300) is None
     assert scale.decision_after(rounds, Kind.RESTARTED, None) is None
+
+
+def test_a_reanalysis_derives_two_figures_said_apart_as_the_run_did():
+    """A kill's agents going down (1.4 s) and torchruns starting (0.2 s) are said apart from its
+    2.0 s share, in that order; a reanalysis puts both back (``put_back``, the last first) and
+    says them apart again: the same figures, the whole kept beside the first one still 2.0 s
+    (putting back one at a time had kept 1.8 s there: the second still taken out)."""
+    out = {"toolkit_s": 2.0}
+    scale.said_apart(out, "agents_down", 1.4)
+    scale.said_apart(out, "torchruns_up", 0.2)
+    ran = dict(out)
+    assert ran["toolkit_with_agents_down_s"] == 2.0 and ran["toolkit_s"] == 0.4
+    scale.put_back(out, "agents_down", "torchruns_up")
+    assert out == {"toolkit_s": 2.0}
+    scale.said_apart(out, "agents_down", 1.4)
+    scale.said_apart(out, "torchruns_up", 0.2)
+    assert out == ran
