@@ -393,18 +393,22 @@ def weighings(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int) ->
     for name, kind, events in (("rounds", Kind.RESTARTED, [*kills(size), size["rounds"]["hang"]]),
                                ("requeue", Kind.REQUEUED, [size["requeue"]["kill_requeue"]])):  # fmt: skip
         run = RunDir(save_dir(work_dir, name, hollow, nodes))
+        recorded = ledger.read(run.ledger)
         for figures in events:
-            decided = decision_after(run, kind, figures.get("fault_at"))
+            decided = decision_after(recorded, kind, figures.get("fault_at"))
             if decided is not None:
                 figures["weighed"] = weighing(run, str(size[name]["job"]), decided.time)
                 figures["decision_cpu_s"] = (figures["weighed"] or {}).get("cpu_s")
 
 
-def decision_after(run: RunDir, kind: Kind, fault: float | None) -> ledger.Event | None:
-    """Task 0's first decision of ``kind`` after the fault at ``fault`` (None: not known)."""
+def decision_after(
+    events: Sequence[ledger.Event], kind: Kind, fault: float | None
+) -> ledger.Event | None:
+    """Task 0's first decision of ``kind`` in a job's ledger ``events`` after the fault at
+    ``fault`` (None: not known)."""
     if fault is None:
         return None
-    return next((e for e in ledger.read(run.ledger) if e.kind == kind and e.time >= fault), None)
+    return next((e for e in events if e.kind == kind and e.time >= fault), None)
 
 
 def kills(size: dict[str, Any]) -> list[dict[str, Any]]:
@@ -952,10 +956,11 @@ def events_again(size: dict[str, Any], work_dir: Path, hollow: bool, nodes: int)
     ranks_save_apart(size["rounds"]["notice"])
     torchruns_up_apart(size["rounds"]["hang"])
     run = RunDir(save_dir(work_dir, "rounds", hollow, nodes))
-    first = next(e for e in ledger.read(run.ledger) if e.kind == Kind.RESTARTED)
+    recorded = ledger.read(run.ledger)
+    first = next(e for e in recorded if e.kind == Kind.RESTARTED)
     for kill in kills(size):
         fault = kill.get("fault_at") or first.time - kill["at"]["decided"]  # older: the ledger's
-        restarted = decision_after(run, Kind.RESTARTED, fault) or first
+        restarted = decision_after(recorded, Kind.RESTARTED, fault) or first
         files = StartFiles(run, str(size["rounds"]["job"]), restarted.restart,
                            int(restarted.get("round", 1)) - 1)  # fmt: skip
         put_back(kill, "agents_down", "torchruns_up")

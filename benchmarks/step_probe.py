@@ -29,7 +29,6 @@ from typing import Any
 from benchmarks import report
 from benchmarks.preemption import machine
 from hpc_core import slurm
-from hpc_core.wait import wait_until
 
 SMOKE = {"busy": "0,4", "asks": 2}
 BUSY_LOOP = "while True: pass"
@@ -96,13 +95,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     slurm.ensure_reachable()
     job = slurm.sbatch(["-N2", f"--partition={args.partition}", "--time=10", "--output=/dev/null",
                         "--job-name=bench-step-probe", "--wrap=exec sleep 600"])  # fmt: skip
-
-    def running() -> slurm.JobState | None:
-        state = slurm.job_state(job)
-        return state if state.state == "RUNNING" else None
-
     try:
-        node = slurm.hostnames(wait_until(running, f"job {job} running", 120).nodes)[-1]
+        running = slurm.wait_for_job(job, lambda s: s.state == "RUNNING", 120)
+        node = slurm.hostnames(running.nodes)[-1]
         by_busy = {}
         for count in args.busy:
             with busy(count):

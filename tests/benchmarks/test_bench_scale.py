@@ -244,7 +244,7 @@ def test_each_kill_is_read_from_its_own_decision_and_the_median_kill_is_the_size
     two = {"rounds": {"kill_rounds": kills[:2]}}
     scale.median_kill(two)
     assert two["rounds"]["kill_round"]["toolkit_s"] == 0.2  # the lower of two
-    rounds = RunDir(scale.save_dir(tmp_path, "rounds", True, 2))
+    rounds = ledger.read(RunDir(scale.save_dir(tmp_path, "rounds", True, 2)).ledger)
     assert scale.decision_after(rounds, Kind.RESTARTED, base + 300) is None
     assert scale.decision_after(rounds, Kind.RESTARTED, None) is None
 
