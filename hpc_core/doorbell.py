@@ -136,10 +136,11 @@ def _address(name: str) -> str | None:
 
 
 def ring(registry: Path, names: Iterable[str], key: str) -> int:
-    """Ring the bells of ``names`` registered for the start ``key`` (each read now: a requeued
-    node registers anew; a bell left by an earlier start is never rung, its port may be another
-    program's now); how many datagrams went. A name with no such bell, or that does not
-    resolve, is skipped: it polls. Never raises: a ring that fails is a ring lost."""
+    """Ring the bells of ``names`` registered for the start ``key`` (each read once for that
+    start, ``_port``: a requeued node registers anew, for its new start; a bell left by an
+    earlier start is never rung, its port may be another program's now); how many datagrams
+    went. A name with no such bell, or that does not resolve, is skipped: it polls. Never
+    raises: a ring that fails is a ring lost."""
     sent = 0
     try:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -157,10 +158,23 @@ def ring(registry: Path, names: Iterable[str], key: str) -> int:
     return sent
 
 
+# (a bell's registration, its start) -> its port: a start's registration is written once (one
+# bell a launcher process, opened once) and never changes, so each is read once a process, not
+# at every ring (issue 46: a verdict rang 63 nodes at 64, one open and read each of a small
+# file on Lustre's metadata server, on the round's critical path). Only a bell found is kept:
+# a node not registered yet, or registered for another start, is read again at the next ring.
+_ports: dict[tuple[Path, str], int] = {}
+
+
 def _port(path: Path, key: str) -> int | None:
     """The port of the bell registered at ``path`` for the start ``key`` (None: none)."""
+    if (known := _ports.get((path, key))) is not None:
+        return known
     try:
         port, registered = path.read_text().split()
-        return int(port) if registered == key else None
+        found = int(port) if registered == key else None
     except (OSError, ValueError):
         return None
+    if found is not None:
+        _ports[(path, key)] = found
+    return found
