@@ -163,6 +163,9 @@ def ring(registry: Path, names: Iterable[str], key: str) -> int:
 # at every ring (issue 46: a verdict rang 63 nodes at 64, one open and read each of a small
 # file on Lustre's metadata server, on the round's critical path). Only a bell found is kept:
 # a node not registered yet, or registered for another start, is read again at the next ring.
+# (A start's key is its job id and restart: a run dir kept across a cluster rebuilt, whose job
+# ids begin again, may hold a registration of the same key from before; read before the node
+# registers anew, it is kept, and that node's rings are lost for the start: its polls answer.)
 _ports: dict[tuple[Path, str], int] = {}
 
 
